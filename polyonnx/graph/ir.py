@@ -1,0 +1,128 @@
+"""The graph IR: typed values, nodes in topological order, and constant tensors.
+
+The frontend builds a :class:`Graph` from an ONNX model; passes return new graphs. Shapes are
+static tuples of ints once the frontend has specialised symbolic dimensions.
+
+Example:
+    >>> g = Graph("g", inputs=(Value("x", "float32", (2,)),), outputs=(Value("y", "float32", (2,)),),
+    ...           nodes=(Node("relu0", "Relu", ("x",), ("y",)),),
+    ...           values={"x": Value("x", "float32", (2,)), "y": Value("y", "float32", (2,))})
+    >>> print(g)
+    graph g(x: float32[2]) -> (y: float32[2])
+      relu0: y = Relu(x)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from polyonnx.errors import ModelError
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A tensor-typed value: name, numpy dtype name and shape (ints, or str for symbolic dims)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One ONNX operator application. Missing optional inputs are ``""``."""
+
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: tuple[tuple[str, Any], ...] = ()
+    domain: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        if isinstance(self.attrs, Mapping):
+            object.__setattr__(self, "attrs", tuple(sorted(
+                (k, _freeze(v)) for k, v in self.attrs.items())))
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == name:
+                return v
+        return default
+
+    def has_attr(self, name: str) -> bool:
+        return any(k == name for k, _ in self.attrs)
+
+    def input(self, i: int) -> str:
+        """The i-th input name, or ``""`` when absent."""
+        return self.inputs[i] if i < len(self.inputs) else ""
+
+    def __str__(self) -> str:
+        attrs = ", ".join(f"{k}={_short(v)}" for k, v in self.attrs)
+        attrs = f"[{attrs}]" if attrs else ""
+        return (f"{self.name}: {', '.join(self.outputs)} = {self.op_type}{attrs}"
+                f"({', '.join(self.inputs)})")
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"tensor<{v.dtype}{list(v.shape)}>"
+    return repr(v)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A model's graph. ``values`` types every value; ``constants`` holds initializers."""
+
+    name: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    nodes: tuple[Node, ...]
+    values: Mapping[str, Value] = field(default_factory=dict)
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+    opset: int = 21
+
+    def value(self, name: str) -> Value:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise ModelError(f"value {name!r} has no type (is it defined?)") from None
+
+    def producers(self) -> dict[str, Node]:
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    out.setdefault(i, []).append(n)
+        return out
+
+    def __str__(self) -> str:
+        ins = ", ".join(str(v) for v in self.inputs)
+        outs = ", ".join(str(v) for v in self.outputs)
+        lines = [f"graph {self.name}({ins}) -> ({outs})"]
+        for name, c in self.constants.items():
+            lines.append(f"  const {name}: {c.dtype}[{', '.join(map(str, c.shape))}]")
+        lines.extend(f"  {n}" for n in self.nodes)
+        return "\n".join(lines)

@@ -1,0 +1,464 @@
+"""krnl: the loop-nest IR between the graph and the polyhedral model.
+
+A :class:`Kernel` is a set of buffers plus a tree of :class:`Loop` nodes whose leaves are
+:class:`Stmt` statements. Each statement has an affine iteration domain (the bounds of its
+enclosing loops plus its own guards), one affine write and a scalar body whose loads carry affine
+(or, for gathers, run-time computed) indices. The tree order is the statement order the kernel
+means; the schedule stage turns it into an isl schedule tree and transforms it from there.
+
+Everything is an immutable record; the printed form (``str(kernel)``) is the debug and golden
+format.
+
+Example:
+    >>> i = Aff.var("i")
+    >>> s = Stmt("S0", Access("y", (i,)), Load("x", (i,), "float32") * Const(2.0, "float32"))
+    >>> print(Kernel("double", (Buffer("x", "float32", (4,), "input"),
+    ...                        Buffer("y", "float32", (4,), "output")), (Loop("i", 0, 4, (s,)),)))
+    kernel double(in x: float32[4], out y: float32[4]) {
+      for i in [0, 4):
+        S0: y[i] = (x[i] * 2.0)
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+# --------------------------------------------------------------------------- affine expressions
+
+
+@dataclass(frozen=True, slots=True)
+class Aff:
+    """An integer affine expression ``sum(coeff * var) + const`` over loop iterators."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    def __post_init__(self) -> None:
+        names = [n for n, _ in self.terms]
+        if names != sorted(set(names)) or any(c == 0 for _, c in self.terms):
+            raise ValueError(f"Aff terms must be sorted, unique and non-zero: {self.terms}")
+
+    @staticmethod
+    def var(name: str) -> Aff:
+        return Aff(((name, 1),), 0)
+
+    @staticmethod
+    def lift(x: AffLike) -> Aff:
+        if isinstance(x, Aff):
+            return x
+        if isinstance(x, (int, np.integer)):
+            return Aff((), int(x))
+        raise TypeError(f"not an affine expression: {x!r}")
+
+    @staticmethod
+    def _make(coeffs: Mapping[str, int], const: int) -> Aff:
+        return Aff(tuple(sorted((n, c) for n, c in coeffs.items() if c != 0)), const)
+
+    def __add__(self, other: AffLike) -> Aff:
+        o = Aff.lift(other)
+        coeffs = dict(self.terms)
+        for n, c in o.terms:
+            coeffs[n] = coeffs.get(n, 0) + c
+        return Aff._make(coeffs, self.const + o.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Aff:
+        return Aff(tuple((n, -c) for n, c in self.terms), -self.const)
+
+    def __sub__(self, other: AffLike) -> Aff:
+        return self + (-Aff.lift(other))
+
+    def __rsub__(self, other: AffLike) -> Aff:
+        return Aff.lift(other) - self
+
+    def __mul__(self, k: int) -> Aff:
+        if not isinstance(k, (int, np.integer)):
+            raise TypeError("an Aff can only be scaled by an integer")
+        k = int(k)
+        return Aff._make({n: c * k for n, c in self.terms}, self.const * k)
+
+    __rmul__ = __mul__
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.terms)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def coeff(self, name: str) -> int:
+        return dict(self.terms).get(name, 0)
+
+    def substitute(self, mapping: Mapping[str, Aff]) -> Aff:
+        out = Aff((), self.const)
+        for n, c in self.terms:
+            out = out + (mapping[n] * c if n in mapping else Aff.var(n) * c)
+        return out
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        return self.const + sum(c * env[n] for n, c in self.terms)
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for n, c in self.terms:
+            term = n if abs(c) == 1 else f"{abs(c)}*{n}"
+            parts.append(("- " if c < 0 else "+ ") + term)
+        if self.const or not parts:
+            parts.append(("- " if self.const < 0 else "+ ") + str(abs(self.const)))
+        text = " ".join(parts)
+        return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+AffLike = Union[Aff, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    """An affine constraint: ``aff >= 0`` (or ``aff == 0`` when ``eq``)."""
+
+    aff: Aff
+    eq: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.aff} {'==' if self.eq else '>='} 0"
+
+
+def ge(a: AffLike, b: AffLike) -> Cond:
+    """``a >= b``."""
+    return Cond(Aff.lift(a) - b)
+
+
+def lt(a: AffLike, b: AffLike) -> Cond:
+    """``a < b``."""
+    return Cond(Aff.lift(b) - a - 1)
+
+
+# --------------------------------------------------------------------------- scalar expressions
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+
+UNARY_OPS = frozenset({
+    "neg", "abs", "exp", "log", "sqrt", "tanh", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "not", "isnan",
+    "isinf", "isposinf", "isneginf", "sign", "bitnot", "sigmoid",
+})
+BINARY_OPS = frozenset({
+    "add", "sub", "mul", "div", "max", "min", "pow", "mod", "fmod", "eq", "ne", "lt", "le",
+    "gt", "ge", "and", "or", "xor", "shl", "shr", "bitand", "bitor", "bitxor",
+})
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isposinf",
+                         "isneginf"})
+
+
+class Expr:
+    """Base of scalar expressions; every node has a ``dtype``."""
+
+    __slots__ = ()
+    dtype: str
+
+    def _bin(self, op: str, other: Expr | float, swap: bool = False) -> Binary:
+        o = other if isinstance(other, Expr) else Const(other, self.dtype)
+        return Binary(op, o, self) if swap else Binary(op, self, o)
+
+    def __add__(self, o: Expr | float) -> Binary:
+        return self._bin("add", o)
+
+    def __radd__(self, o: Expr | float) -> Binary:
+        return self._bin("add", o, swap=True)
+
+    def __sub__(self, o: Expr | float) -> Binary:
+        return self._bin("sub", o)
+
+    def __rsub__(self, o: Expr | float) -> Binary:
+        return self._bin("sub", o, swap=True)
+
+    def __mul__(self, o: Expr | float) -> Binary:
+        return self._bin("mul", o)
+
+    def __rmul__(self, o: Expr | float) -> Binary:
+        return self._bin("mul", o, swap=True)
+
+    def __truediv__(self, o: Expr | float) -> Binary:
+        return self._bin("div", o)
+
+    def __neg__(self) -> Unary:
+        return Unary("neg", self)
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+
+    def __str__(self) -> str:
+        return repr(self.value) if self.dtype not in FLOAT_DTYPES else repr(float(self.value))
+
+
+Index = Union[Aff, Expr]
+"""A load index: affine in the iterators, or an integer expression computed at run time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    buffer: str
+    index: tuple[Index, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.buffer}[{', '.join(str(i) for i in self.index)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Iter(Expr):
+    """The value of a loop iterator (as int64), e.g. for ArgMax or Range."""
+
+    name: str
+    dtype: str = "int64"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Unary(Expr):
+    op: str
+    x: Expr
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        if self.op not in UNARY_OPS:
+            raise ValueError(f"unknown unary op {self.op!r}")
+        if not self.dtype:
+            object.__setattr__(self, "dtype", "bool" if self.op in COMPARISONS | {"not"}
+                               else self.x.dtype)
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.x})"
+
+
+@dataclass(frozen=True, slots=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        if self.op not in BINARY_OPS:
+            raise ValueError(f"unknown binary op {self.op!r}")
+        if self.a.dtype != self.b.dtype and self.op not in ("shl", "shr"):
+            raise ValueError(f"{self.op}: operand dtypes differ ({self.a.dtype}, {self.b.dtype})")
+        if not self.dtype:
+            object.__setattr__(self, "dtype", "bool" if self.op in COMPARISONS else self.a.dtype)
+
+    def __str__(self) -> str:
+        symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/"}.get(self.op)
+        if symbol:
+            return f"({self.a} {symbol} {self.b})"
+        return f"{self.op}({self.a}, {self.b})"
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        if self.cond.dtype != "bool":
+            raise ValueError("select condition must be bool")
+        if self.a.dtype != self.b.dtype:
+            raise ValueError(f"select arms differ ({self.a.dtype}, {self.b.dtype})")
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.a.dtype)
+
+    def __str__(self) -> str:
+        return f"select({self.cond}, {self.a}, {self.b})"
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(Expr):
+    x: Expr
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.dtype}({self.x})"
+
+
+def unary(op: str, x: Expr) -> Unary:
+    return Unary(op, x)
+
+
+def binary(op: str, a: Expr, b: Expr | float) -> Binary:
+    return Binary(op, a, b if isinstance(b, Expr) else Const(b, a.dtype))
+
+
+def maximum(a: Expr, b: Expr | float) -> Binary:
+    return binary("max", a, b)
+
+
+def minimum(a: Expr, b: Expr | float) -> Binary:
+    return binary("min", a, b)
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of ``e`` (including run-time computed load indices)."""
+    if isinstance(e, Load):
+        return tuple(i for i in e.index if isinstance(i, Expr))
+    if isinstance(e, Unary | Cast):
+        return (e.x,)
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    return ()
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every node of ``e``, pre-order."""
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+def loads(e: Expr) -> tuple[Load, ...]:
+    return tuple(x for x in walk(e) if isinstance(x, Load))
+
+
+# --------------------------------------------------------------------------- statements and loops
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """An affine write target ``buffer[index]``."""
+
+    buffer: str
+    index: tuple[Aff, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", tuple(Aff.lift(i) for i in self.index))
+
+    def __str__(self) -> str:
+        return f"{self.buffer}[{', '.join(str(i) for i in self.index)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """``write = body`` for every point of the domain (enclosing loops and ``guards``)."""
+
+    name: str
+    write: Access
+    body: Expr
+    guards: tuple[Cond, ...] = ()
+
+    def __str__(self) -> str:
+        guard = f"  if {' and '.join(str(g) for g in self.guards)}" if self.guards else ""
+        return f"{self.name}: {self.write} = {self.body}{guard}"
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """``for iterator in [lower, upper)`` over ``body`` (statements and inner loops)."""
+
+    iterator: str
+    lower: Aff
+    upper: Aff
+    body: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lower", Aff.lift(self.lower))
+        object.__setattr__(self, "upper", Aff.lift(self.upper))
+        object.__setattr__(self, "body", tuple(self.body))
+
+
+Node = Union[Loop, Stmt]
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A dense row-major array. ``kind``: input, output (live after the kernel) or temp."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str = "temp"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"buffer {self.name}: unknown dtype {self.dtype!r}")
+        if self.kind not in ("input", "output", "temp"):
+            raise ValueError(f"buffer {self.name}: unknown kind {self.kind!r}")
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        short = {"input": "in", "output": "out", "temp": "tmp"}[self.kind]
+        return f"{short} {self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One compiled function: its buffers (the function's arguments, in order) and loop tree."""
+
+    name: str
+    buffers: tuple[Buffer, ...]
+    body: tuple[Node, ...]
+    ops: tuple[str, ...] = field(default=())
+    """The ONNX node names this kernel computes (for listings and error messages)."""
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def statements(self) -> list[tuple[tuple[Loop, ...], Stmt]]:
+        """Each statement with its enclosing loops, in program order."""
+        out: list[tuple[tuple[Loop, ...], Stmt]] = []
+
+        def visit(nodes: tuple[Node, ...], loops: tuple[Loop, ...]) -> None:
+            for n in nodes:
+                if isinstance(n, Stmt):
+                    out.append((loops, n))
+                else:
+                    visit(n.body, loops + (n,))
+
+        visit(self.body, ())
+        return out
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.name}({', '.join(str(b) for b in self.buffers)}) {{"]
+
+        def emit(nodes: tuple[Node, ...], depth: int) -> None:
+            pad = "  " * depth
+            for n in nodes:
+                if isinstance(n, Stmt):
+                    lines.append(pad + str(n))
+                else:
+                    lines.append(f"{pad}for {n.iterator} in [{n.lower}, {n.upper}):")
+                    emit(n.body, depth + 1)
+
+        emit(self.body, 1)
+        lines.append("}")
+        return "\n".join(lines)

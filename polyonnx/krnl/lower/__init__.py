@@ -1,0 +1,1 @@
+"""Op-family lowerings; importing this package registers them all."""

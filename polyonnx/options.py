@@ -1,0 +1,40 @@
+"""Compile options: one frozen record that every stage reads."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How to compile a model.
+
+    Example:
+        >>> Options(opt_level=2).opt_level
+        2
+    """
+
+    opt_level: int = 3
+    """LLVM optimisation level, 0..3."""
+    num_threads: int | None = None
+    """Threads the generated code may use; ``None`` means every core."""
+    target: str | None = None
+    """LLVM target triple; ``None`` means the host."""
+    cpu: str | None = None
+    """Target CPU name (e.g. ``znver3``); ``None`` means the host CPU."""
+    features: str | None = None
+    """Target feature string; ``None`` means the host CPU's features."""
+    checked: bool = field(default_factory=lambda: _env_flag("POLYONNX_CHECKED"))
+    """Insert bounds checks on every buffer access (``POLYONNX_CHECKED=1``)."""
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.opt_level not in (0, 1, 2, 3):
+            raise ValueError(f"opt_level must be 0..3, got {self.opt_level}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
