@@ -1,0 +1,252 @@
+"""ONNX model → :class:`polyonnx.graph.ir.Graph` with every value statically typed.
+
+Example:
+    >>> from onnx import helper, TensorProto
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    >>> m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])],
+    ...                                         "g", [x], [y]))
+    >>> print(import_model(m, {"x": (2, 4)}))
+    graph g(x: float32[2, 4]) -> (y: float32[2, 4])
+      Relu_0: y = Relu(x)
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.frontend.load import ModelSource, default_opset, load_model
+from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.shapes import infer_outputs
+
+Dim = int | str | None  # None: a dimension ONNX knows nothing about
+
+
+def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] | None = None,
+                 *, target_opset: int | None = None,
+                 base_dir: str | os.PathLike | None = None) -> Graph:
+    """Load ``model`` (see :func:`load_model`) and build a fully static :class:`Graph`.
+
+    ``input_shapes`` gives concrete shapes for inputs with symbolic or unknown dimensions;
+    dimensions the model fixes must agree. Initializers (also when listed as graph inputs, as
+    in IR version 3 models) and ``Constant`` nodes become ``graph.constants``.
+
+    Example:
+        >>> g = import_model("resnet50.onnx", {"data": (1, 3, 224, 224)})  # doctest: +SKIP
+        >>> g.value("data").shape                                          # doctest: +SKIP
+        (1, 3, 224, 224)
+    """
+    proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
+    gp = proto.graph
+    init_names = {t.name for t in gp.initializer}
+    if _specialise_inputs(gp, init_names, dict(input_shapes or {})):
+        # Inference must run again: symbolic dims elsewhere in the graph follow from the inputs.
+        del gp.value_info[:]
+        for o in gp.output:
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.ClearField("shape")
+        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        gp = proto.graph
+
+    constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in gp.initializer}
+    raw_nodes: list[Node] = []
+    names: set[str] = set()
+    for i, n in enumerate(gp.node):
+        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
+        names.add(name)
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            constants[n.output[0]] = _constant_value(name, attrs)
+            continue
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        raw_nodes.append(Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain))
+
+    inputs = [vi for vi in gp.input if vi.name not in init_names]
+    nodes = _toposort(raw_nodes, {vi.name for vi in inputs} | set(constants))
+
+    values: dict[str, Value] = {}
+    for vi in (*gp.input, *gp.value_info, *gp.output):
+        v = _value(vi)
+        if v is not None and v.is_static:
+            values[v.name] = v
+    for name, arr in constants.items():
+        values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+    for n in nodes:
+        if any(o and o not in values for o in n.outputs):
+            for v in infer_outputs(n, values):
+                values.setdefault(v.name, v)
+        for o in n.outputs:
+            if o and o not in values:
+                raise ShapeError(f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
+                                 "shape (does it depend on input data?)")
+    for vi in gp.output:
+        if vi.name not in values:
+            raise ModelError(f"graph output {vi.name!r} is not produced by any node")
+    return Graph(
+        name=gp.name or "main",
+        inputs=tuple(values[vi.name] for vi in inputs),
+        outputs=tuple(values[vi.name] for vi in gp.output),
+        nodes=tuple(nodes),
+        values=values,
+        constants=constants,
+        opset=default_opset(proto),
+    )
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+def _dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
+    """The dims of a tensor value, or None when its rank is unknown."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                 for d in tt.shape.dim)
+
+
+def _specialise_inputs(gp: onnx.GraphProto, init_names: set[str],
+                       shapes: dict[str, Iterable[int]]) -> bool:
+    """Writes concrete input shapes into ``gp``; returns whether any input changed."""
+    real = {vi.name: vi for vi in gp.input if vi.name not in init_names}
+    unknown = sorted(set(shapes) - set(real))
+    if unknown:
+        raise ShapeError(f"input_shapes names {unknown}, which are not inputs of the model; "
+                         f"its inputs are {sorted(real)}")
+    changed = False
+    for name, vi in real.items():
+        if not vi.type.HasField("tensor_type"):
+            raise UnsupportedOpError("graph input", detail=f"input {name!r} is not a tensor")
+        dims = _dims(vi)
+        if name not in shapes:
+            if dims is None or any(not isinstance(d, int) for d in dims):
+                which = "its rank" if dims is None else ", ".join(
+                    f"dim {i} ({d or '?'})" for i, d in enumerate(dims) if not isinstance(d, int))
+                raise ShapeError(f"input {name!r} has an unknown shape ({which}); pass "
+                                 f"input_shapes={{{name!r}: (...)}} to give it concrete sizes")
+            continue
+        given = tuple(shapes[name])
+        if any(not isinstance(d, (int, np.integer)) or d < 0 for d in given):
+            raise ShapeError(f"input_shapes[{name!r}] = {given} must be non-negative ints")
+        if dims is not None:
+            if len(dims) != len(given):
+                raise ShapeError(f"input_shapes[{name!r}] = {given} has rank {len(given)}, but "
+                                 f"the model declares rank {len(dims)}")
+            for i, (d, g) in enumerate(zip(dims, given, strict=True)):
+                if isinstance(d, int) and d != g:
+                    raise ShapeError(f"input_shapes[{name!r}] = {given}: dim {i} is fixed to "
+                                     f"{d} by the model")
+            if all(d == g for d, g in zip(dims, given, strict=True)):
+                continue
+        shape = vi.type.tensor_type.shape
+        shape.ClearField("dim")
+        for g in given:
+            shape.dim.add().dim_value = int(g)
+        changed = True
+    return changed
+
+
+def _value(vi: onnx.ValueInfoProto) -> Value | None:
+    """A Value for a typed tensor, or None when ONNX inference left it (partly) unknown."""
+    kind = vi.type.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind != "tensor_type":
+        raise UnsupportedOpError("value", detail=f"{vi.name!r} is a {kind}; polyonnx handles "
+                                 "tensors only")
+    elem = vi.type.tensor_type.elem_type
+    dims = _dims(vi)
+    if elem == onnx.TensorProto.UNDEFINED or dims is None:
+        return None
+    return Value(vi.name, _dtype_name(elem), tuple(d if isinstance(d, int) else (d or "?")
+                                                   for d in dims))
+
+
+def _dtype_name(elem: int) -> str:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+    """A Python value for an attribute: str, int, float, tuples, ndarray, or GraphProto."""
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        return tuple(x.decode("utf-8") if isinstance(x, bytes)
+                     else numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto)
+                     else x for x in v)
+    return v
+
+
+def _constant_value(node: str, attrs: Mapping[str, Any]) -> np.ndarray:
+    """The tensor a ``Constant`` node defines."""
+    if len(attrs) != 1:
+        raise ModelError(f"Constant node {node!r} must have exactly one value attribute, has "
+                         f"{sorted(attrs)}")
+    (key, v), = attrs.items()
+    if key == "value":
+        return v
+    if key in ("value_float", "value_floats"):
+        return np.asarray(v, dtype=np.float32)
+    if key in ("value_int", "value_ints"):
+        return np.asarray(v, dtype=np.int64)
+    if key in ("value_string", "value_strings"):
+        return np.asarray(v, dtype=object)
+    raise UnsupportedOpError("Constant", node=node, detail=f"attribute {key!r}")
+
+
+def _toposort(nodes: list[Node], defined: set[str]) -> list[Node]:
+    """Nodes in a topological order (stable), checking undefined inputs and duplicate outputs."""
+    producer: dict[str, Node] = {}
+    for n in nodes:
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in producer or o in defined:
+                first = producer[o].name if o in producer else "a graph input or initializer"
+                raise ModelError(f"value {o!r} is defined twice: by node {n.name!r} and by "
+                                 f"{first}")
+            producer[o] = n
+    for n in nodes:
+        for i in n.inputs:
+            if i and i not in producer and i not in defined:
+                raise ModelError(f"node {n.name!r} ({n.op_type}) reads {i!r}, which no node, "
+                                 "graph input or initializer defines")
+    # Kahn's algorithm with a min-heap on the original index: a model already in topological
+    # order (the checker demands it) keeps its order exactly.
+    users: dict[str, list[int]] = {}
+    missing = []
+    for k, n in enumerate(nodes):
+        deps = {i for i in n.inputs if i and i not in defined}
+        missing.append(len(deps))
+        for i in deps:
+            users.setdefault(i, []).append(k)
+    heap = [k for k, m in enumerate(missing) if m == 0]
+    order: list[Node] = []
+    while heap:
+        n = nodes[heapq.heappop(heap)]
+        order.append(n)
+        for o in n.outputs:
+            for k in users.get(o, ()) if o else ():
+                missing[k] -= 1
+                if missing[k] == 0:
+                    heapq.heappush(heap, k)
+    if len(order) < len(nodes):
+        placed = {id(n) for n in order}
+        names = ", ".join(repr(n.name) for n in nodes if id(n) not in placed)
+        raise ModelError(f"the graph has a cycle through nodes {names[:300]}")
+    return order

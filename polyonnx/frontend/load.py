@@ -1,0 +1,174 @@
+"""Load an ONNX model: parse, load external data safely, check, upgrade the opset, infer shapes.
+
+Example:
+    >>> m = load_model("model.onnx")                     # doctest: +SKIP
+    >>> m.opset_import[0].version >= 13                  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import shape_inference, version_converter
+
+from polyonnx.errors import ModelError, ShapeError
+
+#: Opset that models older than it are upgraded to by default: opset 13 moved axes of
+#: Squeeze/Unsqueeze/ReduceSum and the split sizes of Split to inputs, so lowerings only handle
+#: the modern forms.
+DEFAULT_MIN_OPSET = 13
+
+ModelSource = str | os.PathLike | bytes | onnx.ModelProto
+
+
+def load_model(model: ModelSource, *, target_opset: int | None = None,
+               base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
+    """Parse, check, upgrade and shape-infer an ONNX model.
+
+    ``model`` is a file path, the serialised bytes, or a ``ModelProto`` (which is copied, never
+    modified). External data is read only from files inside the model's folder (``base_dir`` for
+    bytes and protos). With ``target_opset=None`` a model older than opset 13 is upgraded to 13
+    when the version converter manages it, and kept as it is otherwise; an explicit
+    ``target_opset`` must convert or a :class:`ModelError` is raised.
+
+    Example:
+        >>> from onnx import helper, TensorProto
+        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+        >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])
+        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+        >>> m = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)]))
+        >>> m.opset_import[0].version, m.graph.output[0].type.tensor_type.shape.dim[0].dim_value
+        (13, 2)
+    """
+    where, proto, folder = _parse(model, base_dir)
+    _load_external_data(proto, folder, where)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"{where}: the ONNX checker rejected the model: {e}") from None
+    if proto.functions:
+        # Model-local functions are inlined so that every later stage sees plain ONNX ops.
+        proto = onnx.inliner.inline_local_functions(proto)
+    proto = _convert(proto, target_opset, where)
+    try:
+        return shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, RuntimeError) as e:
+        raise ShapeError(f"{where}: ONNX shape inference failed: {e}") from None
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The version of the default ONNX domain a model imports; ModelError when it has none."""
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return int(op.version)
+    raise ModelError(f"model {model.graph.name!r} does not import the default ONNX domain")
+
+
+def _parse(model: ModelSource, base_dir: str | os.PathLike | None
+           ) -> tuple[str, onnx.ModelProto, str | None]:
+    """Returns (name for messages, a private copy of the proto, folder for external data)."""
+    folder = os.fspath(base_dir) if base_dir is not None else None
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        return f"model {model.graph.name or '<ModelProto>'!r}", proto, folder
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        where, data = "model <bytes>", bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        where = f"model file {path!r}"
+        if not os.path.isfile(path):
+            raise ModelError(f"{where} does not exist")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ModelError(f"{where} cannot be read: {e.strerror}") from None
+        folder = folder if folder is not None else os.path.dirname(os.path.abspath(path))
+    else:
+        raise ModelError(f"cannot load a model from a {type(model).__name__}; "
+                         "pass a path, bytes or an onnx.ModelProto")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelError(f"{where} is not a valid ONNX protobuf "
+                         f"(truncated or corrupt?): {e}") from None
+    if not proto.HasField("graph"):
+        raise ModelError(f"{where} is not a valid ONNX model: it has no graph")
+    return where, proto, folder
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of a graph: initializers and tensor attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for g in a.graphs:
+                yield from _tensors(g)
+
+
+def _load_external_data(model: onnx.ModelProto, folder: str | None, where: str) -> None:
+    """Reads external tensor data into the proto, only from files inside ``folder``."""
+    for t in _tensors(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        what = f"{where}: external data {loc!r} of tensor {t.name!r}"
+        if folder is None:
+            raise ModelError(f"{what} needs the model's folder; load the model from its path "
+                             "or pass base_dir")
+        parts = loc.replace("\\", "/").split("/")
+        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")) or ".." in parts:
+            raise ModelError(f"{what} is refused: external data must be a relative path inside "
+                             "the model's folder")
+        root = os.path.realpath(folder)
+        path = os.path.realpath(os.path.join(root, loc))
+        # realpath resolves symlinks, so a link that points outside the folder is caught here.
+        if os.path.commonpath([root, path]) != root:
+            raise ModelError(f"{what} is refused: it resolves outside the model's folder")
+        if not os.path.isfile(path):
+            raise ModelError(f"{what} does not exist")
+        try:
+            offset = int(info.get("offset", 0))
+            size = os.path.getsize(path)
+            length = int(info["length"]) if "length" in info else size - offset
+        except ValueError:
+            raise ModelError(f"{what} has a malformed offset or length") from None
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ModelError(f"{what}: offset {offset} + length {length} is past the end of "
+                             f"the {size}-byte file")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            t.raw_data = f.read(length)
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
+
+
+def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.ModelProto:
+    opset = default_opset(model)
+    if target is None:
+        if opset >= DEFAULT_MIN_OPSET:
+            return model
+        try:
+            return version_converter.convert_version(model, DEFAULT_MIN_OPSET)
+        except Exception:  # the converter raises assorted C++ errors
+            # Old ops that the converter cannot upgrade may still have a lowering at their own
+            # opset; the lowering registry decides later.
+            return model
+    if target == opset:
+        return model
+    try:
+        return version_converter.convert_version(model, target)
+    except Exception as e:  # the converter raises assorted C++ errors
+        raise ModelError(f"{where}: cannot convert from opset {opset} to {target}: {e}") from None
