@@ -4,9 +4,9 @@ The frontend builds a :class:`Graph` from an ONNX model; passes return new graph
 static tuples of ints once the frontend has specialised symbolic dimensions.
 
 Example:
-    >>> g = Graph("g", inputs=(Value("x", "float32", (2,)),), outputs=(Value("y", "float32", (2,)),),
-    ...           nodes=(Node("relu0", "Relu", ("x",), ("y",)),),
-    ...           values={"x": Value("x", "float32", (2,)), "y": Value("y", "float32", (2,))})
+    >>> x, y = Value("x", "float32", (2,)), Value("y", "float32", (2,))
+    >>> g = Graph("g", inputs=(x,), outputs=(y,), nodes=(Node("relu0", "Relu", ("x",), ("y",)),),
+    ...           values={"x": x, "y": y})
     >>> print(g)
     graph g(x: float32[2]) -> (y: float32[2])
       relu0: y = Relu(x)

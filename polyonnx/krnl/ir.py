@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Union
+
 
 import numpy as np
 
@@ -116,7 +116,7 @@ class Aff:
         return text[2:] if text.startswith("+ ") else "-" + text[2:]
 
 
-AffLike = Union[Aff, int]
+AffLike = Aff | int
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +207,7 @@ class Const(Expr):
         return repr(self.value) if self.dtype not in FLOAT_DTYPES else repr(float(self.value))
 
 
-Index = Union[Aff, Expr]
+Index = Aff | Expr
 """A load index: affine in the iterators, or an integer expression computed at run time."""
 
 
@@ -385,7 +385,7 @@ class Loop:
         object.__setattr__(self, "body", tuple(self.body))
 
 
-Node = Union[Loop, Stmt]
+Node = Loop | Stmt
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,468 @@
+"""LLVM IR for one kernel: the loop AST (from isl) with each statement's scalar body inlined.
+
+A kernel becomes ``i32 @name(ptr noalias %buf0, ...)`` taking its buffers in
+``Kernel.buffers`` order and returning 0, or a non-zero status when a run-time check fails
+(a computed index out of range, or any access out of range in checked mode).
+
+Floating-point adds and multiplies carry ``reassoc contract`` so LLVM may vectorize reductions
+and form FMAs; results stay within the ONNX backend suite's tolerances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from polyonnx.codegen import loopast as la
+from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import (
+    FLOAT_DTYPES,
+    Aff,
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Expr,
+    Iter,
+    Kernel,
+    Load,
+    Select,
+    Stmt,
+    Unary,
+)
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+FAST = ("reassoc", "contract")
+
+STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
+
+_SCALAR_TYPES: dict[str, ir.Type] = {
+    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "int8": I8, "uint8": I8, "int16": ir.IntType(16), "uint16": ir.IntType(16),
+    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I1,
+}
+
+
+def value_type(dtype: str) -> ir.Type:
+    """The LLVM type a scalar of ``dtype`` has in registers (bool is i1)."""
+    return _SCALAR_TYPES[dtype]
+
+
+def memory_type(dtype: str) -> ir.Type:
+    """The LLVM type a scalar of ``dtype`` has in memory (bool is a byte)."""
+    return I8 if dtype == "bool" else _SCALAR_TYPES[dtype]
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def _is_signed(dtype: str) -> bool:
+    return dtype.startswith("int")
+
+
+_LLVM_SUFFIX = {"float16": "f16", "float32": "f32", "float64": "f64"}
+_INTRINSIC_UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
+                    "floor": "floor", "ceil": "ceil", "round": "roundeven", "abs": "fabs",
+                    "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+                    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh"}
+_LIBM_UNARY = ("asinh", "acosh", "atanh", "erf")
+
+
+@dataclass
+class KernelEmitter:
+    """Emits one kernel function into ``module``."""
+
+    module: ir.Module
+    kernel: Kernel
+    stmts: Mapping[str, tuple[tuple[str, ...], Stmt]]
+    """statement name -> (its iterators, the statement)"""
+    checked: bool = False
+    fn: ir.Function = field(init=False)
+    builder: ir.IRBuilder = field(init=False)
+    buffers: dict[str, tuple[Buffer, ir.Value]] = field(init=False, default_factory=dict)
+    fail_block: ir.Block = field(init=False)
+
+    def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
+        fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
+        self.fn = ir.Function(self.module, fnty, name=self.kernel.name)
+        self.fn.attributes.add("nounwind")
+        for arg, buf in zip(self.fn.args, self.kernel.buffers, strict=True):
+            arg.name = "b_" + "".join(ch if ch.isalnum() else "_" for ch in buf.name)
+            arg.add_attribute("noalias")
+            self.buffers[buf.name] = (buf, arg)
+        entry = self.fn.append_basic_block("entry")
+        self.fail_block = self.fn.append_basic_block("index_out_of_range")
+        ir.IRBuilder(self.fail_block).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
+        self.builder = ir.IRBuilder(entry)
+        self._nodes(ast, {})
+        self.builder.ret(ir.Constant(I32, STATUS_OK))
+        return self.fn
+
+    # ------------------------------------------------------------------ loop structure
+
+    def _nodes(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value]) -> None:
+        for node in nodes:
+            if isinstance(node, la.For):
+                self._for(node, env)
+            elif isinstance(node, la.If):
+                self._if(node, env)
+            elif isinstance(node, la.Mark):
+                self._nodes(node.body, env)
+            else:
+                self._call(node, env)
+
+    def _for(self, node: la.For, env: dict[str, ir.Value]) -> None:
+        b = self.builder
+        init = self._iexpr(node.init, env)
+        pre = b.block
+        header = self.fn.append_basic_block(f"{node.iterator}.header")
+        body = self.fn.append_basic_block(f"{node.iterator}.body")
+        exit_ = self.fn.append_basic_block(f"{node.iterator}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, name=node.iterator)
+        iv.add_incoming(init, pre)
+        inner = {**env, node.iterator: iv}
+        b.cbranch(self._iexpr(node.cond, inner), body, exit_)
+        b.position_at_end(body)
+        self._nodes(node.body, inner)
+        nxt = b.add(iv, ir.Constant(I64, node.inc), name=f"{node.iterator}.next", flags=["nsw"])
+        iv.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+
+    def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
+        cond = self._iexpr(node.cond, env)
+        with self.builder.if_else(cond) as (then, orelse):
+            with then:
+                self._nodes(node.then, env)
+            with orelse:
+                self._nodes(node.orelse, env)
+
+    def _iexpr(self, e: la.IExpr, env: dict[str, ir.Value]) -> ir.Value:
+        b = self.builder
+        if isinstance(e, la.IConst):
+            return ir.Constant(I64, e.value)
+        if isinstance(e, la.IVar):
+            return env[e.name]
+        a = [self._iexpr(x, env) for x in e.args]
+        op = e.op
+        if op == "add":
+            return b.add(a[0], a[1], flags=["nsw"])
+        if op == "sub":
+            return b.sub(a[0], a[1], flags=["nsw"])
+        if op == "mul":
+            return b.mul(a[0], a[1], flags=["nsw"])
+        if op == "neg":
+            return b.sub(ir.Constant(I64, 0), a[0], flags=["nsw"])
+        if op in ("div", "pdiv_q"):
+            return b.sdiv(a[0], a[1])
+        if op in ("pdiv_r", "zdiv_r"):
+            return b.srem(a[0], a[1])
+        if op == "fdiv_q":
+            # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
+            neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
+            return b.select(b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
+                            b.sdiv(a[0], a[1]), b.sub(ir.Constant(I64, 0), neg))
+        if op in ("min", "max"):
+            out = a[0]
+            for x in a[1:]:
+                pick = b.icmp_signed("<" if op == "min" else ">", out, x)
+                out = b.select(pick, out, x)
+            return out
+        if op in ("eq", "le", "lt", "ge", "gt"):
+            cmp = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}[op]
+            return b.icmp_signed(cmp, a[0], a[1])
+        if op == "and":
+            return b.and_(a[0], a[1])
+        if op == "or":
+            return b.or_(a[0], a[1])
+        if op == "select":
+            return b.select(a[0], a[1], a[2])
+        raise CodegenError(f"unknown loop-AST op {op!r}")
+
+    # ------------------------------------------------------------------ statements
+
+    def _call(self, call: la.Call, env: dict[str, ir.Value]) -> None:
+        iterators, stmt = self.stmts[call.stmt]
+        if len(iterators) != len(call.args):
+            raise CodegenError(f"{call.stmt}: {len(call.args)} AST args for "
+                               f"{len(iterators)} iterators")
+        point = {it: self._iexpr(arg, env) for it, arg in zip(iterators, call.args, strict=True)}
+        value = self._expr(stmt.body, point)
+        ptr = self._address(stmt.write.buffer, stmt.write.index, point)
+        buf = self.buffers[stmt.write.buffer][0]
+        if buf.dtype == "bool":
+            value = self.builder.zext(value, I8)
+        self.builder.store(value, ptr)
+
+    def _aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.builder
+        out: ir.Value | None = None
+        for name, c in a.terms:
+            term = point[name] if c == 1 else b.mul(point[name], ir.Constant(I64, c),
+                                                    flags=["nsw"])
+            out = term if out is None else b.add(out, term, flags=["nsw"])
+        if out is None:
+            return ir.Constant(I64, a.const)
+        return out if a.const == 0 else b.add(out, ir.Constant(I64, a.const), flags=["nsw"])
+
+    def _address(self, buffer: str, index: tuple[Aff | Expr, ...],
+                 point: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.builder
+        buf, base = self.buffers[buffer]
+        if len(index) != len(buf.shape):
+            raise CodegenError(f"{buffer}: index rank {len(index)} != buffer rank "
+                               f"{len(buf.shape)}")
+        linear: ir.Value | None = None
+        stride = 1
+        for ix, extent in reversed(list(zip(index, buf.shape, strict=True))):
+            if isinstance(ix, Aff):
+                v = self._aff(ix, point)
+                if self.checked:
+                    self._check_range(v, extent)
+            else:  # computed at run time: always range-checked, whatever the mode
+                v = self._expr(ix, point)
+                v = b.sext(v, I64) if v.type.width < 64 else v
+                self._check_range(v, extent)
+            term = v if stride == 1 else b.mul(v, ir.Constant(I64, stride), flags=["nsw"])
+            linear = term if linear is None else b.add(linear, term, flags=["nsw"])
+            stride *= extent
+        if linear is None:  # a scalar buffer
+            linear = ir.Constant(I64, 0)
+        return b.gep(base, [linear], inbounds=True, source_etype=memory_type(buf.dtype))
+
+    def _check_range(self, v: ir.Value, extent: int) -> None:
+        b = self.builder
+        ok = b.icmp_unsigned("<", v, ir.Constant(I64, extent))
+        cont = self.fn.append_basic_block("in_range")
+        b.cbranch(ok, cont, self.fail_block)
+        b.position_at_end(cont)
+
+    # ------------------------------------------------------------------ scalar expressions
+
+    def _expr(self, e: Expr, point: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.builder
+        if isinstance(e, Const):
+            return _constant(e)
+        if isinstance(e, Load):
+            buf = self.buffers[e.buffer][0]
+            v = b.load(self._address(e.buffer, e.index, point), typ=memory_type(buf.dtype))
+            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if buf.dtype == "bool" else v
+        if isinstance(e, Iter):
+            return point[e.name] if e.dtype == "int64" else self._cast(point[e.name], "int64",
+                                                                       e.dtype)
+        if isinstance(e, Cast):
+            return self._cast(self._expr(e.x, point), e.x.dtype, e.dtype)
+        if isinstance(e, Select):
+            return b.select(self._expr(e.cond, point), self._expr(e.a, point),
+                            self._expr(e.b, point))
+        if isinstance(e, Unary):
+            return self._unary(e.op, self._expr(e.x, point), e.x.dtype)
+        if isinstance(e, Binary):
+            return self._binary(e.op, self._expr(e.a, point), self._expr(e.b, point), e.a.dtype)
+        raise CodegenError(f"cannot emit expression {e!r}")
+
+    def _intrinsic(self, name: str, ty: ir.Type, nargs: int = 1) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name=name)
+
+    def _float_call(self, base: str, args: list[ir.Value], dtype: str,
+                    libm: bool = False) -> ir.Value:
+        b = self.builder
+        if libm:
+            # libm has float and double versions; half goes through float.
+            work = "float64" if dtype == "float64" else "float32"
+            ty = value_type(work)
+            name = base if work == "float64" else base + "f"
+            xs = [b.fpext(a, ty) if dtype == "float16" else a for a in args]
+            out = b.call(self._intrinsic(name, ty, len(xs)), xs)
+            return b.fptrunc(out, value_type(dtype)) if dtype == "float16" else out
+        ty = value_type(dtype)
+        return b.call(self._intrinsic(f"llvm.{base}.{_LLVM_SUFFIX[dtype]}", ty, len(args)), args)
+
+    def _unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
+        b = self.builder
+        if _is_float(dtype):
+            ty = value_type(dtype)
+            if op == "neg":
+                return b.fneg(x)
+            if op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh") + _LIBM_UNARY:
+                return self._float_call(op, [x], dtype, libm=True)
+            if op in _INTRINSIC_UNARY:
+                return self._float_call(_INTRINSIC_UNARY[op], [x], dtype)
+            if op == "sigmoid":
+                e = self._float_call("exp", [b.fneg(x)], dtype)
+                one = ir.Constant(ty, 1.0)
+                return b.fdiv(one, b.fadd(one, e))
+            if op == "isnan":
+                return b.fcmp_unordered("uno", x, x)
+            if op in ("isinf", "isposinf", "isneginf"):
+                inf = ir.Constant(ty, float("inf"))
+                if op == "isposinf":
+                    return b.fcmp_ordered("==", x, inf)
+                if op == "isneginf":
+                    return b.fcmp_ordered("==", x, ir.Constant(ty, float("-inf")))
+                return b.fcmp_ordered("==", self._float_call("fabs", [x], dtype), inf)
+            if op == "sign":
+                zero, one = ir.Constant(ty, 0.0), ir.Constant(ty, 1.0)
+                pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
+                return b.select(b.fcmp_ordered("<", x, zero), ir.Constant(ty, -1.0), pos)
+        else:
+            ty = value_type(dtype)
+            if op == "not":
+                return b.xor(x, ir.Constant(I1, 1))
+            if op == "bitnot":
+                return b.xor(x, ir.Constant(ty, -1))
+            if op == "neg":
+                return b.sub(ir.Constant(ty, 0), x)
+            if op == "abs":
+                if not _is_signed(dtype):
+                    return x
+                return b.select(b.icmp_signed("<", x, ir.Constant(ty, 0)),
+                                b.sub(ir.Constant(ty, 0), x), x)
+            if op == "sign":
+                zero = ir.Constant(ty, 0)
+                gt = b.zext(b.icmp_unsigned("!=", x, zero) if not _is_signed(dtype)
+                            else b.icmp_signed(">", x, zero), ty)
+                if not _is_signed(dtype):
+                    return gt
+                return b.select(b.icmp_signed("<", x, zero), ir.Constant(ty, -1), gt)
+            if op in ("isnan", "isinf", "isposinf", "isneginf"):
+                return ir.Constant(I1, 0)
+            if op in ("floor", "ceil", "round"):
+                return x
+        raise CodegenError(f"unary op {op} is not supported for {dtype}")
+
+    def _binary(self, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+        b = self.builder
+        if _is_float(dtype):
+            if op == "add":
+                return b.fadd(x, y, flags=FAST)
+            if op == "sub":
+                return b.fsub(x, y, flags=FAST)
+            if op == "mul":
+                return b.fmul(x, y, flags=FAST)
+            if op == "div":
+                return b.fdiv(x, y)
+            if op in ("max", "min"):
+                return self._float_call("maximum" if op == "max" else "minimum", [x, y], dtype)
+            if op == "pow":
+                return self._float_call("pow", [x, y], dtype)
+            if op == "fmod":
+                return b.frem(x, y)
+            if op == "mod":
+                # Python-style: the result takes the divisor's sign.
+                r = b.frem(x, y)
+                zero = ir.Constant(value_type(dtype), 0.0)
+                fix = b.and_(b.fcmp_ordered("!=", r, zero),
+                             b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
+                return b.select(fix, b.fadd(r, y), r)
+            cmp = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(op)
+            if cmp:
+                return b.fcmp_ordered(cmp, x, y)
+            if op == "ne":
+                return b.fcmp_unordered("!=", x, y)
+        else:
+            signed = _is_signed(dtype)
+            ty = value_type(dtype)
+            if op in ("add", "sub", "mul"):
+                return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
+            if op in ("and", "bitand"):
+                return b.and_(x, y)
+            if op in ("or", "bitor"):
+                return b.or_(x, y)
+            if op in ("xor", "bitxor"):
+                return b.xor(x, y)
+            if op == "shl":
+                return b.shl(x, y)
+            if op == "shr":
+                return b.lshr(x, y) if not signed else b.ashr(x, y)
+            cmp = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(op)
+            if cmp:
+                return (b.icmp_signed if signed else b.icmp_unsigned)(cmp, x, y)
+            if op in ("max", "min"):
+                icmp = b.icmp_signed if signed else b.icmp_unsigned
+                return b.select(icmp(">" if op == "max" else "<", x, y), x, y)
+            if op in ("div", "mod", "fmod", "pow"):
+                return self._int_arith(op, x, y, ty, signed)
+        raise CodegenError(f"binary op {op} is not supported for {dtype}")
+
+    def _int_arith(self, op: str, x: ir.Value, y: ir.Value, ty: ir.IntType,
+                   signed: bool) -> ir.Value:
+        b = self.builder
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        if op == "pow":
+            # Integer power by repeated squaring is not affine; go through double.
+            fx = b.sitofp(x, ir.DoubleType()) if signed else b.uitofp(x, ir.DoubleType())
+            fy = b.sitofp(y, ir.DoubleType()) if signed else b.uitofp(y, ir.DoubleType())
+            p = self._float_call("pow", [fx, fy], "float64")
+            return b.fptosi(p, ty) if signed else b.fptoui(p, ty)
+        # Division by zero (and INT_MIN / -1) traps on x86: divide by 1 there and yield 0.
+        bad = b.icmp_unsigned("==", y, zero)
+        if signed:
+            minus_one = ir.Constant(ty, -1)
+            int_min = ir.Constant(ty, -(1 << (ty.width - 1)))
+            bad = b.or_(bad, b.and_(b.icmp_signed("==", y, minus_one),
+                                    b.icmp_signed("==", x, int_min)))
+        safe = b.select(bad, one, y)
+        if op == "div":
+            q = b.sdiv(x, safe) if signed else b.udiv(x, safe)
+            return b.select(bad, zero, q)
+        r = b.srem(x, safe) if signed else b.urem(x, safe)
+        if op == "mod" and signed:
+            fix = b.and_(b.icmp_signed("!=", r, zero),
+                         b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+            r = b.select(fix, b.add(r, y), r)
+        return b.select(bad, zero, r)
+
+    def _cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
+        b = self.builder
+        if src == dst:
+            return x
+        to = value_type(dst)
+        if dst == "bool":
+            if _is_float(src):
+                return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+            return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+        if _is_float(src) and _is_float(dst):
+            return b.fpext(x, to) if np.dtype(dst).itemsize > np.dtype(src).itemsize \
+                else b.fptrunc(x, to)
+        if _is_float(src):
+            return b.fptosi(x, to) if _is_signed(dst) else b.fptoui(x, to)
+        signed_src = _is_signed(src)
+        if _is_float(dst):
+            return b.sitofp(x, to) if signed_src else b.uitofp(x, to)
+        if x.type.width == to.width:
+            return x
+        if x.type.width > to.width:
+            return b.trunc(x, to)
+        return b.sext(x, to) if signed_src else b.zext(x, to)
+
+
+def _constant(c: Const) -> ir.Constant:
+    ty = value_type(c.dtype)
+    if _is_float(c.dtype):
+        return ir.Constant(ty, float(c.value))
+    if c.dtype == "bool":
+        return ir.Constant(I1, int(bool(c.value)))
+    v = int(c.value)
+    if v < 0:  # two's complement for the width
+        v &= (1 << ty.width) - 1
+    return ir.Constant(ty, v)
+
+
+def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
+                checked: bool = False) -> ir.Function:
+    """Add ``kernel`` to ``module``, its loops given by ``ast``."""
+    stmts = {}
+    for loops, s in kernel.statements():
+        stmts[s.name] = (tuple(lp.iterator for lp in loops), s)
+    return KernelEmitter(module, kernel, stmts, checked).emit(ast)

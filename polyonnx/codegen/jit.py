@@ -1,0 +1,54 @@
+"""In-process JIT: one MCJIT engine for the whole process; each model adds its own module.
+
+The engine owns its target machine, so it is created once and kept alive; modules are added to
+it, never given their own engine.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from polyonnx.codegen.target import LLVM_LOCK, init_llvm, optimize, target_machine
+from polyonnx.errors import CodegenError
+from polyonnx.options import Options
+
+_ENGINE: llvm.ExecutionEngine | None = None
+
+
+def parse_and_optimize(module: ir.Module, tm: llvm.TargetMachine, opt_level: int
+                       ) -> llvm.ModuleRef:
+    """Parse llvmlite IR into LLVM, verify it and run the O-level pipeline."""
+    init_llvm()
+    try:
+        ref = llvm.parse_assembly(str(module))
+        ref.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"generated LLVM IR is invalid: {e}") from None
+    ref.triple = tm.triple
+    ref.data_layout = str(tm.target_data)
+    optimize(ref, tm, opt_level)
+    return ref
+
+
+def _engine() -> llvm.ExecutionEngine:
+    global _ENGINE
+    if _ENGINE is None:
+        init_llvm()
+        tm = target_machine(Options(opt_level=3), jit=True)
+        _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    return _ENGINE
+
+
+def jit(module: ir.Module, entry: str, options: Options) -> tuple[int, llvm.ModuleRef]:
+    """Compile ``module`` into this process; return the address of ``entry`` and the module
+    (keep the module referenced as long as the code may run)."""
+    with LLVM_LOCK:
+        engine = _engine()
+        ref = parse_and_optimize(module, target_machine(options, jit=True), options.opt_level)
+        engine.add_module(ref)
+        engine.finalize_object()
+        address = engine.get_function_address(entry)
+    if not address:
+        raise CodegenError(f"JIT: entry point {entry!r} not found")
+    return address, ref

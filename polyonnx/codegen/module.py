@@ -1,0 +1,88 @@
+"""The LLVM module of a whole model: one function per kernel plus the model's entry point.
+
+``i32 @<prefix>_run(ptr inputs, ptr outputs, ptr weights, ptr workspace)`` calls the kernels in
+order with pointers resolved from the memory plan; ``inputs``/``outputs`` are arrays of data
+pointers in the model's input/output order. It returns 0, or ``(kernel_index + 1) << 8 | status``
+of the first kernel that failed a run-time check.
+
+For a shared library (``aot=True``) the module also exports the C API described in the header
+that :mod:`polyonnx.codegen.aot` writes: ``polyonnx_run(inputs, outputs)`` (weights embedded,
+workspace allocated per call) and ``polyonnx_metadata()`` (a JSON description).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from llvmlite import ir
+
+from polyonnx.codegen import loopast as la
+from polyonnx.codegen.emit import I8, I32, I64, PTR, emit_kernel
+from polyonnx.krnl.ir import Kernel
+from polyonnx.krnl.memory import ALIGN, MemoryPlan
+from polyonnx.krnl.program import Program
+
+WEIGHTS_SYMBOL = "polyonnx_weights"
+
+
+def build_module(program: Program, plan: MemoryPlan,
+                 kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
+                 checked: bool = False, aot: bool = False, metadata: str = "",
+                 triple: str = "") -> ir.Module:
+    module = ir.Module(name=prefix)
+    if triple:
+        module.triple = triple
+    functions = [emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast, checked)
+                 for k, ast in kernels]
+
+    run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")
+    inputs, outputs, weights, workspace = run.args
+    for arg, name in zip(run.args, ("inputs", "outputs", "weights", "workspace"), strict=True):
+        arg.name = name
+    b = ir.IRBuilder(run.append_basic_block("entry"))
+    for ki, ((kernel, _), fn) in enumerate(zip(kernels, functions, strict=True)):
+        args = []
+        for buf in kernel.buffers:
+            slot = plan.slot(program, buf.name)
+            if slot.region in ("input", "output"):
+                table = inputs if slot.region == "input" else outputs
+                p = b.gep(table, [ir.Constant(I64, slot.where)], source_etype=PTR)
+                args.append(b.load(p, typ=PTR))
+            else:
+                base = weights if slot.region == "weights" else workspace
+                args.append(b.gep(base, [ir.Constant(I64, slot.where)], inbounds=True,
+                                  source_etype=I8))
+        rc = b.call(fn, args)
+        failed = b.icmp_unsigned("!=", rc, ir.Constant(I32, 0))
+        with b.if_then(failed, likely=False):
+            b.ret(b.or_(rc, ir.Constant(I32, (ki + 1) << 8)))
+    b.ret(ir.Constant(I32, 0))
+
+    if aot:
+        _c_api(module, run, plan, metadata)
+    return module
+
+
+def _c_api(module: ir.Module, run: ir.Function, plan: MemoryPlan, metadata: str) -> None:
+    weights = ir.GlobalVariable(module, ir.ArrayType(I8, 0), name=WEIGHTS_SYMBOL)
+    weights.align = ALIGN
+    aligned_alloc = ir.Function(module, ir.FunctionType(PTR, [I64, I64]), name="aligned_alloc")
+    free = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name="free")
+
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), name="polyonnx_run")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    size = max(plan.workspace_size, ALIGN)
+    ws = b.call(aligned_alloc, [ir.Constant(I64, ALIGN), ir.Constant(I64, size)])
+    with b.if_then(b.icmp_unsigned("==", ws, ir.Constant(PTR, None)), likely=False):
+        b.ret(ir.Constant(I32, -1))
+    rc = b.call(run, [fn.args[0], fn.args[1], weights, ws])
+    b.call(free, [ws])
+    b.ret(rc)
+
+    data = bytearray(metadata.encode() + b"\0")
+    text = ir.GlobalVariable(module, ir.ArrayType(I8, len(data)), name="polyonnx_metadata_text")
+    text.global_constant = True
+    text.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
+    meta = ir.Function(module, ir.FunctionType(PTR, []), name="polyonnx_metadata")
+    ir.IRBuilder(meta.append_basic_block("entry")).ret(text)

@@ -1,0 +1,172 @@
+"""A whole model in krnl: the kernels of its fusion groups, in execution order.
+
+View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) produce no kernel: their
+output shares its input's storage, recorded in ``Program.storage``. Every buffer a kernel
+touches is named after an ONNX value (or a lowering's temp); ``storage`` maps it to the root
+value whose memory it occupies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from polyonnx.errors import ModelError
+from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.registry import LowerContext, lower_node
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+
+
+@dataclass(frozen=True)
+class Program:
+    """The kernels of a model plus what the runtime needs to call them."""
+
+    name: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    kernels: tuple[ir.Kernel, ...]
+    constants: Mapping[str, np.ndarray]
+    storage: Mapping[str, str]
+    """buffer name -> root value name whose memory it uses (itself when not a view)."""
+
+    def root(self, name: str) -> str:
+        return self.storage.get(name, name)
+
+    def __str__(self) -> str:
+        return "\n\n".join(str(k) for k in self.kernels)
+
+
+def _identifier(text: str) -> str:
+    out = re.sub(r"\W", "_", text).strip("_") or "k"
+    return out if not out[0].isdigit() else "k" + out
+
+
+def _renumber(nodes: tuple[ir.Node, ...], counter: list[int]) -> tuple[ir.Node, ...]:
+    out: list[ir.Node] = []
+    for n in nodes:
+        if isinstance(n, ir.Stmt):
+            out.append(replace(n, name=f"S{counter[0]}"))
+            counter[0] += 1
+        else:
+            out.append(replace(n, body=_renumber(n.body, counter)))
+    return tuple(out)
+
+
+def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
+    """(read, written) buffer names in first-use order."""
+    read: list[str] = []
+    written: list[str] = []
+
+    def visit(ns: Iterable[ir.Node]) -> None:
+        for n in ns:
+            if isinstance(n, ir.Loop):
+                visit(n.body)
+                continue
+            for ld in ir.loads(n.body):
+                if ld.buffer not in read:
+                    read.append(ld.buffer)
+            if n.write.buffer not in written:
+                written.append(n.write.buffer)
+
+    visit(nodes)
+    return read, written
+
+
+def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str]) -> ir.Kernel:
+    """Lower the nodes of one fusion group into one kernel.
+
+    ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
+    """
+    ctx = LowerContext(graph)
+    body: list[ir.Node] = []
+    temps: dict[str, ir.Buffer] = {}
+    for node in nodes:
+        lowered = lower_node(node, ctx)
+        body.extend(lowered.nests)
+        temps.update({t.name: t for t in lowered.temps})
+    read, written = _buffer_names(body)
+    buffers = []
+    for b in read + [w for w in written if w not in read]:
+        if b in temps:
+            t = temps[b]
+            buffers.append(ir.Buffer(t.name, t.dtype, t.shape, "temp"))
+            continue
+        v = graph.value(b)
+        if b in written:
+            kind = "output" if b in live_out else "temp"
+        else:
+            kind = "input"
+        buffers.append(ir.Buffer(b, v.dtype, tuple(int(d) for d in v.shape), kind))
+    return ir.Kernel(_identifier(name), tuple(buffers), _renumber(tuple(body), [0]),
+                     tuple(n.name for n in nodes))
+
+
+def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
+    """``dst = src`` elementwise (same element count, both row-major)."""
+    its = [f"i{d}" for d in range(len(dst.shape))]
+    idx = tuple(ir.Aff.var(i) for i in its)
+    # Source and destination may differ in shape (a view): index the source by the flat offset.
+    src_buf = ir.Buffer(src.name + "__flat", src.dtype, (int(np.prod(dst.shape, dtype=np.int64)),),
+                        "input")
+    flat = ir.Aff()
+    stride = 1
+    for i, extent in reversed(list(zip(its, dst.shape, strict=True))):
+        flat = flat + ir.Aff.var(i) * stride
+        stride *= int(extent)
+    nest: ir.Node = ir.Stmt("S0", ir.Access(dst.name, idx),
+                            ir.Load(src_buf.name, (flat,), src.dtype))
+    for i, extent in reversed(list(zip(its, dst.shape, strict=True))):
+        nest = ir.Loop(i, 0, int(extent), (nest,))
+    return ir.Kernel(_identifier(name), (src_buf, ir.Buffer(dst.name, dst.dtype,
+                                                            tuple(map(int, dst.shape)), "output")),
+                     (nest,), ())
+
+
+def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
+    """Lower fusion groups (in execution order) into a :class:`Program`."""
+    storage: dict[str, str] = {}
+    output_names = {v.name for v in graph.outputs}
+    consumers = graph.consumers()
+    kernels: list[ir.Kernel] = []
+    for gi, group in enumerate(groups):
+        group = list(group)
+        if all(n.op_type in VIEW_OPS for n in group):
+            for n in group:
+                for o in n.outputs:
+                    if o:
+                        storage[o] = storage.get(n.inputs[0], n.inputs[0])
+            continue
+        inside = {n.name for n in group}
+        live_out = {o for n in group for o in n.outputs if o and (
+            o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
+        kernels.append(build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out))
+
+    # A graph output must own its memory: copy when it would share an input's, a constant's or
+    # another output's storage.
+    input_names = {v.name for v in graph.inputs}
+    roots_taken: set[str] = set()
+    for out in graph.outputs:
+        root = storage.get(out.name, out.name)
+        if root in input_names or root in graph.constants or root in roots_taken:
+            src = graph.value(out.name) if out.name not in storage else graph.value(root)
+            k = _copy_kernel(f"k_copy_{out.name}", Value(root, src.dtype, src.shape), out)
+            kernels.append(k)
+            storage[out.name] = out.name
+            storage[k.buffers[0].name] = root
+            roots_taken.add(out.name)
+        else:
+            roots_taken.add(root)
+
+    used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
+    missing = [o.name for o in graph.outputs if storage.get(o.name, o.name) not in used
+               and o.name not in used]
+    if missing:
+        raise ModelError(f"graph outputs {missing} are not computed by any node")
+    constants = {n: c for n, c in graph.constants.items() if n in used}
+    return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
+                   constants, storage)

@@ -1,0 +1,175 @@
+"""The polyhedral model of a krnl kernel: isl domains, access relations and dependences.
+
+Each statement ``S`` becomes an isl set ``{ S[i0, ..., ik] : bounds and guards }`` named after
+the iterators of its enclosing loops; each load and the write become access relations to the
+buffer's isl tuple. Loads with run-time computed indices (gathers) are over-approximated by the
+buffer's whole extent along that dimension, which keeps the dependences conservative.
+
+Example:
+    >>> from polyonnx.krnl.ir import Aff, Access, Buffer, Kernel, Load, Loop, Stmt
+    >>> i = Aff.var("i")
+    >>> bufs = (Buffer("x", "float32", (4,), "input"), Buffer("y", "float32", (4,), "output"))
+    >>> s = Stmt("S0", Access("y", (i,)), Load("x", (i,), "float32"))
+    >>> k = Kernel("k", bufs, (Loop("i", 0, 4, (s,)),))
+    >>> print(PolyKernel.build(k).domain)
+    { S0[i] : 0 <= i <= 3 }
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyonnx.krnl.ir import Aff, Cond, Expr, Kernel, Loop, Stmt, loads
+
+_ISL_WORDS = frozenset({"and", "or", "not", "min", "max", "floor", "ceil", "mod", "exists",
+                        "true", "false", "infty", "NaN", "implies", "xor", "cond"})
+
+
+def isl_identifier(name: str, taken: set[str]) -> str:
+    """A fresh isl-safe identifier derived from ``name``."""
+    base = re.sub(r"\W", "_", name) or "b"
+    if base[0].isdigit() or base in _ISL_WORDS:
+        base = "b_" + base
+    out, k = base, 1
+    while out in taken:
+        out, k = f"{base}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
+@dataclass(frozen=True)
+class StmtInfo:
+    """A statement with the loops around it and its isl names."""
+
+    stmt: Stmt
+    loops: tuple[Loop, ...]
+
+    @property
+    def iterators(self) -> tuple[str, ...]:
+        return tuple(lp.iterator for lp in self.loops)
+
+
+@dataclass(frozen=True)
+class Dependences:
+    """Exact dataflow dependences between statement instances (isl union maps)."""
+
+    raw: isl.UnionMap
+    war: isl.UnionMap
+    waw: isl.UnionMap
+
+    @property
+    def all(self) -> isl.UnionMap:
+        return self.raw.union(self.war).union(self.waw)
+
+
+@dataclass(frozen=True)
+class PolyKernel:
+    """A kernel's polyhedral model."""
+
+    kernel: Kernel
+    stmts: dict[str, StmtInfo]
+    buffer_ids: dict[str, str]
+    """krnl buffer name -> isl tuple name."""
+    domain: isl.UnionSet
+    writes: isl.UnionMap
+    reads: isl.UnionMap
+
+    @staticmethod
+    def build(kernel: Kernel) -> PolyKernel:
+        taken = {s.name for _, s in kernel.statements()}
+        buffer_ids = {b.name: isl_identifier(b.name, taken) for b in kernel.buffers}
+        shapes = {b.name: b.shape for b in kernel.buffers}
+        stmts: dict[str, StmtInfo] = {}
+        domain = writes = reads = None
+        for loops, stmt in kernel.statements():
+            info = StmtInfo(stmt, loops)
+            stmts[stmt.name] = info
+            dom = isl.Set(_domain_text(info))
+            w = isl.UnionMap.from_map(_access(info, buffer_ids[stmt.write.buffer],
+                                              stmt.write.index, shapes[stmt.write.buffer])
+                                      .intersect_domain(dom))
+            udom = isl.UnionSet.from_set(dom)
+            domain = udom if domain is None else domain.union(udom)
+            writes = w if writes is None else writes.union(w)
+            for ld in loads(stmt.body):
+                r = _access(info, buffer_ids[ld.buffer], ld.index, shapes[ld.buffer])
+                r = isl.UnionMap.from_map(r.intersect_domain(dom))
+                reads = r if reads is None else reads.union(r)
+        if domain is None:
+            raise ValueError(f"kernel {kernel.name} has no statements")
+        empty = isl.UnionMap.empty(domain.get_space())
+        return PolyKernel(kernel, stmts, buffer_ids, domain, writes or empty, reads or empty)
+
+    def dependences(self) -> Dependences:
+        """RAW, WAR and WAW dependences in the kernel's original (tree) order."""
+        order = initial_schedule(self)
+        raw = (isl.UnionAccessInfo.from_sink(self.reads).set_must_source(self.writes)
+               .set_schedule(order).compute_flow().get_may_dependence())
+        waw = (isl.UnionAccessInfo.from_sink(self.writes).set_must_source(self.writes)
+               .set_schedule(order).compute_flow().get_may_dependence())
+        war = (isl.UnionAccessInfo.from_sink(self.writes).set_may_source(self.reads)
+               .set_schedule(order).compute_flow().get_may_dependence())
+        return Dependences(raw.coalesce(), war.coalesce(), waw.coalesce())
+
+
+def _space_text(info: StmtInfo) -> str:
+    return f"{info.stmt.name}[{', '.join(info.iterators)}]"
+
+
+def _cond_text(c: Cond) -> str:
+    return f"{c.aff} {'=' if c.eq else '>='} 0"
+
+
+def _domain_text(info: StmtInfo) -> str:
+    conds = []
+    for lp in info.loops:
+        conds.append(f"{lp.lower} <= {lp.iterator} < {lp.upper}")
+    conds.extend(_cond_text(g) for g in info.stmt.guards)
+    return f"{{ {_space_text(info)} : {' and '.join(conds) or 'true'} }}"
+
+
+def _access(info: StmtInfo, buffer_id: str, index: tuple[Aff | Expr, ...],
+            shape: tuple[int, ...]) -> isl.Map:
+    outs, conds = [], []
+    for d, ix in enumerate(index):
+        if isinstance(ix, Aff):
+            outs.append(str(ix))
+        else:  # computed at run time: may touch the whole dimension
+            outs.append(f"{buffer_id}_any{d}")
+            conds.append(f"0 <= {outs[-1]} < {shape[d]}")
+    where = f" : {' and '.join(conds)}" if conds else ""
+    return isl.Map(f"{{ {_space_text(info)} -> {buffer_id}[{', '.join(outs)}]{where} }}")
+
+
+def initial_schedule(poly: PolyKernel) -> isl.Schedule:
+    """The schedule tree of the kernel's own loop structure: one band per loop, a sequence
+    node where a loop holds several children."""
+
+    def stmt_domain(name: str) -> isl.UnionSet:
+        return poly.domain.intersect(isl.UnionSet(f"{{ {_space_text(poly.stmts[name])} }}"))
+
+    def subtree_stmts(node: Loop | Stmt) -> list[str]:
+        if isinstance(node, Stmt):
+            return [node.name]
+        return [s for child in node.body for s in subtree_stmts(child)]
+
+    def build(nodes: tuple[Loop | Stmt, ...]) -> isl.Schedule:
+        parts = []
+        for node in nodes:
+            if isinstance(node, Stmt):
+                parts.append(isl.Schedule.from_domain(stmt_domain(node.name)))
+                continue
+            inner = build(node.body)
+            pieces = "; ".join(f"{_space_text(poly.stmts[s])} -> [({node.iterator})]"
+                               for s in subtree_stmts(node))
+            parts.append(inner.insert_partial_schedule(
+                isl.MultiUnionPwAff(f"[{{ {pieces} }}]")))
+        sched = parts[0]
+        for p in parts[1:]:
+            sched = sched.sequence(p)
+        return sched
+
+    return build(poly.kernel.body)
