@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 import islpy as isl
 
 from polyonnx.errors import CodegenError

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-
 import numpy as np
 
 # --------------------------------------------------------------------------- affine expressions

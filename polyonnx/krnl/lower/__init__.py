@@ -1,1 +1,3 @@
 """Op-family lowerings; importing this package registers them all."""
+
+from polyonnx.krnl.lower import conv, data, elementwise, gemm, norm, pool  # noqa: F401

@@ -4,6 +4,12 @@ A lowering function takes the node and a :class:`LowerContext` and returns krnl 
 (``Loop``/``Stmt`` trees) that read the node's input buffers and write its output buffers, named
 after the ONNX values. Statement names are placeholders; the kernel builder renumbers them.
 
+A lowering that needs scratch space (Softmax's running max, AveragePool's tap counts) returns a
+:class:`Lowered` record instead of a plain tuple: its ``temps`` declare those extra buffers
+(kind ``"temp"``, named ``f"{node.name}__<what>"``) with their shapes and dtypes, so the kernel
+builder adds them to the kernel's buffer list. :func:`lower_node` always returns a
+:class:`Lowered`, wrapping plain tuples with no temps.
+
 Example:
     >>> @register("Relu")
     ... def lower_relu(node, ctx): ...
@@ -38,7 +44,25 @@ class LowerContext:
         return self.graph.constants.get(name) if name else None
 
 
-Lowering = Callable[[Node, LowerContext], tuple[ir.Node, ...]]
+@dataclass(frozen=True, slots=True)
+class Lowered:
+    """The result of lowering one node: its loop nests, in order, and the temp buffers they use.
+
+    ``temps`` are scratch buffers private to this node (not ONNX values); the kernel builder
+    declares them in the kernel with exactly this name, dtype and shape.
+    """
+
+    nests: tuple[ir.Node, ...]
+    temps: tuple[ir.Buffer, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nests", tuple(self.nests))
+        object.__setattr__(self, "temps", tuple(self.temps))
+        if any(t.kind != "temp" for t in self.temps):
+            raise ValueError("Lowered.temps must be buffers of kind 'temp'")
+
+
+Lowering = Callable[[Node, LowerContext], "tuple[ir.Node, ...] | Lowered"]
 
 _REGISTRY: dict[str, list[tuple[int, Lowering]]] = {}
 
@@ -68,14 +92,19 @@ def find(op_type: str, opset: int, domain: str = "") -> Lowering | None:
     return best
 
 
-def lower_node(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """Lower one node; raise :class:`UnsupportedOpError` when nothing is registered."""
+def lower_node(node: Node, ctx: LowerContext) -> Lowered:
+    """Lower one node to its loop nests and temp buffers.
+
+    Raises :class:`UnsupportedOpError` when nothing is registered (or the lowering rejects an
+    attribute value) and :class:`~polyonnx.errors.ModelError` for invalid attributes.
+    """
     _load_families()
     fn = find(node.op_type, ctx.graph.opset, node.domain)
     if fn is None:
         raise UnsupportedOpError(node.op_type, ctx.graph.opset, node.name,
                                  "no lowering registered")
-    return tuple(fn(node, ctx))
+    out = fn(node, ctx)
+    return out if isinstance(out, Lowered) else Lowered(tuple(out))
 
 
 def supported_ops() -> list[str]:
