@@ -1,0 +1,37 @@
+"""Graph → graph passes, and fusion grouping.
+
+Example:
+    >>> from polyonnx.frontend import import_model
+    >>> g = optimize(import_model("model.onnx"))                         # doctest: +SKIP
+    >>> groups = fuse(g)                                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from polyonnx.graph.ir import Graph
+from polyonnx.graph.passes.bn_fold import fold_batchnorm
+from polyonnx.graph.passes.dce import eliminate_dead_code
+from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
+from polyonnx.graph.passes.fuse import Group, fuse
+from polyonnx.graph.passes.simplify import remove_identities
+from polyonnx.graph.passes.verify import verify
+
+__all__ = ["Group", "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse",
+           "optimize", "remove_identities", "verify"]
+
+
+def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
+    """Fold constants, remove Identity/Dropout, fold BatchNormalization into Conv, drop dead code.
+
+    Constant folding runs first because BN folding needs constant Conv weights (models such as
+    the ONNX "light" zoo build them with ConstantOfShape).
+
+    Example:
+        >>> g = optimize(import_model("resnet50.onnx"))  # doctest: +SKIP
+        >>> {"BatchNormalization", "Dropout"} & {n.op_type for n in g.nodes}  # doctest: +SKIP
+        set()
+    """
+    graph = fold_constants(graph, max_fold_bytes)
+    graph = remove_identities(graph)
+    graph = fold_batchnorm(graph)
+    return eliminate_dead_code(graph)

@@ -1,0 +1,82 @@
+"""Fold an inference BatchNormalization into the Conv that feeds it.
+
+With ``f = scale / sqrt(var + eps)`` per output channel, ``BN(Conv(x, w, b))`` equals
+``Conv(x, w * f, (b - mean) * f + beta)``. The fold applies when the Conv's weights (and bias)
+and all four BN parameters are constants and the Conv's output is read only by the BN. A
+BatchNormalization elsewhere is left alone: it has its own lowering.
+
+Example:
+    >>> g = fold_batchnorm(g)                                           # doctest: +SKIP
+    >>> [n.op_type for n in g.nodes]                                    # doctest: +SKIP
+    ['Conv', 'Relu']        # was ['Conv', 'BatchNormalization', 'Relu']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from polyonnx.graph.ir import Graph, Node, Value
+
+
+def fold_batchnorm(graph: Graph) -> Graph:
+    """Fold every Conv → BatchNormalization pair that qualifies (see the module docstring)."""
+    consts = dict(graph.constants)
+    values = dict(graph.values)
+    producers = graph.producers()
+    consumers = graph.consumers()
+    graph_outputs = {v.name for v in graph.outputs}
+    replaced: dict[str, Node] = {}  # conv name -> folded conv
+    dropped: set[str] = set()       # BN node names
+    taken = set(consts) | set(values)
+    for bn in graph.nodes:
+        conv = _foldable_conv(bn, producers, consumers, consts, graph_outputs)
+        if conv is None:
+            continue
+        w = consts[conv.inputs[1]]
+        m = w.shape[0]
+        b = consts[conv.input(2)] if conv.input(2) else np.zeros(m, w.dtype)
+        scale, beta, mean, var = (consts[i].astype(np.float64) for i in bn.inputs[1:5])
+        f = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+        new_w = (w * f.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        new_b = ((b - mean) * f + beta).astype(w.dtype)
+        # Fresh names: the original weights may be shared with other Convs.
+        w_name, b_name = _fresh(f"{conv.name}_w_bn", taken), _fresh(f"{conv.name}_b_bn", taken)
+        for name, arr in ((w_name, new_w), (b_name, new_b)):
+            consts[name] = arr
+            values[name] = Value(name, arr.dtype.name, tuple(arr.shape))
+        replaced[conv.name] = dataclasses.replace(
+            conv, inputs=(conv.inputs[0], w_name, b_name), outputs=(bn.outputs[0],))
+        del values[conv.outputs[0]]
+        dropped.add(bn.name)
+    nodes = tuple(replaced.get(n.name, n) for n in graph.nodes if n.name not in dropped)
+    return dataclasses.replace(graph, nodes=nodes, values=values, constants=consts)
+
+
+def _foldable_conv(bn: Node, producers: dict[str, Node], consumers: dict[str, list[Node]],
+                   consts: dict[str, np.ndarray], graph_outputs: set[str]) -> Node | None:
+    """The Conv that ``bn`` can be folded into, or None."""
+    if bn.op_type != "BatchNormalization" or bn.domain or bn.attr("training_mode", 0):
+        return None
+    if any(o for o in bn.outputs[1:]) or any(i not in consts for i in bn.inputs[1:5]):
+        return None
+    conv = producers.get(bn.inputs[0])
+    if conv is None or conv.op_type != "Conv" or conv.domain:
+        return None
+    x = conv.outputs[0]
+    if x in graph_outputs or len(consumers.get(x, ())) != 1:
+        return None
+    if conv.inputs[1] not in consts or (conv.input(2) and conv.input(2) not in consts):
+        return None
+    if consts[conv.inputs[1]].dtype.kind != "f":
+        return None
+    return conv
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
