@@ -1,0 +1,240 @@
+"""Frontend: load_model and import_model on tiny models, bad input, and a light-zoo ResNet50."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from polyonnx.errors import ModelError, ShapeError
+from polyonnx.frontend import import_model, load_model
+from polyonnx.graph.passes import optimize, verify
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _relu_model(opset: int = 13, shape: list | None = None) -> onnx.ModelProto:
+    shape = [2, 3] if shape is None else shape
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "tiny", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+# --------------------------------------------------------------------------- load_model
+
+
+def test_load_from_proto_bytes_and_path(tmp_path):
+    m = _relu_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    for src in (m, m.SerializeToString(), str(path), path):
+        loaded = load_model(src)
+        assert loaded.graph.node[0].op_type == "Relu"
+        dims = loaded.graph.output[0].type.tensor_type.shape.dim
+        assert [d.dim_value for d in dims] == [2, 3]
+
+
+def test_load_does_not_modify_the_callers_proto():
+    m = _relu_model(opset=9)
+    load_model(m)
+    assert m.opset_import[0].version == 9
+
+
+def test_old_opset_is_upgraded_to_13_and_explicit_target_is_honoured():
+    assert load_model(_relu_model(opset=9)).opset_import[0].version == 13
+    assert load_model(_relu_model(opset=9), target_opset=14).opset_import[0].version == 14
+    assert load_model(_relu_model(opset=17)).opset_import[0].version == 17
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelError, match="nope.onnx.*does not exist"):
+        load_model(tmp_path / "nope.onnx")
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.9])
+def test_truncated_file_names_the_file(tmp_path, cut):
+    data = open(os.path.join(LIGHT, "light_squeezenet.onnx"), "rb").read()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(ModelError, match="cut.onnx"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_bytes(seed):
+    data = np.random.default_rng(seed).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    with pytest.raises(ModelError):
+        load_model(data)
+
+
+def test_not_a_model_type():
+    with pytest.raises(ModelError, match="int"):
+        load_model(42)  # type: ignore[arg-type]
+
+
+def test_checker_failure_is_reported():
+    m = _relu_model()
+    m.graph.node[0].input[0] = "undefined_value"
+    with pytest.raises(ModelError, match="checker.*undefined_value"):
+        load_model(m)
+
+
+def _external_model(tmp_path, location: str, offset: int = 0, length: int = 24):
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "ext", [x], [y], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    path = folder / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_external_data_inside_folder_loads(tmp_path):
+    path = _external_model(tmp_path, "w.bin")
+    (path.parent / "w.bin").write_bytes(np.arange(6, dtype=np.float32).tobytes())
+    g = import_model(path)
+    np.testing.assert_array_equal(g.constants["w"], np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "sub/../../secret.bin"])
+def test_external_data_escaping_with_dotdot_is_refused(tmp_path, location):
+    (tmp_path / "secret.bin").write_bytes(bytes(24))
+    with pytest.raises(ModelError, match="refused"):
+        load_model(_external_model(tmp_path, location))
+
+
+def test_external_data_absolute_path_is_refused(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(bytes(24))
+    with pytest.raises(ModelError, match="refused"):
+        load_model(_external_model(tmp_path, str(secret)))
+
+
+def test_external_data_symlink_escaping_is_refused(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(bytes(24))
+    path = _external_model(tmp_path, "link.bin")
+    os.symlink(secret, path.parent / "link.bin")
+    with pytest.raises(ModelError, match="outside"):
+        load_model(path)
+
+
+def test_external_data_past_end_of_file_is_refused(tmp_path):
+    path = _external_model(tmp_path, "w.bin", offset=8, length=24)
+    (path.parent / "w.bin").write_bytes(bytes(24))
+    with pytest.raises(ModelError, match="past the end"):
+        load_model(path)
+
+
+def test_external_data_from_bytes_needs_a_folder(tmp_path):
+    path = _external_model(tmp_path, "w.bin")
+    (path.parent / "w.bin").write_bytes(bytes(24))
+    with pytest.raises(ModelError, match="base_dir"):
+        load_model(path.read_bytes())
+    assert load_model(path.read_bytes(), base_dir=path.parent).graph.initializer[0].raw_data
+
+
+# --------------------------------------------------------------------------- import_model
+
+
+def test_symbolic_dims_need_input_shapes():
+    m = _relu_model(shape=["N", 3])
+    with pytest.raises(ShapeError, match=r"'x'.*dim 0 \(N\).*input_shapes"):
+        import_model(m)
+    g = import_model(m, {"x": (5, 3)})
+    assert g.value("x").shape == (5, 3) and g.value("y").shape == (5, 3)
+    verify(g)
+
+
+def test_bad_input_shapes():
+    m = _relu_model(shape=["N", 3])
+    with pytest.raises(ShapeError, match="not inputs"):
+        import_model(m, {"z": (1,)})
+    with pytest.raises(ShapeError, match="rank"):
+        import_model(m, {"x": (1, 3, 1)})
+    with pytest.raises(ShapeError, match="fixed to 3"):
+        import_model(m, {"x": (1, 4)})
+
+
+def test_constants_attributes_and_names():
+    c = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+        np.array([1.0, 2.0, 3.0], np.float32)))
+    t = helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0])
+    a = helper.make_node("Add", ["t", "c"], ["a"])
+    cl = helper.make_node("Cast", ["a"], ["y"], to=TensorProto.INT64)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2, 3])
+    m = helper.make_model(helper.make_graph([c, t, a, cl], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    g = import_model(m)
+    assert [n.op_type for n in g.nodes] == ["Transpose", "Add", "Cast"]
+    assert [n.name for n in g.nodes] == ["Transpose_1", "Add_2", "Cast_3"]
+    assert g.nodes[0].attr("perm") == (1, 0)
+    np.testing.assert_array_equal(g.constants["c"], [1.0, 2.0, 3.0])
+    assert g.value("y").dtype == "int64" and g.value("a").shape == (2, 3)
+    assert g.opset == 13
+    verify(g)
+
+
+def test_duplicate_node_names_are_made_unique():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="n"),
+             helper.make_node("Neg", ["a"], ["y"], name="n")]
+    g = import_model(helper.make_model(helper.make_graph(nodes, "g", [x], [y])))
+    assert len({n.name for n in g.nodes}) == 2
+
+
+def test_nodes_out_of_order_are_sorted_or_rejected():
+    from polyonnx.frontend.importer import _toposort
+    from polyonnx.graph.ir import Node
+
+    a = Node("a", "Relu", ("x",), ("t",))
+    b = Node("b", "Neg", ("t",), ("y",))
+    assert [n.name for n in _toposort([b, a], {"x"})] == ["a", "b"]
+    with pytest.raises(ModelError, match="cycle"):
+        _toposort([Node("a", "Add", ("x", "u"), ("t",)), Node("b", "Neg", ("t",), ("u",))],
+                  {"x"})
+    with pytest.raises(ModelError, match="'b'.*'q'"):
+        _toposort([a, Node("b", "Neg", ("q",), ("y",))], {"x"})
+    with pytest.raises(ModelError, match="defined twice"):
+        _toposort([a, Node("b", "Neg", ("x",), ("t",))], {"x"})
+
+
+def test_fallback_shape_rule_for_untyped_values():
+    # A custom-domain op has no ONNX inference; the broadcast rule does not apply to it.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("Mystery", ["x"], ["t"], domain="my.ops"),
+             helper.make_node("Relu", ["t"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("my.ops", 1)])
+    with pytest.raises(ShapeError, match="Mystery"):
+        import_model(m)
+
+
+def test_light_resnet50_imports_and_optimizes():
+    g = import_model(os.path.join(LIGHT, "light_resnet50.onnx"))
+    assert [(v.name, v.shape) for v in g.inputs] == [("gpu_0/data_0", (1, 3, 224, 224))]
+    assert all(v.is_static for v in g.values.values())
+    verify(g)
+    opt = optimize(g)
+    verify(opt)
+    ops = {n.op_type for n in opt.nodes}
+    assert not ops & {"ConstantOfShape", "BatchNormalization", "Dropout", "Identity"}
+    assert [v.name for v in opt.inputs] == ["gpu_0/data_0"]
+    assert [v.shape for v in opt.outputs] == [(1, 1000)]
+    assert all(v.is_static for v in opt.values.values())
