@@ -1,0 +1,96 @@
+"""Gemm and MatMul: an init statement and a multiply-accumulate over ``k``.
+
+Gemm (``transA=0, transB=1``, bias ``C`` of shape ``[N]``)::
+
+    for i, j:
+      S: Y[i, j] = (C[j] * beta)
+      for k:
+        S: Y[i, j] = (Y[i, j] + ((A[i, k] * B[j, k]) * alpha))
+
+MatMul follows numpy: leading batch dimensions broadcast (iterators ``b0..``) and a 1-D operand
+has no ``i`` (or ``j``) loop.
+"""
+
+from __future__ import annotations
+
+from polyonnx.errors import ShapeError
+from polyonnx.graph.ir import Node
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.common import (
+    broadcast_index,
+    load,
+    nest,
+    require_float,
+    unsupported,
+    var,
+    zero,
+)
+from polyonnx.krnl.lower.registry import LowerContext, register
+
+
+@register("Gemm")
+def lower_gemm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """Gemm: ``Y = alpha * op(A) @ op(B) + beta * C`` with ``C`` broadcast to ``[M, N]``."""
+    a, b, c, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    dtype = require_float(node, ctx, a)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+    a_shape, b_shape, y_shape = ctx.shape(a), ctx.shape(b), ctx.shape(y)
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise ShapeError(f"node {node.name!r} (Gemm): A {a_shape} and B {b_shape} must be 2-D")
+    k_extent = a_shape[0] if trans_a else a_shape[1]
+    if (b_shape[1] if trans_b else b_shape[0]) != k_extent:
+        raise ShapeError(f"node {node.name!r} (Gemm): inner dimensions of A {a_shape} and "
+                         f"B {b_shape} differ")
+    i, j, k = var("i"), var("j"), var("k")
+    out = ir.Access(y, (i, j))
+    if c and beta != 0.0:
+        bias: ir.Expr = ir.Load(c, broadcast_index(ctx.shape(c), y_shape, ("i", "j")),
+                                ctx.dtype(c))
+        init_value = bias if beta == 1.0 else bias * beta
+    else:
+        init_value = zero(dtype)
+    product = load(ctx, a, (k, i) if trans_a else (i, k)) \
+        * load(ctx, b, (j, k) if trans_b else (k, j))
+    if alpha != 1.0:
+        product = product * alpha
+    update = ir.Stmt("S", out, ir.Load(y, out.index, dtype) + product)
+    return nest([("i", y_shape[0]), ("j", y_shape[1])],
+                (ir.Stmt("S", out, init_value), *nest([("k", k_extent)], (update,))))
+
+
+@register("MatMul")
+def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """MatMul with numpy semantics (batch broadcasting, 1-D operands)."""
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    dtype = ctx.dtype(a)
+    if dtype == "bool":
+        raise unsupported(node, ctx, "bool inputs")
+    a_shape, b_shape, y_shape = ctx.shape(a), ctx.shape(b), ctx.shape(y)
+    if not a_shape or not b_shape:
+        raise ShapeError(f"node {node.name!r} (MatMul): operands must not be scalars")
+    k_extent = a_shape[-1]
+    if (b_shape[0] if len(b_shape) == 1 else b_shape[-2]) != k_extent:
+        raise ShapeError(f"node {node.name!r} (MatMul): inner dimensions of A {a_shape} and "
+                         f"B {b_shape} differ")
+    a_vector, b_vector = len(a_shape) == 1, len(b_shape) == 1
+    n_batch = len(y_shape) - (0 if a_vector else 1) - (0 if b_vector else 1)
+    batch_shape = y_shape[:n_batch]
+    batch_names = [f"b{d}" for d in range(n_batch)]
+    iters = list(zip(batch_names, batch_shape, strict=True))
+    out_index = [var(n) for n in batch_names]
+    if not a_vector:
+        iters.append(("i", y_shape[n_batch]))
+        out_index.append(var("i"))
+    if not b_vector:
+        iters.append(("j", y_shape[-1]))
+        out_index.append(var("j"))
+    k = var("k")
+    a_index = (k,) if a_vector else (
+        *broadcast_index(a_shape[:-2], batch_shape, batch_names), var("i"), k)
+    b_index = (k,) if b_vector else (
+        *broadcast_index(b_shape[:-2], batch_shape, batch_names), k, var("j"))
+    out = ir.Access(y, tuple(out_index))
+    update = ir.Stmt("S", out, ir.Load(y, out.index, dtype)
+                     + load(ctx, a, a_index) * load(ctx, b, b_index))
+    return nest(iters, (ir.Stmt("S", out, zero(dtype)), *nest([("k", k_extent)], (update,))))

@@ -1,0 +1,153 @@
+"""Normalisations: BatchNormalization (inference), LRN, Softmax and LogSoftmax.
+
+Softmax keeps a running max and sum per row in temp buffers ``<node>__max`` / ``<node>__sum``
+(shape: the input shape without the reduced axes)::
+
+    for i0:
+      S: M[i0] = -inf
+      for r0:
+        S: M[i0] = max(M[i0], X[i0, r0])
+      S: Z[i0] = 0.0
+      for r0:
+        S: Y[i0, r0] = exp((X[i0, r0] - M[i0]))
+        S: Z[i0] = (Z[i0] + Y[i0, r0])
+      for r0:
+        S: Y[i0, r0] = (Y[i0, r0] / Z[i0])
+"""
+
+from __future__ import annotations
+
+from polyonnx.errors import ShapeError
+from polyonnx.graph.ir import Node
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.common import (
+    bad_attr,
+    bound_guards,
+    load,
+    lowest,
+    nest,
+    normalize_axis,
+    opset,
+    pairs,
+    require_float,
+    spatial_names,
+    unsupported,
+    var,
+    zero,
+)
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
+
+
+def _channel_iters(node: Node, shape: tuple[int, ...]) -> list[tuple[str, int]]:
+    """``n, c`` and then ``h, w`` (``d, h, w`` ...) over an ``[N, C, spatial...]`` tensor."""
+    if len(shape) < 2:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): input {shape} must be "
+                         "[N, C, ...]")
+    return [("n", shape[0]), ("c", shape[1]), *pairs(spatial_names(len(shape) - 2), shape[2:])]
+
+
+@register("BatchNormalization")
+def lower_batch_norm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """``Y = (X - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + B[c]`` (inference mode)."""
+    x, scale, bias, mean, variance = node.inputs[:5]
+    dtype = require_float(node, ctx, x)
+    if int(node.attr("training_mode", 0)) or any(node.outputs[1:]):
+        raise unsupported(node, ctx, "training mode (running statistics outputs)")
+    if not int(node.attr("spatial", 1)):
+        raise unsupported(node, ctx, "spatial=0 (per-activation statistics)")
+    iters = _channel_iters(node, ctx.shape(x))
+    index = tuple(var(n) for n, _ in iters)
+    c = (var("c"),)
+    epsilon = float(node.attr("epsilon", 1e-5))
+    inv_std = load(ctx, scale, c) / ir.unary("sqrt", load(ctx, variance, c) + epsilon)
+    value = (load(ctx, x, index) - load(ctx, mean, c)) * inv_std + load(ctx, bias, c)
+    if value.dtype != dtype:
+        raise unsupported(node, ctx, "statistics with a dtype other than X's")
+    return nest(iters, (ir.Stmt("S", ir.Access(node.outputs[0], index), value),))
+
+
+@register("LRN")
+def lower_lrn(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """``Y = X / (bias + alpha/size * sum of X^2 over nearby channels) ^ beta``.
+
+    The sum is accumulated in Y itself (init, reduction over ``r0``, then the final divide), the
+    window ``c + r0 - (size-1)//2`` guarded to the valid channels.
+    """
+    x, y = node.input(0), node.outputs[0]
+    dtype = require_float(node, ctx, x)
+    size = node.attr("size")
+    if size is None or int(size) < 1:
+        raise bad_attr(node, "size", f"must be a positive integer, got {size!r}")
+    size = int(size)
+    alpha = float(node.attr("alpha", 1e-4))
+    beta = float(node.attr("beta", 0.75))
+    bias = float(node.attr("bias", 1.0))
+    shape = ctx.shape(x)
+    iters = _channel_iters(node, shape)
+    index = tuple(var(n) for n, _ in iters)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channel = var("c") + var("r0") - before
+    tap = load(ctx, x, (index[0], channel, *index[2:]))
+    out = ir.Access(y, index)
+    out_load = ir.Load(y, index, dtype)
+    update = ir.Stmt("S", out, out_load + tap * tap,
+                     bound_guards(channel, -before, shape[1] - 1 + after, 0, shape[1]))
+    scale = ir.binary("pow", out_load * (alpha / size) + bias, beta)
+    return nest(iters, (ir.Stmt("S", out, zero(dtype)), *nest([("r0", size)], (update,)),
+                        ir.Stmt("S", out, load(ctx, x, index) / scale)))
+
+
+def _softmax(node: Node, ctx: LowerContext, log: bool) -> Lowered:
+    x, y = node.input(0), node.outputs[0]
+    dtype = require_float(node, ctx, x)
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if rank == 0:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): input must not be a scalar")
+    legacy = opset(ctx) < 13
+    axis = normalize_axis(node, int(node.attr("axis", 1 if legacy else -1)), rank)
+    # Before opset 13 the input is viewed as 2-D [prod(shape[:axis]), prod(shape[axis:])].
+    reduced = list(range(axis, rank)) if legacy else [axis]
+    outer = [d for d in range(rank) if d not in reduced]
+    names = {d: f"i{d}" for d in outer} | {d: f"r{k}" for k, d in enumerate(reduced)}
+    index = tuple(var(names[d]) for d in range(rank))
+    row_shape = tuple(shape[d] for d in outer)
+    row = tuple(var(names[d]) for d in outer)
+    mx = ir.Buffer(f"{node.name}__max", dtype, row_shape)
+    total = ir.Buffer(f"{node.name}__sum", dtype, row_shape)
+    mx_at, total_at = ir.Access(mx.name, row), ir.Access(total.name, row)
+    mx_load, total_load = ir.Load(mx.name, row, dtype), ir.Load(total.name, row, dtype)
+    x_load = load(ctx, x, index)
+    out = ir.Access(y, index)
+    out_load = ir.Load(y, index, dtype)
+    r_iters = [(names[d], shape[d]) for d in reduced]
+    shifted = x_load - mx_load
+    if log:
+        accumulate: tuple[ir.Node, ...] = (
+            ir.Stmt("S", total_at, total_load + ir.unary("exp", shifted)),)
+        finish = ir.Stmt("S", out, shifted - ir.unary("log", total_load))
+    else:
+        # Y holds exp(x - max) between the two passes, so exp is evaluated once per element.
+        accumulate = (ir.Stmt("S", out, ir.unary("exp", shifted)),
+                      ir.Stmt("S", total_at, total_load + out_load))
+        finish = ir.Stmt("S", out, out_load / total_load)
+    body = (
+        ir.Stmt("S", mx_at, lowest(dtype)),
+        *nest(r_iters, (ir.Stmt("S", mx_at, ir.maximum(mx_load, x_load)),)),
+        ir.Stmt("S", total_at, zero(dtype)),
+        *nest(r_iters, accumulate),
+        *nest(r_iters, (finish,)),
+    )
+    return Lowered(nest([(names[d], shape[d]) for d in outer], body), (mx, total))
+
+
+@register("Softmax")
+def lower_softmax(node: Node, ctx: LowerContext) -> Lowered:
+    """Softmax: max-reduce, exp-and-sum, divide."""
+    return _softmax(node, ctx, log=False)
+
+
+@register("LogSoftmax")
+def lower_log_softmax(node: Node, ctx: LowerContext) -> Lowered:
+    """LogSoftmax: max-reduce, sum of exp, ``x - max - log(sum)``."""
+    return _softmax(node, ctx, log=True)

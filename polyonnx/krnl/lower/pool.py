@@ -1,0 +1,164 @@
+"""MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool.
+
+A pool is a reduction like Conv without the channel sum::
+
+    for n, c, oh, ow:
+      S: Y[n, c, oh, ow] = -inf
+      for kh, kw:
+        S: Y[n, c, oh, ow] = max(Y[n, c, oh, ow], X[n, c, ih, iw])   if 0 <= ih < H and ...
+
+AveragePool divides by the number of taps counted. When that number differs between windows
+(padding with ``count_include_pad=0``, or ``ceil_mode`` windows cut by the padded end) a first
+nest counts the taps of every output position into the temp buffer ``<node>__count`` with the
+same guards, so the divisor is computed by the kernel rather than stored as a table.
+"""
+
+from __future__ import annotations
+
+import math
+
+from polyonnx.errors import ShapeError
+from polyonnx.graph.ir import Node
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.common import (
+    Window,
+    check_out_spatial,
+    ints_attr,
+    load,
+    lowest,
+    nest,
+    opset,
+    pairs,
+    require_float,
+    spatial_names,
+    unsupported,
+    var,
+    window,
+    zero,
+)
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
+
+
+def _pool_setup(node: Node, ctx: LowerContext, *, dilations: bool
+                ) -> tuple[str, str, tuple[int, ...], tuple[int, ...], Window, list[str],
+                           list[str]]:
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    if len(xs) < 3:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be "
+                         "[N, C, spatial...]")
+    rank = len(xs) - 2
+    kernel = ints_attr(node, "kernel_shape", rank, None)
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+    win = window(node, ctx, xs[2:], kernel, ceil_mode=ceil_mode, dilations_attr=dilations)
+    check_out_spatial(node, win, xs[2:], ys[2:], ceil_mode)
+    names = spatial_names(rank)
+    return x, y, xs, ys, win, [f"o{s}" for s in names], [f"k{s}" for s in names]
+
+
+@register("MaxPool")
+def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise unsupported(node, ctx, "the Indices output is not supported")
+    dtype = ctx.dtype(node.input(0))
+    if dtype not in ir.FLOAT_DTYPES + ("int8", "uint8"):
+        raise unsupported(node, ctx, f"dtype {dtype}")
+    x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 10)
+    rank = len(xs) - 2
+    guards = tuple(g for k in range(rank)
+                   for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
+    out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
+    init = ir.Stmt("S", out, lowest(dtype))
+    tap = load(ctx, x, (var("n"), var("c"),
+                        *(win.position(k, o_names[k], k_names[k]) for k in range(rank))))
+    update = ir.Stmt("S", out, ir.maximum(ir.Load(y, out.index, dtype), tap), guards)
+    return nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])],
+                (init, *nest(pairs(k_names, win.kernel), (update,))))
+
+
+@register("AveragePool")
+def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
+    dtype = require_float(node, ctx, node.input(0))
+    x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 19)
+    rank = len(xs) - 2
+    include_pad = bool(node.attr("count_include_pad", 0))
+    in_spatial, out_spatial = xs[2:], ys[2:]
+
+    def counted_range(k: int) -> tuple[int, int]:
+        # Taps in the padding count towards the divisor only with count_include_pad, and even
+        # then not past the end padding (a ceil_mode window can reach beyond it).
+        if include_pad:
+            return -win.pads_begin[k], in_spatial[k] + win.pads_end[k]
+        return 0, in_spatial[k]
+
+    def taps(k: int, o: int) -> int:
+        lo, hi = counted_range(k)
+        return sum(lo <= o * win.strides[k] + t * win.dilations[k] - win.pads_begin[k] < hi
+                   for t in range(win.kernel[k]))
+
+    read_guards = tuple(g for k in range(rank)
+                        for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0,
+                                            in_spatial[k]))
+    out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
+    out_load = ir.Load(y, out.index, dtype)
+    tap = load(ctx, x, (var("n"), var("c"),
+                        *(win.position(k, o_names[k], k_names[k]) for k in range(rank))))
+    init = ir.Stmt("S", out, zero(dtype))
+    update = ir.Stmt("S", out, out_load + tap, read_guards)
+
+    counts = [{taps(k, o) for o in range(out_spatial[k])} for k in range(rank)]
+    nests: tuple[ir.Node, ...] = ()
+    temps: tuple[ir.Buffer, ...] = ()
+    if all(len(c) == 1 for c in counts):
+        divisor: ir.Expr = ir.Const(float(math.prod(next(iter(c)) for c in counts)), dtype)
+    else:
+        count = ir.Buffer(f"{node.name}__count", dtype, tuple(out_spatial))
+        count_at = ir.Access(count.name, tuple(var(o) for o in o_names))
+        count_guards = tuple(g for k in range(rank)
+                             for g in win.guards(k, o_names[k], k_names[k], out_spatial[k],
+                                                 *counted_range(k)))
+        count_nest = nest(pairs(o_names, out_spatial), (
+            ir.Stmt("S", count_at, zero(dtype)),
+            *nest(pairs(k_names, win.kernel), (ir.Stmt(
+                "S", count_at, ir.Load(count.name, count_at.index, dtype) + 1.0,
+                count_guards),)),
+        ))
+        nests, temps = count_nest, (count,)
+        divisor = ir.Load(count.name, count_at.index, dtype)
+    finish = ir.Stmt("S", out, out_load / divisor)
+    main = nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, out_spatial)],
+                (init, *nest(pairs(k_names, win.kernel), (update,)), finish))
+    return Lowered(nests + main, temps)
+
+
+def _global_pool(node: Node, ctx: LowerContext, is_max: bool) -> tuple[ir.Node, ...]:
+    x, y = node.input(0), node.outputs[0]
+    dtype = require_float(node, ctx, x)
+    xs = ctx.shape(x)
+    if len(xs) < 3:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be "
+                         "[N, C, spatial...]")
+    spatial = xs[2:]
+    r_iters = [(f"r{k}", d) for k, d in enumerate(spatial)]
+    out = ir.Access(y, (var("n"), var("c"), *(0,) * len(spatial)))
+    out_load = ir.Load(y, out.index, dtype)
+    tap = load(ctx, x, (var("n"), var("c"), *(var(r) for r, _ in r_iters)))
+    if is_max:
+        body: tuple[ir.Node, ...] = (ir.Stmt("S", out, lowest(dtype)),
+                                     *nest(r_iters, (ir.Stmt("S", out,
+                                                             ir.maximum(out_load, tap)),)))
+    else:
+        body = (ir.Stmt("S", out, zero(dtype)),
+                *nest(r_iters, (ir.Stmt("S", out, out_load + tap),)),
+                ir.Stmt("S", out, out_load / float(math.prod(spatial))))
+    return nest([("n", xs[0]), ("c", xs[1])], body)
+
+
+@register("GlobalMaxPool")
+def lower_global_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    return _global_pool(node, ctx, is_max=True)
+
+
+@register("GlobalAveragePool")
+def lower_global_average_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    return _global_pool(node, ctx, is_max=False)

@@ -1,0 +1,106 @@
+"""Whole-kernel checks for krnl, run between stages in tests.
+
+:func:`verify` checks what the records' own ``__post_init__`` cannot see: that every name a
+statement uses is declared (buffers) or in scope (iterators), that index ranks match buffer
+ranks, and that writes are well typed and go to writable buffers.
+
+Example:
+    >>> from polyonnx.krnl import ir
+    >>> k = ir.Kernel("bad", (ir.Buffer("x", "float32", (4,), "input"),),
+    ...               (ir.Loop("i", 0, 4, (ir.Stmt("S0", ir.Access("x", (ir.Aff.var("i"),)),
+    ...                                            ir.Const(0.0, "float32")),)),))
+    >>> verify(k)
+    Traceback (most recent call last):
+    ...
+    ValueError: kernel bad: statement S0 writes x, an input buffer
+"""
+
+from __future__ import annotations
+
+from polyonnx.krnl import ir
+
+
+def verify(kernel: ir.Kernel) -> None:
+    """Raise ``ValueError`` naming the kernel, statement and name at fault if ``kernel`` is bad.
+
+    Checks: buffer names are unique and known; index ranks match; every iterator used (in
+    bounds, guards, indices and ``Iter`` expressions) is bound by an enclosing loop; no iterator
+    is rebound along a path; statement names are unique; a statement's body has its write's
+    dtype; no statement writes an input buffer; run-time computed indices are integers.
+    """
+    _Verifier(kernel).run()
+
+
+class _Verifier:
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.kernel = kernel
+        self.buffers: dict[str, ir.Buffer] = {}
+        self.stmt_names: set[str] = set()
+
+    def fail(self, where: str, message: str) -> ValueError:
+        return ValueError(f"kernel {self.kernel.name}: {where}{message}")
+
+    def run(self) -> None:
+        for b in self.kernel.buffers:
+            if b.name in self.buffers:
+                raise self.fail("", f"buffer {b.name} is declared twice")
+            self.buffers[b.name] = b
+        self.visit(self.kernel.body, ())
+
+    def visit(self, nodes: tuple[ir.Node, ...], scope: tuple[str, ...]) -> None:
+        for node in nodes:
+            if isinstance(node, ir.Loop):
+                where = f"loop {node.iterator}: "
+                if node.iterator in scope:
+                    raise self.fail(where, f"iterator {node.iterator} is already bound by an "
+                                           f"enclosing loop ({' > '.join(scope)})")
+                self.check_aff(node.lower, scope, where + "lower bound ")
+                self.check_aff(node.upper, scope, where + "upper bound ")
+                self.visit(node.body, scope + (node.iterator,))
+            elif isinstance(node, ir.Stmt):
+                self.check_stmt(node, scope)
+            else:
+                raise self.fail("", f"unexpected node {node!r} in the loop tree")
+
+    def check_aff(self, aff: ir.Aff, scope: tuple[str, ...], where: str) -> None:
+        for name in aff.vars:
+            if name not in scope:
+                raise self.fail(where, f"uses iterator {name} outside its loop "
+                                       f"(in scope: {', '.join(scope) or 'none'})")
+
+    def check_index(self, buffer: str, index: tuple[ir.Index, ...], scope: tuple[str, ...],
+                    where: str) -> None:
+        if buffer not in self.buffers:
+            raise self.fail(where, f"unknown buffer {buffer}")
+        rank = len(self.buffers[buffer].shape)
+        if len(index) != rank:
+            raise self.fail(where, f"indexes {buffer} (rank {rank}) with {len(index)} "
+                                   f"subscripts")
+        for i in index:
+            if isinstance(i, ir.Aff):
+                self.check_aff(i, scope, where + f"index of {buffer} ")
+            elif i.dtype not in ir.INT_DTYPES:
+                raise self.fail(where, f"computed index of {buffer} has dtype {i.dtype}")
+
+    def check_stmt(self, stmt: ir.Stmt, scope: tuple[str, ...]) -> None:
+        where = f"statement {stmt.name}: "
+        if stmt.name in self.stmt_names:
+            raise self.fail("", f"statement name {stmt.name} is used twice")
+        self.stmt_names.add(stmt.name)
+        self.check_index(stmt.write.buffer, stmt.write.index, scope, where)
+        target = self.buffers[stmt.write.buffer]
+        if target.kind == "input":
+            raise self.fail("", f"statement {stmt.name} writes {target.name}, an input buffer")
+        for g in stmt.guards:
+            self.check_aff(g.aff, scope, where + "guard ")
+        for e in ir.walk(stmt.body):
+            if isinstance(e, ir.Load):
+                self.check_index(e.buffer, e.index, scope, where)
+                if e.dtype != self.buffers[e.buffer].dtype:
+                    raise self.fail(where, f"loads {e.buffer} as {e.dtype}, the buffer is "
+                                           f"{self.buffers[e.buffer].dtype}")
+            elif isinstance(e, ir.Iter) and e.name not in scope:
+                raise self.fail(where, f"uses iterator {e.name} outside its loop")
+        if stmt.body.dtype != target.dtype:
+            raise self.fail(where, f"writes a {stmt.body.dtype} value to {target.name}, a "
+                                   f"{target.dtype} buffer")
