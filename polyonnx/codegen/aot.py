@@ -1,0 +1,99 @@
+"""Ahead-of-time output: optimized LLVM IR, assembly, object code and shared libraries.
+
+A shared library is the model's object code plus its weights (assembled from a binary blob with
+``.incbin``, so no weight ever goes through LLVM's text IR), linked with the system C compiler.
+It exports the C API in the header written beside it::
+
+    int polyonnx_run(void *const *inputs, void *const *outputs);   /* 0 on success */
+    const char *polyonnx_metadata(void);                             /* JSON: inputs, outputs */
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import llvmlite.binding as llvm
+
+from polyonnx.codegen.jit import parse_and_optimize
+from polyonnx.codegen.module import WEIGHTS_SYMBOL
+from polyonnx.codegen.target import LLVM_LOCK, target_machine
+from polyonnx.errors import CodegenError
+
+if TYPE_CHECKING:
+    from polyonnx.pipeline import Compiled
+
+
+def _machine_and_module(compiled: Compiled) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
+    tm = target_machine(compiled.options)
+    return tm, parse_and_optimize(compiled.module(aot=True, triple=tm.triple), tm,
+                                  compiled.options.opt_level)
+
+
+def optimized_ir(compiled: Compiled) -> str:
+    with LLVM_LOCK:
+        return str(_machine_and_module(compiled)[1])
+
+
+def assembly(compiled: Compiled) -> str:
+    with LLVM_LOCK:
+        tm, mod = _machine_and_module(compiled)
+        return tm.emit_assembly(mod)
+
+
+def object_code(compiled: Compiled) -> bytes:
+    with LLVM_LOCK:
+        tm, mod = _machine_and_module(compiled)
+        return tm.emit_object(mod)
+
+
+def header(compiled: Compiled) -> str:
+    """A C header describing the library's entry point and tensors."""
+    lines = [
+        f"/* polyonnx: compiled model {compiled.graph.name!r}. */",
+        "#pragma once",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "/* Run the model. inputs[i] / outputs[j] point to dense row-major tensors:",
+    ]
+    for kind, values in (("input", compiled.program.inputs), ("output", compiled.program.outputs)):
+        for i, v in enumerate(values):
+            lines.append(f" *   {kind} {i}: {v.name!r} {v.dtype}[{', '.join(map(str, v.shape))}]")
+    lines += [
+        " * Returns 0 on success, non-zero when a run-time check failed or memory ran out. */",
+        "int polyonnx_run(void *const *inputs, void *const *outputs);",
+        "/* JSON describing the inputs and outputs (name, dtype, shape). */",
+        "const char *polyonnx_metadata(void);",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
+    """Write ``path`` (a shared library) and ``path`` with suffix ``.h`` (its C header)."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        raise CodegenError("no C compiler found to link the shared library (set CC)")
+    out = Path(path)
+    obj = object_code(compiled)
+    with tempfile.TemporaryDirectory(prefix="polyonnx-") as tmp:
+        t = Path(tmp)
+        (t / "model.o").write_bytes(obj)
+        (t / "weights.bin").write_bytes(compiled.plan.weights_blob(compiled.program).tobytes())
+        (t / "weights.s").write_text(
+            f'\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n'
+            f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n')
+        cmd = [cc, "-shared", "-o", str(out), str(t / "model.o"), str(t / "weights.s"), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CodegenError(f"linking {out} failed: {proc.stderr.strip()}")
+    out.with_suffix(".h").write_text(header(compiled))
+    return out

@@ -1,0 +1,174 @@
+"""The one linear pipeline from an ONNX model to native code.
+
+Each stage is a function of the previous stage's result plus options, and every stage prints::
+
+    onnx   load, check, upgrade opset, infer shapes           (frontend)
+    graph  import, fold, simplify, fold BN, DCE               (graph passes)
+    krnl   fusion groups lowered to loop-nest kernels         (krnl)
+    isl    domains, accesses, dependences, schedule trees     (schedule)
+    ast    isl's AST of each schedule tree                    (schedule + codegen)
+    llvm   the LLVM module; asm / obj / lib from it           (codegen)
+
+Example:
+    >>> import onnx.helper as oh, onnx
+    >>> m = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g",
+    ...     [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+    ...     [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])]))
+    >>> print(emit(m, "krnl"))
+    kernel k0_Relu(in x: float32[4], out y: float32[4]) {
+      for i0 in [0, 4):
+        S0: y[i0] = max(x[i0], 0.0)
+    }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import onnx
+from llvmlite import ir
+
+from polyonnx.codegen import loopast as la
+from polyonnx.codegen.module import build_module
+from polyonnx.errors import PolyonnxError
+from polyonnx.frontend.importer import import_model
+from polyonnx.frontend.load import ModelSource, load_model
+from polyonnx.graph.ir import Graph
+from polyonnx.graph.passes import optimize
+from polyonnx.graph.passes.fuse import fuse
+from polyonnx.krnl.ir import Kernel
+from polyonnx.krnl.memory import MemoryPlan, plan_memory
+from polyonnx.krnl.program import Program, build_program
+from polyonnx.options import Options
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.default import ScheduledKernel, default_schedule
+
+STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
+
+_module_ids = itertools.count()
+
+
+def to_graph(model: ModelSource | onnx.ModelProto,
+             input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Frontend plus graph passes: an optimized graph with static shapes."""
+    return optimize(import_model(load_model(model), input_shapes))
+
+
+def lower(graph: Graph) -> Program:
+    """Fusion grouping and lowering of every group to a krnl kernel."""
+    return build_program(graph, [g.nodes for g in fuse(graph)])
+
+
+def schedule(program: Program, options: Options) -> tuple[ScheduledKernel, ...]:
+    """The polyhedral model and schedule tree of every kernel."""
+    return tuple(default_schedule(k) for k in program.kernels)
+
+
+def generate(scheduled: Sequence[ScheduledKernel]) -> tuple[tuple[Kernel, tuple[la.LNode, ...]],
+                                                            ...]:
+    """isl's AST of each schedule, read into codegen's loop AST."""
+    return tuple((s.kernel, la.from_isl(build_ast(s.schedule))) for s in scheduled)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled model: every stage's result, ready to JIT or to write as a library."""
+
+    graph: Graph
+    program: Program
+    plan: MemoryPlan
+    scheduled: tuple[ScheduledKernel, ...]
+    asts: tuple[tuple[Kernel, tuple[la.LNode, ...]], ...]
+    options: Options
+    prefix: str
+
+    @property
+    def entry(self) -> str:
+        return f"{self.prefix}_run"
+
+    def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
+        return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
+                            checked=self.options.checked, aot=aot, metadata=self.metadata(),
+                            triple=triple)
+
+    def metadata(self) -> str:
+        """JSON description of the entry point (inputs, outputs, sizes)."""
+        def describe(vs: Sequence) -> list[dict]:
+            return [{"name": v.name, "dtype": v.dtype, "shape": list(v.shape)} for v in vs]
+        return json.dumps({"name": self.graph.name, "inputs": describe(self.program.inputs),
+                           "outputs": describe(self.program.outputs),
+                           "workspace_bytes": self.plan.workspace_size,
+                           "weights_bytes": self.plan.weights_size})
+
+
+def compile_graph(graph: Graph, options: Options | None = None) -> Compiled:
+    options = options or Options()
+    program = lower(graph)
+    plan = plan_memory(program)
+    scheduled = schedule(program, options)
+    asts = generate(scheduled)
+    digest = hashlib.sha1(graph.name.encode()).hexdigest()[:6]
+    return Compiled(graph, program, plan, scheduled, asts, options,
+                    f"polyonnx_{digest}_{next(_module_ids)}")
+
+
+def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Compiled:
+    """Compile a model (path, bytes or ModelProto) through every stage up to the LLVM module.
+
+    Example:
+        >>> c = compile("model.onnx")                  # doctest: +SKIP
+        >>> c.program.kernels[0].name                  # doctest: +SKIP
+        'k0_Conv'
+    """
+    return compile_graph(to_graph(model, input_shapes), options)
+
+
+def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | None = None,
+         input_shapes: Mapping[str, Sequence[int]] | None = None) -> str | bytes:
+    """The printed form of ``stage`` for ``model`` (text, or bytes for ``obj``)."""
+    if stage not in STAGES:
+        raise PolyonnxError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+    options = options or Options()
+    if stage == "onnx":
+        return onnx.printer.to_text(load_model(model))
+    graph = to_graph(model, input_shapes)
+    if stage == "graph":
+        return str(graph)
+    program = lower(graph)
+    if stage == "krnl":
+        return str(program)
+    compiled = compile_graph(graph, options)
+    if stage == "isl":
+        return "\n\n".join(describe_isl(s) for s in compiled.scheduled)
+    if stage == "ast":
+        return "\n\n".join(f"// kernel {s.kernel.name}\n{build_ast(s.schedule).to_C_str()}"
+                           for s in compiled.scheduled)
+    from polyonnx.codegen import aot  # codegen back end: only needed from here on
+
+    if stage == "llvm":
+        return aot.optimized_ir(compiled)
+    if stage == "asm":
+        return aot.assembly(compiled)
+    if stage == "obj":
+        return aot.object_code(compiled)
+    raise PolyonnxError("--emit lib writes a file: use `polyonnx compile MODEL -o OUT.so`")
+
+
+def describe_isl(s: ScheduledKernel) -> str:
+    """A kernel's isl objects: domain, accesses, dependences and schedule tree."""
+    deps = s.poly.dependences()
+    return "\n".join([
+        f"// kernel {s.kernel.name}",
+        f"domain: {s.poly.domain}",
+        f"reads: {s.poly.reads}",
+        f"writes: {s.poly.writes}",
+        f"dependences (RAW): {deps.raw}",
+        f"dependences (WAR): {deps.war}",
+        f"dependences (WAW): {deps.waw}",
+        f"schedule: {s.schedule}",
+    ])

@@ -1,0 +1,249 @@
+"""``InferenceSession``: onnxruntime's API over polyonnx-compiled native code.
+
+Feeds are checked (names, dtypes, shapes) before native code runs; arrays that are not C-contiguous
+or not aligned to their element size are copied (never refused). A model with symbolic input
+dimensions is compiled once per distinct set of input shapes, on first use.
+
+Example:
+    >>> sess = InferenceSession("model.onnx")                       # doctest: +SKIP
+    >>> [y] = sess.run(None, {"x": np.ones((1, 3), np.float32)})    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from polyonnx.errors import InputError, ModelError, PolyonnxError
+from polyonnx.frontend.load import load_model
+from polyonnx.krnl.memory import aligned_empty
+from polyonnx.options import Options
+
+_ONNX_TYPE = {"float32": "float", "float64": "double", "float16": "float16", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it (``name``, ``shape``, ``type``)."""
+
+    name: str
+    shape: list[int | str]
+    dtype: str
+
+    @property
+    def type(self) -> str:
+        return f"tensor({_ONNX_TYPE.get(self.dtype, self.dtype)})"
+
+
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.c_void_p)
+
+
+class Executable:
+    """A compiled model with static shapes: its native entry point and the memory it needs."""
+
+    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg],
+                 call: Any, weights: np.ndarray | None, workspace_bytes: int,
+                 kernel_ops: Sequence[Sequence[str]], keep_alive: Any = None) -> None:
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self._call, self._weights = call, weights
+        self._workspace_bytes = workspace_bytes
+        self._kernel_ops = kernel_ops
+        self._keep_alive = keep_alive
+        self._local = threading.local()
+
+    @staticmethod
+    def from_compiled(compiled: Any) -> Executable:
+        from polyonnx.codegen.jit import jit
+
+        address, module = jit(compiled.module(), compiled.entry, compiled.options)
+        program = compiled.program
+        return Executable(
+            [NodeArg(v.name, list(v.shape), v.dtype) for v in program.inputs],
+            [NodeArg(v.name, list(v.shape), v.dtype) for v in program.outputs],
+            _RUN(address), compiled.plan.weights_blob(program), compiled.plan.workspace_size,
+            [k.ops for k in program.kernels], keep_alive=module)
+
+    @staticmethod
+    def from_library(path: str | os.PathLike) -> Executable:
+        try:
+            lib = ctypes.CDLL(os.path.abspath(path))
+            lib.polyonnx_metadata.restype = ctypes.c_char_p
+            meta = json.loads(lib.polyonnx_metadata().decode())
+        except (OSError, AttributeError, ValueError) as e:
+            raise ModelError(f"{path}: not a polyonnx shared library ({e})") from None
+        run = lib.polyonnx_run
+        run.restype, run.argtypes = ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]
+        return Executable(
+            [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["inputs"]],
+            [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["outputs"]],
+            lambda ins, outs, _w, _ws: run(ins, outs), None, 0, [], keep_alive=lib)
+
+    def _workspace(self) -> int:
+        # One workspace per thread, so one session can run on several threads at once.
+        ws = getattr(self._local, "workspace", None)
+        if ws is None:
+            ws = self._local.workspace = aligned_empty(max(self._workspace_bytes, 64))
+        return ws.ctypes.data
+
+    def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        outs = [np.empty(tuple(o.shape), dtype=o.dtype) for o in self.outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(feeds), 1))(*[f.ctypes.data for f in feeds])
+        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        weights = self._weights.ctypes.data if self._weights is not None else None
+        rc = self._call(in_ptrs, out_ptrs, weights, self._workspace())
+        if rc != 0:
+            raise InputError(self._describe_failure(rc))
+        return outs
+
+    def _describe_failure(self, rc: int) -> str:
+        if rc < 0:
+            return "the compiled model could not allocate its workspace"
+        kernel, status = (rc >> 8) - 1, rc & 0xFF
+        nodes = ", ".join(self._kernel_ops[kernel]) if 0 <= kernel < len(self._kernel_ops) \
+            else f"kernel {kernel}"
+        what = "an index computed from the input data is out of range" if status == 1 \
+            else f"run-time check failed (status {status})"
+        return f"{what} in {nodes}"
+
+
+def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        if np.isscalar(value) or isinstance(value, list | tuple):
+            value = np.asarray(value)
+        else:
+            raise InputError(f"input {arg.name!r}: expected a numpy array, got "
+                             f"{type(value).__name__}")
+    if value.dtype != np.dtype(arg.dtype):
+        raise InputError(f"input {arg.name!r}: expected dtype {arg.dtype} ({arg.type}), "
+                         f"got {value.dtype}")
+    want = tuple(arg.shape)
+    if value.ndim != len(want) or any(isinstance(w, int) and w != d
+                                      for w, d in zip(want, value.shape, strict=True)):
+        raise InputError(f"input {arg.name!r}: expected shape {list(want)}, got "
+                         f"{list(value.shape)}")
+    # Native code wants dense row-major data aligned to the element size: copy otherwise.
+    if not value.flags.c_contiguous or value.ctypes.data % max(value.dtype.itemsize, 1):
+        value = np.array(value, order="C", copy=True)
+    return value
+
+
+class InferenceSession:
+    """Compile a model and run it, with onnxruntime's ``run`` semantics.
+
+    ``model`` is a path to an ``.onnx`` file or to a library written by ``polyonnx compile -o``,
+    the model's bytes, or an ``onnx.ModelProto``.
+
+    Example:
+        >>> sess = InferenceSession("mnist.onnx", num_threads=1)      # doctest: +SKIP
+        >>> sess.get_inputs()[0].name                                   # doctest: +SKIP
+        'Input3'
+    """
+
+    def __init__(self, model: str | os.PathLike | bytes | onnx.ModelProto,
+                 num_threads: int | None = None, options: Options | None = None,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+        options = options or Options()
+        if num_threads is not None:
+            options = replace(options, num_threads=num_threads)
+        self.options = options
+        self._lock = threading.Lock()
+        self._by_shapes: dict[tuple, Executable] = {}
+        if isinstance(model, str | os.PathLike) and Path(model).suffix in (".so", ".dylib"):
+            exe = Executable.from_library(model)
+            self._inputs, self._outputs = exe.inputs, exe.outputs
+            self._by_shapes[self._key_of(exe.inputs)] = exe
+            self._proto = None
+            return
+        self._proto = load_model(model)
+        self._inputs, self._outputs = _declared_io(self._proto)
+        if input_shapes or all(isinstance(d, int) for a in self._inputs for d in a.shape):
+            exe = self._compile(input_shapes)
+            self._inputs, self._outputs = exe.inputs, exe.outputs
+
+    @staticmethod
+    def _key_of(args: Sequence[NodeArg]) -> tuple:
+        return tuple(tuple(a.shape) for a in args)
+
+    def _compile(self, input_shapes: Mapping[str, Sequence[int]] | None) -> Executable:
+        from polyonnx.pipeline import compile as compile_model
+
+        exe = Executable.from_compiled(compile_model(self._proto, self.options, input_shapes))
+        self._by_shapes[self._key_of(exe.inputs)] = exe
+        return exe
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return ["PolyonnxCPU"]
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[np.ndarray]:
+        """Run the model; ``output_names=None`` returns every output, in order."""
+        if not isinstance(input_feed, Mapping):
+            raise InputError("input_feed must be a dict of input name -> numpy array")
+        names = [a.name for a in self._inputs]
+        unknown = sorted(set(input_feed) - set(names))
+        if unknown:
+            raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+        missing = [n for n in names if n not in input_feed]
+        if missing:
+            raise InputError(f"missing input(s) {missing}")
+        feeds = [_check_feed(a, input_feed[a.name]) for a in self._inputs]
+        exe = self._executable(feeds)
+        outs = exe.run(feeds)
+        if output_names is None:
+            return outs
+        index = {o.name: i for i, o in enumerate(exe.outputs)}
+        bad = [n for n in output_names if n not in index]
+        if bad:
+            raise InputError(f"unknown output name(s) {bad}; the model's outputs are "
+                             f"{list(index)}")
+        return [outs[index[n]] for n in output_names]
+
+    def _executable(self, feeds: Sequence[np.ndarray]) -> Executable:
+        key = tuple(tuple(f.shape) for f in feeds)
+        exe = self._by_shapes.get(key)
+        if exe is not None:
+            return exe
+        if self._proto is None:
+            raise InputError("a compiled library only runs the shapes it was compiled for")
+        with self._lock:
+            exe = self._by_shapes.get(key)
+            if exe is None:
+                shapes = {a.name: tuple(f.shape) for a, f in zip(self._inputs, feeds,
+                                                                 strict=True)}
+                try:
+                    exe = self._compile(shapes)
+                except PolyonnxError as e:
+                    raise InputError(f"cannot run with input shapes {shapes}: {e}") from e
+        return exe
+
+
+def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[NodeArg, ...]]:
+    """Inputs (initializers excluded) and outputs as the model declares them."""
+    inits = {t.name for t in model.graph.initializer}
+
+    def arg(vi: onnx.ValueInfoProto) -> NodeArg:
+        tt = vi.type.tensor_type
+        dims: list[int | str] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                 for d in tt.shape.dim]
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name \
+            if tt.elem_type else "float32"
+        return NodeArg(vi.name, dims, dtype)
+
+    return (tuple(arg(v) for v in model.graph.input if v.name not in inits),
+            tuple(arg(v) for v in model.graph.output))
