@@ -134,25 +134,26 @@ def _pads(node: Node, ctx: LowerContext, rank: int) -> tuple[list[int], list[int
 
 
 def _pieces(node: Node, mode: str, o: str, size: int, pb: int, pe: int) -> list[Piece]:
-    """Split one output axis into its before / inside / after ranges (edge, reflect, wrap)."""
-    out = size + pb + pe
-    o_var = var(o)
-    pieces: list[Piece] = []
-    if pb > 0:
-        left = {"edge": Aff.lift(0), "reflect": pb - o_var,
-                "wrap": o_var - pb + size}[mode]
-        pieces.append((0, pb, left))
-    pieces.append((max(pb, 0), min(pb + size, out), o_var - pb))
-    if pe > 0:
-        right = {"edge": Aff.lift(size - 1),
-                 "reflect": 2 * size + pb - 2 - o_var, "wrap": o_var - pb - size}[mode]
-        pieces.append((pb + size, out, right))
-    limit = {"reflect": size - 1, "wrap": size}.get(mode)
-    if limit is not None and max(pb, pe) > limit:
-        raise ModelError(f"node {node.name!r} (Pad): {mode} padding of {max(pb, pe)} exceeds "
-                         f"the input size {size} along an axis")
-    if mode == "edge" and size == 0 and (pb > 0 or pe > 0):
-        raise ModelError(f"node {node.name!r} (Pad): edge padding of an empty axis")
+    """Split one output axis into its before / inside / after ranges (edge, reflect, wrap).
+
+    Negative pads crop first; the positive ones then pad the cropped input (so ``wrap`` wraps
+    around what is left, as onnxruntime does).
+    """
+    start = max(-pb, 0)
+    kept = size - start - max(-pe, 0)
+    pb, pe = max(pb, 0), max(pe, 0)
+    # Each padded element must map to one input element: edge needs a non-empty axis, reflect
+    # mirrors without repeating the border element, wrap goes round at most once.
+    limit = {"edge": kept and max(pb, pe), "reflect": kept - 1, "wrap": kept}[mode]
+    if max(pb, pe) > 0 and max(pb, pe) > limit:
+        raise ModelError(f"node {node.name!r} (Pad): {mode} padding of {max(pb, pe)} does not "
+                         f"fit an axis of (cropped) size {kept}")
+    o_var = var(o) + start
+    left = {"edge": Aff.lift(start), "reflect": 2 * start + pb - o_var,
+            "wrap": o_var - pb + kept}[mode]
+    right = {"edge": Aff.lift(start + kept - 1), "reflect": 2 * (start + kept) + pb - 2 - o_var,
+             "wrap": o_var - pb - kept}[mode]
+    pieces = [(0, pb, left), (pb, pb + kept, o_var - pb), (pb + kept, pb + kept + pe, right)]
     return [p for p in pieces if p[0] < p[1]]
 
 
