@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper, shape_inference
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.load import ModelSource, default_opset, load_model
 from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.passes.fold import evaluate_node, to_attribute
 from polyonnx.graph.shapes import infer_outputs
 
 Dim = int | str | None  # None: a dimension ONNX knows nothing about
@@ -79,14 +80,8 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
             values[v.name] = v
     for name, arr in constants.items():
         values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
-    for n in nodes:
-        if any(o and o not in values for o in n.outputs):
-            for v in infer_outputs(n, values):
-                values.setdefault(v.name, v)
-        for o in n.outputs:
-            if o and o not in values:
-                raise ShapeError(f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
-                                 "shape (does it depend on input data?)")
+    if any(o and o not in values for n in nodes for o in n.outputs):
+        _type_the_rest(nodes, values, constants, default_opset(proto))
     for vi in gp.output:
         if vi.name not in values:
             raise ModelError(f"graph output {vi.name!r} is not produced by any node")
@@ -99,6 +94,63 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
         constants=constants,
         opset=default_opset(proto),
     )
+
+
+#: Tensors up to this many elements are evaluated while typing the values ONNX inference left
+#: open: enough for shape arithmetic, too small to fold weights at import time.
+_SMALL = 1 << 16
+
+
+def _type_the_rest(nodes: list[Node], values: dict[str, Value],
+                   constants: Mapping[str, np.ndarray], opset: int) -> None:
+    """Types every node output ONNX inference left open, in topological order.
+
+    ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
+    initializer feeding a Reshape). So small constant-only computations are evaluated here,
+    then each open node is inferred alone with its computed inputs as initializers, and last
+    our own rules apply (:func:`polyonnx.graph.shapes.infer_outputs`).
+    """
+    known = {k: v for k, v in constants.items() if v.size <= _SMALL}
+    for n in nodes:
+        if any(o and o not in values for o in n.outputs):
+            for v in _infer_alone(n, values, known, opset) or infer_outputs(n, values):
+                values.setdefault(v.name, v)
+        for o in n.outputs:
+            if o and o not in values:
+                raise ShapeError(f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
+                                 "shape (does it depend on input data?)")
+        if n.op_type in ("Shape", "Size") and not n.domain:
+            shape = values[n.inputs[0]].shape
+            dims = np.array(shape, dtype=np.int64)
+            known[n.outputs[0]] = (np.array(dims.prod(), dtype=np.int64) if n.op_type == "Size"
+                                   else dims[n.attr("start", 0):n.attr("end", None)])
+        elif (all(i in known for i in n.inputs if i) and not n.domain
+              and all(int(np.prod(values[o].shape)) <= _SMALL for o in n.outputs if o)
+              and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)):
+            known.update(evaluate_node(n, known, opset) or {})
+
+
+def _infer_alone(n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray],
+                 opset: int) -> tuple[Value, ...]:
+    """ONNX inference on ``n`` alone, its known inputs given as initializers; () if it fails."""
+    ins = [i for i in dict.fromkeys(n.inputs) if i]
+    if any(i not in known and i not in values for i in ins):
+        return ()
+    proto = helper.make_node(n.op_type, list(n.inputs), list(n.outputs), domain=n.domain)
+    proto.attribute.extend(to_attribute(k, v) for k, v in n.attrs)
+    g = helper.make_graph(
+        [proto], "one",
+        [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(
+            np.dtype(values[i].dtype)), list(values[i].shape)) for i in ins if i not in known],
+        [helper.make_empty_tensor_value_info(o) for o in n.outputs if o],
+        [numpy_helper.from_array(known[i], i) for i in ins if i in known])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception:  # inference raises assorted C++ errors; other rules get their turn
+        return ()
+    out = [_value(vi) for vi in inferred.graph.output]
+    return tuple(v for v in out if v is not None and v.is_static)
 
 
 def _fresh(base: str, taken: set[str]) -> str:

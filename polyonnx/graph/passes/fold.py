@@ -82,17 +82,30 @@ def _fold(n: Node, graph: Graph, consts: Mapping[str, np.ndarray],
     if n.op_type == "ConstantOfShape":
         # Exempt from the size cap: its result (typically weights) is needed in full either way,
         # at compile time or at run time, so folding costs nothing extra.
-        fill = n.attr("value")
-        fill = fill.reshape(-1)[0] if fill is not None else np.float32(0)
-        shape = tuple(int(d) for d in consts[n.inputs[0]])
-        return {n.outputs[0]: np.full(shape, fill, dtype=np.asarray(fill).dtype)}
+        return evaluate_node(n, consts, graph.opset)
     size = sum(int(np.prod(graph.value(o).shape)) * np.dtype(graph.value(o).dtype).itemsize
                for o in n.outputs if o)
     if size > max_bytes:
         return None
+    return evaluate_node(n, consts, graph.opset)
+
+
+def evaluate_node(n: Node, consts: Mapping[str, np.ndarray],
+                  opset: int) -> dict[str, np.ndarray] | None:
+    """The outputs of ``n`` (by name) from constant inputs, or None if it cannot be evaluated.
+
+    Example:
+        >>> evaluate_node(Node("c", "ConstantOfShape", ("s",), ("z",)), {"s": np.array([2])}, 13)
+        {'z': array([0., 0.], dtype=float32)}
+    """
+    if n.op_type == "ConstantOfShape":
+        fill = n.attr("value")
+        fill = fill.reshape(-1)[0] if fill is not None else np.float32(0)
+        shape = tuple(int(d) for d in consts[n.inputs[0]])
+        return {n.outputs[0]: np.full(shape, fill, dtype=np.asarray(fill).dtype)}
     if n.op_type == "BatchNormalization":
         return _batchnorm(n, consts)
-    return _evaluate(n, consts, graph.opset)
+    return _evaluate(n, consts, opset)
 
 
 def _batchnorm(n: Node, consts: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
