@@ -79,6 +79,8 @@ class _Verifier:
         for i in index:
             if isinstance(i, ir.Aff):
                 self.check_aff(i, scope, where + f"index of {buffer} ")
+            elif not isinstance(i, ir.Expr):
+                raise self.fail(where, f"index {i!r} of {buffer} is neither an Aff nor an Expr")
             elif i.dtype not in ir.INT_DTYPES:
                 raise self.fail(where, f"computed index of {buffer} has dtype {i.dtype}")
 

@@ -69,6 +69,11 @@ def load(ctx: LowerContext, name: str, index: Sequence[ir.AffLike]) -> ir.Load:
     return ir.Load(name, tuple(Aff.lift(i) for i in index), ctx.dtype(name))
 
 
+def scalar_index(ctx: LowerContext, name: str) -> tuple[Aff, ...]:
+    """The index of the single element of ``name`` (a scalar or a one-element tensor)."""
+    return (Aff.lift(0),) * len(ctx.shape(name))
+
+
 def lowest(dtype: str) -> ir.Const:
     """The identity of ``max``: -inf for floats, the smallest value for integers."""
     if dtype in ir.FLOAT_DTYPES:

@@ -25,6 +25,7 @@ from polyonnx.krnl.lower.common import (
     normalize_axis,
     opset,
     scalar_attr_value,
+    scalar_index,
     str_attr,
     unsupported,
     var,
@@ -188,7 +189,7 @@ def lower_pad(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
             fill: ir.Expr = _typed_const(float(node.attr("value", 0.0)), dtype)
         elif node.input(2):
             # The pad value is read at run time: it may be a graph input.
-            fill = ir.Load(node.input(2), (0,) * len(ctx.shape(node.input(2))), dtype)
+            fill = ir.Load(node.input(2), scalar_index(ctx, node.input(2)), dtype)
         else:
             fill = zero(dtype)
         # Fill everything, then copy the (possibly cropped) input over its region.

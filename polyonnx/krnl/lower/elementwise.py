@@ -20,6 +20,7 @@ from polyonnx.krnl.lower.common import (
     nest,
     opset,
     require_float,
+    scalar_index,
     unsupported,
     var,
     zero,
@@ -89,9 +90,9 @@ def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         hi = ir.Const(float(node.attr("max")), dtype) if node.has_attr("max") else None
     else:
         # Bounds are scalars read from their buffers at run time (they may be graph inputs).
-        lo = ir.Load(node.input(1), (0,) * len(ctx.shape(node.input(1))), dtype) \
+        lo = ir.Load(node.input(1), scalar_index(ctx, node.input(1)), dtype) \
             if node.input(1) else None
-        hi = ir.Load(node.input(2), (0,) * len(ctx.shape(node.input(2))), dtype) \
+        hi = ir.Load(node.input(2), scalar_index(ctx, node.input(2)), dtype) \
             if node.input(2) else None
 
     def body(args: Sequence[ir.Expr]) -> ir.Expr:
