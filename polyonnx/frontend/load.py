@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import shape_inference, version_converter
+from onnx import inliner, shape_inference, version_converter
 
 from polyonnx.errors import ModelError, ShapeError
 
@@ -52,7 +52,7 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
         raise ModelError(f"{where}: the ONNX checker rejected the model: {e}") from None
     if proto.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
-        proto = onnx.inliner.inline_local_functions(proto)
+        proto = inliner.inline_local_functions(proto)
     proto = _convert(proto, target_opset, where)
     try:
         return shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)

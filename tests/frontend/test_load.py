@@ -238,3 +238,14 @@ def test_light_resnet50_imports_and_optimizes():
     assert [v.name for v in opt.inputs] == ["gpu_0/data_0"]
     assert [v.shape for v in opt.outputs] == [(1, 1000)]
     assert all(v.is_static for v in opt.values.values())
+
+
+def test_model_local_functions_are_inlined():
+    add = helper.make_node("Add", ["a", "a"], ["b"])
+    f = helper.make_function("my", "Twice", ["a"], ["b"], [add], [helper.make_opsetid("", 13)])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    g = helper.make_graph([helper.make_node("Twice", ["x"], ["y"], domain="my")], "g", [x], [y])
+    m = helper.make_model(g, functions=[f], opset_imports=[helper.make_opsetid("", 13),
+                                                          helper.make_opsetid("my", 1)])
+    assert [n.op_type for n in import_model(m).nodes] == ["Add"]
