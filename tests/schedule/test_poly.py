@@ -1,0 +1,56 @@
+import islpy as isl
+
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.poly import PolyKernel, initial_schedule, isl_identifier
+from tests.kernels import matmul, stencil
+
+
+def test_domain_and_accesses_of_matmul():
+    poly = PolyKernel.build(matmul(4, 5, 3))
+    assert poly.domain.is_equal(isl.UnionSet(
+        "{ S0[i, j] : 0 <= i < 4 and 0 <= j < 5; S1[i, j, k] : 0 <= i < 4 and 0 <= j < 5 and "
+        "0 <= k < 3 }"))
+    assert poly.reads.is_equal(isl.UnionMap(
+        "{ S1[i, j, k] -> C[i, j]; S1[i, j, k] -> A[i, k]; S1[i, j, k] -> B[k, j] }"
+    ).intersect_domain(poly.domain))
+    assert poly.writes.is_equal(isl.UnionMap(
+        "{ S0[i, j] -> C[i, j]; S1[i, j, k] -> C[i, j] }").intersect_domain(poly.domain))
+
+
+def test_matmul_dependences_are_exact():
+    deps = PolyKernel.build(matmul(4, 5, 3)).dependences()
+    expected = isl.UnionMap("{ S0[i, j] -> S1[i, j, 0] : 0 <= i < 4 and 0 <= j < 5; "
+                            "S1[i, j, k] -> S1[i, j, k + 1] : 0 <= i < 4 and 0 <= j < 5 and "
+                            "0 <= k < 2 }")
+    assert deps.raw.is_equal(expected)
+    assert deps.waw.is_equal(expected)
+
+
+def test_stencil_dependence_distances():
+    deps = PolyKernel.build(stencil()).dependences()
+    deltas = deps.raw.deltas()
+    assert deltas.is_equal(isl.UnionSet("{ S0[1, 0]; S0[1, -1] }"))
+
+
+def test_initial_schedule_follows_the_loop_tree():
+    sched = initial_schedule(PolyKernel.build(matmul()))
+    text = build_ast(sched).to_C_str()
+    assert text.count("for (") == 3
+    assert text.index("S0(") < text.index("S1(")
+
+
+def test_initial_schedule_respects_dependences():
+    for kernel in (matmul(), stencil()):
+        sk = default_schedule(kernel)
+        order = sk.schedule.get_map()
+        deps = sk.poly.dependences().all
+        assert deps.is_subset(order.lex_lt_union_map(order))
+
+
+def test_isl_identifier_sanitises_value_names():
+    taken: set[str] = set()
+    assert isl_identifier("gpu_0/data_0", taken) == "gpu_0_data_0"
+    assert isl_identifier("gpu_0/data:0", taken) == "gpu_0_data_0_1"
+    assert isl_identifier("0abc", taken) == "b_0abc"
+    assert isl_identifier("min", taken) == "b_min"
