@@ -94,3 +94,8 @@ def test_pow() -> None:
 
 def test_pow_int_exponent() -> None:
     check_op("Pow", [("a", rand(2, 3)), ("b", np.array([2, 3, 0], np.int64))])
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul", "Max"])
+def test_binary_float64(op: str) -> None:
+    check_op(op, [("a", rand(2, 3, dtype="float64")), ("b", rand(3, seed=1, dtype="float64"))])

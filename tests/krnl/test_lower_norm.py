@@ -52,3 +52,7 @@ def test_softmax_temps() -> None:
     temps = {b.name: b.shape for b in node_kernel(graph, graph.nodes[0]).buffers
              if b.kind == "temp"}
     assert temps == {"softmax_0__max": (2, 4), "softmax_0__sum": (2, 4)}
+
+
+def test_softmax_float64() -> None:
+    check_op("Softmax", [("x", rand(2, 5, dtype="float64"))], opset=13)

@@ -37,6 +37,7 @@ from polyonnx.krnl.lower.registry import LowerContext, register
 
 @register("Conv")
 def lower_conv(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """Conv (any spatial rank): bias-or-zero init, then the guarded multiply-accumulate."""
     x, w, b, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     dtype = require_float(node, ctx, x)
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)

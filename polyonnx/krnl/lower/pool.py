@@ -42,6 +42,7 @@ from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 def _pool_setup(node: Node, ctx: LowerContext, *, dilations: bool
                 ) -> tuple[str, str, tuple[int, ...], tuple[int, ...], Window, list[str],
                            list[str]]:
+    """X, Y, their shapes, the checked window and the output / tap iterator names."""
     x, y = node.input(0), node.outputs[0]
     xs, ys = ctx.shape(x), ctx.shape(y)
     if len(xs) < 3:
@@ -58,6 +59,7 @@ def _pool_setup(node: Node, ctx: LowerContext, *, dilations: bool
 
 @register("MaxPool")
 def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """MaxPool: init to the lowest value, then max over the valid taps of the window."""
     if len(node.outputs) > 1 and node.outputs[1]:
         raise unsupported(node, ctx, "the Indices output is not supported")
     dtype = ctx.dtype(node.input(0))
@@ -78,6 +80,7 @@ def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
 
 @register("AveragePool")
 def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
+    """AveragePool: sum the valid taps, divide by a constant or by the counted taps."""
     dtype = require_float(node, ctx, node.input(0))
     x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 19)
     rank = len(xs) - 2
@@ -156,9 +159,11 @@ def _global_pool(node: Node, ctx: LowerContext, is_max: bool) -> tuple[ir.Node, 
 
 @register("GlobalMaxPool")
 def lower_global_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """GlobalMaxPool: max over all spatial positions (reduction iterators ``r0..``)."""
     return _global_pool(node, ctx, is_max=True)
 
 
 @register("GlobalAveragePool")
 def lower_global_average_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """GlobalAveragePool: sum over all spatial positions, then divide by their number."""
     return _global_pool(node, ctx, is_max=False)
