@@ -29,9 +29,9 @@ def pairs(names: Sequence[str], extents: Sequence[int]) -> list[tuple[str, int]]
     return [(n, int(e)) for n, e in zip(names, extents, strict=True)]
 
 
-def generic_iters(shape: Sequence[int], prefix: str = "i") -> list[tuple[str, int]]:
+def generic_iters(shape: Sequence[int]) -> list[tuple[str, int]]:
     """``[(i0, d0), (i1, d1), ...]`` — the iterators of an elementwise nest over ``shape``."""
-    return [(f"{prefix}{k}", int(d)) for k, d in enumerate(shape)]
+    return [(f"i{k}", int(d)) for k, d in enumerate(shape)]
 
 
 def var(name: str) -> Aff:

@@ -106,7 +106,7 @@ def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     return elementwise(node, ctx, (x,), body)
 
 
-def _variadic(op_type: str, op: str, min_inputs: int, float_only: bool = False) -> None:
+def _variadic(op_type: str, op: str, min_inputs: int) -> None:
     def lower(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         inputs = [i for i in node.inputs if i]
         if len(inputs) < min_inputs:
@@ -114,7 +114,7 @@ def _variadic(op_type: str, op: str, min_inputs: int, float_only: bool = False) 
         if opset(ctx) < 7 and node.has_attr("axis"):
             raise unsupported(node, ctx, "legacy broadcasting with 'axis'")
         dtype = ctx.dtype(inputs[0])
-        if dtype == "bool" or (float_only and dtype not in ir.FLOAT_DTYPES):
+        if dtype == "bool":
             raise unsupported(node, ctx, f"dtype {dtype}")
 
         def body(args: Sequence[ir.Expr]) -> ir.Expr:
