@@ -50,7 +50,8 @@ def target_machine(options: Options, *, jit: bool = False) -> llvm.TargetMachine
     except RuntimeError as e:
         raise CodegenError(f"unknown target triple {triple!r}: {e}") from None
     return target.create_target_machine(cpu=cpu, features=features, opt=min(options.opt_level, 3),
-                                        reloc="pic", codemodel="jitdefault" if jit else "default",
+                                        reloc="default" if jit else "pic",
+                                        codemodel="jitdefault" if jit else "default",
                                         jit=jit)
 
 

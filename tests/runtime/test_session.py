@@ -141,3 +141,24 @@ def test_output_that_is_an_input_is_copied():
     out = sess.run(None, {"x": a})[0]
     np.testing.assert_array_equal(out, a)
     assert not np.shares_memory(out, a)
+
+
+def _conv_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])
+    w = onnx.numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                          "conv", [x], [y], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_many_sessions_in_one_process():
+    # Regression: position-independent code in the shared JIT engine broke the second module.
+    m = _conv_model()
+    x = np.random.default_rng(1).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sessions = [polyonnx.InferenceSession(m) for _ in range(3)]
+    for s in sessions + sessions[::-1]:
+        np.testing.assert_allclose(s.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
