@@ -1,3 +1,4 @@
 """Op-family lowerings; importing this package registers them all."""
 
 from polyonnx.krnl.lower import conv, data, elementwise, gemm, norm, pool  # noqa: F401
+from polyonnx.krnl.lower import gather  # noqa: F401
