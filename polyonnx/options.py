@@ -32,9 +32,22 @@ class Options:
     checked: bool = field(default_factory=lambda: _env_flag("POLYONNX_CHECKED"))
     """Insert bounds checks on every buffer access (``POLYONNX_CHECKED=1``)."""
     verbose: bool = False
+    """Report compile decisions (such as a schedule fallback) on stderr."""
+    max_tensor_bytes: int = 4 << 30
+    """Largest tensor (input, constant, intermediate or output) a model may have, in bytes;
+    a model whose shapes exceed it is refused with :class:`~polyonnx.errors.ModelError` before
+    anything is allocated."""
+    isl_max_operations: int = 20_000_000
+    """isl operations one kernel's scheduling (or AST generation) may take, about a microsecond
+    each; past it the kernel falls back to its own loop order (see
+    :mod:`polyonnx.schedule.budget`)."""
 
     def __post_init__(self) -> None:
         if self.opt_level not in (0, 1, 2, 3):
             raise ValueError(f"opt_level must be 0..3, got {self.opt_level}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+        if self.max_tensor_bytes < 1:
+            raise ValueError(f"max_tensor_bytes must be >= 1, got {self.max_tensor_bytes}")
+        if self.isl_max_operations < 1:
+            raise ValueError(f"isl_max_operations must be >= 1, got {self.isl_max_operations}")

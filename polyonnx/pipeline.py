@@ -40,6 +40,7 @@ from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes import optimize
 from polyonnx.graph.passes.fuse import fuse
+from polyonnx.graph.validate import validate
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import MemoryPlan, plan_memory
 from polyonnx.krnl.program import Program, build_program
@@ -53,9 +54,11 @@ _module_ids = itertools.count()
 
 
 def to_graph(model: ModelSource | onnx.ModelProto,
-             input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Frontend plus graph passes: an optimized graph with static shapes."""
-    return optimize(import_model(load_model(model), input_shapes))
+             input_shapes: Mapping[str, Sequence[int]] | None = None,
+             options: Options | None = None) -> Graph:
+    """Frontend, validation and graph passes: an optimized graph with static shapes."""
+    limit = (options or Options()).max_tensor_bytes
+    return optimize(validate(import_model(load_model(model), input_shapes), limit))
 
 
 def lower(graph: Graph) -> Program:
@@ -125,7 +128,7 @@ def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None
         >>> c.program.kernels[0].name                  # doctest: +SKIP
         'k0_Conv'
     """
-    return compile_graph(to_graph(model, input_shapes), options)
+    return compile_graph(to_graph(model, input_shapes, options), options)
 
 
 def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | None = None,
@@ -136,7 +139,7 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
     options = options or Options()
     if stage == "onnx":
         return onnx.printer.to_text(load_model(model))
-    graph = to_graph(model, input_shapes)
+    graph = to_graph(model, input_shapes, options)
     if stage == "graph":
         return str(graph)
     program = lower(graph)

@@ -27,6 +27,7 @@ from polyonnx.frontend.load import ModelSource, default_opset, load_model
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes.fold import evaluate_node, to_attribute
 from polyonnx.graph.shapes import infer_outputs
+from polyonnx.graph.validate import validate_node
 
 Dim = int | str | None  # None: a dimension ONNX knows nothing about
 
@@ -113,6 +114,7 @@ def _type_the_rest(nodes: list[Node], values: dict[str, Value],
     known = {k: v for k, v in constants.items() if v.size <= _SMALL}
     for n in nodes:
         if any(o and o not in values for o in n.outputs):
+            validate_node(n, values)  # a bad attribute is the likely reason inference failed
             for v in _infer_alone(n, values, known, opset) or infer_outputs(n, values):
                 values.setdefault(v.name, v)
         for o in n.outputs:

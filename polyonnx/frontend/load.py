@@ -49,7 +49,8 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
-        raise ModelError(f"{where}: the ONNX checker rejected the model: {e}") from None
+        raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}"
+                         ) from None
     if proto.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
         proto = inliner.inline_local_functions(proto)
@@ -57,7 +58,12 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
     try:
         return shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as e:
-        raise ShapeError(f"{where}: ONNX shape inference failed: {e}") from None
+        raise ShapeError(f"{where}: ONNX shape inference failed: {_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    """ONNX's C++ errors span several lines; messages polyonnx raises are one line."""
+    return " ".join(str(e).split())
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -171,4 +177,5 @@ def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.Mod
     try:
         return version_converter.convert_version(model, target)
     except Exception as e:  # the converter raises assorted C++ errors
-        raise ModelError(f"{where}: cannot convert from opset {opset} to {target}: {e}") from None
+        raise ModelError(f"{where}: cannot convert from opset {opset} to {target}: "
+                         f"{_one_line(e)}") from None
