@@ -27,6 +27,9 @@ SAME_AS_INPUT = frozenset({
     "Identity", "LeakyRelu", "Log", "LogSoftmax", "LRN", "Mish", "Neg", "Reciprocal", "Relu",
     "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus",
     "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+    # Normalisations (some are functions whose ONNX inference can leave Y untyped).
+    "GroupNormalization", "InstanceNormalization", "LpNormalization",
+    "MeanVarianceNormalization", "RMSNormalization",
 })
 
 #: Ops whose output is the multidirectional broadcast of all inputs, typed like the first input.

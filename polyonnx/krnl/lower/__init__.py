@@ -3,3 +3,4 @@
 from polyonnx.krnl.lower import conv, data, elementwise, gemm, norm, pool  # noqa: F401
 from polyonnx.krnl.lower import gather  # noqa: F401
 from polyonnx.krnl.lower import slice  # noqa: F401
+from polyonnx.krnl.lower import normalization  # noqa: F401
