@@ -6,7 +6,7 @@ import pytest
 
 from polyonnx.errors import UnsupportedOpError
 
-from .harness import check_op, graph_from_model, make_model, node_kernel, rand
+from .harness import check, check_op, graph_from_model, make_model, node_kernel, rand
 
 WINDOWS = {
     "plain": {"kernel_shape": [2, 2]},
@@ -70,9 +70,30 @@ def test_global_pool(op: str, shape: tuple[int, ...]) -> None:
     check_op(op, [("x", rand(*shape))])
 
 
-def test_max_pool_indices_unsupported() -> None:
-    model = make_model("MaxPool", [("x", rand(1, 1, 4, 4))], {"kernel_shape": [2, 2]},
-                       n_outputs=2)
-    graph = graph_from_model(model)
-    with pytest.raises(UnsupportedOpError, match="Indices"):
-        node_kernel(graph, graph.nodes[0])
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]},
+    {"kernel_shape": [2, 2], "storage_order": 1},
+    {"kernel_shape": [2, 2], "dilations": [2, 1], "ceil_mode": 1, "strides": [2, 2]},
+], ids=str)
+def test_max_pool_indices(attrs: dict) -> None:
+    x = rand(2, 2, 5, 5)
+    x[0, 0, 1, :] = 3.0  # ties: the first maximum wins
+    model = make_model("MaxPool", [("x", x)], attrs, n_outputs=2, opset=12)
+    check(model, {"x": x})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2], "p": 1},
+    {"kernel_shape": [2, 2], "p": 3, "dilations": [2, 2]},
+    {"kernel_shape": [3], "auto_pad": "SAME_UPPER", "p": 2},
+], ids=str)
+def test_lp_pool(attrs: dict) -> None:
+    x = rand(1, 2, 5, 5) if len(attrs["kernel_shape"]) == 2 else rand(1, 2, 6)
+    check_op("LpPool", [("x", x)], attrs, opset=18)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool(p: int) -> None:
+    check_op("GlobalLpPool", [("x", rand(1, 3, 4, 2))], {"p": p})

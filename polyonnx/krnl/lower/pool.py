@@ -21,7 +21,9 @@ from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
+    Aff,
     Window,
+    bad_attr,
     check_out_spatial,
     ints_attr,
     load,
@@ -57,11 +59,24 @@ def _pool_setup(node: Node, ctx: LowerContext, *, dilations: bool
     return x, y, xs, ys, win, [f"o{s}" for s in names], [f"k{s}" for s in names]
 
 
+def aff_expr(a: Aff) -> ir.Expr:
+    """An affine expression as an int64 scalar expression (for values computed from indices)."""
+    out: ir.Expr = ir.Const(a.const, "int64")
+    for name, c in a.terms:
+        term: ir.Expr = ir.Iter(name)
+        out = out + (term if c == 1 else term * ir.Const(c, "int64"))
+    return out
+
+
 @register("MaxPool")
 def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """MaxPool: init to the lowest value, then max over the valid taps of the window."""
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise unsupported(node, ctx, "the Indices output is not supported")
+    """MaxPool: init to the lowest value, then max over the valid taps of the window.
+
+    With the Indices output, a statement before the max records the flat index
+    (``storage_order`` 0: row-major, 1: column-major over the spatial axes) of a tap that is
+    strictly larger than the running max, so the first maximum wins.
+    """
+    indices = node.outputs[1] if len(node.outputs) > 1 else ""
     dtype = ctx.dtype(node.input(0))
     if dtype not in ir.FLOAT_DTYPES + ("int8", "uint8"):
         raise unsupported(node, ctx, f"dtype {dtype}")
@@ -71,11 +86,66 @@ def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
                    for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
     out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
     init = ir.Stmt("S", out, lowest(dtype))
+    positions = [win.position(k, o_names[k], k_names[k]) for k in range(rank)]
+    tap = load(ctx, x, (var("n"), var("c"), *positions))
+    current = ir.Load(y, out.index, dtype)
+    update = ir.Stmt("S", out, ir.maximum(current, tap), guards)
+    body: tuple[ir.Node, ...] = (init, *nest(pairs(k_names, win.kernel), (update,)))
+    if indices:
+        order = int(node.attr("storage_order", 0))
+        if order not in (0, 1):
+            raise bad_attr(node, "storage_order", f"must be 0 or 1, got {order}")
+        spatial = xs[2:]
+        flat = Aff.lift(0)
+        stride = 1
+        axes = range(rank - 1, -1, -1) if order == 0 else range(rank)
+        for k in axes:
+            flat = flat + positions[k] * stride
+            stride *= spatial[k]
+        flat = flat + (var("n") * xs[1] + var("c")) * math.prod(spatial)
+        i_out = ir.Access(indices, out.index)
+        record = ir.Stmt("S", i_out, ir.Select(ir.Binary("gt", tap, current), aff_expr(flat),
+                                               ir.Load(indices, out.index, "int64")), guards)
+        body = (init, ir.Stmt("S", i_out, ir.Const(0, "int64")),
+                *nest(pairs(k_names, win.kernel), (record, update)))
+    return nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])], body)
+
+
+@register("LpPool")
+def lower_lp_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """LpPool: ``(sum over valid taps of |x|^p) ^ (1/p)``; padding contributes zeros."""
+    dtype = require_float(node, ctx, node.input(0))
+    x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 18)
+    rank = len(xs) - 2
+    p = float(node.attr("p", 2))
+    guards = tuple(g for k in range(rank)
+                   for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
+    out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
+    out_load = ir.Load(y, out.index, dtype)
     tap = load(ctx, x, (var("n"), var("c"),
                         *(win.position(k, o_names[k], k_names[k]) for k in range(rank))))
-    update = ir.Stmt("S", out, ir.maximum(ir.Load(y, out.index, dtype), tap), guards)
-    return nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])],
-                (init, *nest(pairs(k_names, win.kernel), (update,))))
+    return nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])], (
+        ir.Stmt("S", out, zero(dtype)),
+        *nest(pairs(k_names, win.kernel), (ir.Stmt("S", out, out_load + _abs_pow(tap, p),
+                                                   guards),)),
+        ir.Stmt("S", out, _root(out_load, p)),
+    ))
+
+
+def _abs_pow(x: ir.Expr, p: float) -> ir.Expr:
+    if p == 1.0:
+        return ir.unary("abs", x)
+    if p == 2.0:
+        return x * x
+    return ir.binary("pow", ir.unary("abs", x), p)
+
+
+def _root(x: ir.Expr, p: float) -> ir.Expr:
+    if p == 1.0:
+        return x
+    if p == 2.0:
+        return ir.unary("sqrt", x)
+    return ir.binary("pow", x, 1.0 / p)
 
 
 @register("AveragePool")
@@ -134,7 +204,8 @@ def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
     return Lowered(nests + main, temps)
 
 
-def _global_pool(node: Node, ctx: LowerContext, is_max: bool) -> tuple[ir.Node, ...]:
+def _global_pool(node: Node, ctx: LowerContext, is_max: bool,
+                 lp: float | None = None) -> tuple[ir.Node, ...]:
     x, y = node.input(0), node.outputs[0]
     dtype = require_float(node, ctx, x)
     xs = ctx.shape(x)
@@ -146,10 +217,14 @@ def _global_pool(node: Node, ctx: LowerContext, is_max: bool) -> tuple[ir.Node, 
     out = ir.Access(y, (var("n"), var("c"), *(0,) * len(spatial)))
     out_load = ir.Load(y, out.index, dtype)
     tap = load(ctx, x, (var("n"), var("c"), *(var(r) for r, _ in r_iters)))
-    if is_max:
-        body: tuple[ir.Node, ...] = (ir.Stmt("S", out, lowest(dtype)),
-                                     *nest(r_iters, (ir.Stmt("S", out,
-                                                             ir.maximum(out_load, tap)),)))
+    if lp is not None:
+        body: tuple[ir.Node, ...] = (
+            ir.Stmt("S", out, zero(dtype)),
+            *nest(r_iters, (ir.Stmt("S", out, out_load + _abs_pow(tap, lp)),)),
+            ir.Stmt("S", out, _root(out_load, lp)))
+    elif is_max:
+        body = (ir.Stmt("S", out, lowest(dtype)),
+                *nest(r_iters, (ir.Stmt("S", out, ir.maximum(out_load, tap)),)))
     else:
         body = (ir.Stmt("S", out, zero(dtype)),
                 *nest(r_iters, (ir.Stmt("S", out, out_load + tap),)),
@@ -167,3 +242,9 @@ def lower_global_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
 def lower_global_average_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """GlobalAveragePool: sum over all spatial positions, then divide by their number."""
     return _global_pool(node, ctx, is_max=False)
+
+
+@register("GlobalLpPool")
+def lower_global_lp_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """GlobalLpPool: the p-norm over all spatial positions."""
+    return _global_pool(node, ctx, is_max=False, lp=float(node.attr("p", 2)))
