@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from polyonnx.errors import UnsupportedOpError
-
 from .harness import check, check_op, graph_from_model, make_model, node_kernel, rand
 
 WINDOWS = {
