@@ -4,3 +4,4 @@ from polyonnx.krnl.lower import conv, data, elementwise, gemm, norm, pool  # noq
 from polyonnx.krnl.lower import gather  # noqa: F401
 from polyonnx.krnl.lower import slice  # noqa: F401
 from polyonnx.krnl.lower import normalization  # noqa: F401
+from polyonnx.krnl.lower import convtranspose  # noqa: F401
