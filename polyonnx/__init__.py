@@ -15,14 +15,21 @@ from polyonnx.errors import (
     ShapeError,
     UnsupportedOpError,
 )
+from polyonnx.kernels import KernelInfo, get_kernel, list_kernels, op_kernel
 from polyonnx.options import Options
 from polyonnx.pipeline import Compiled, compile, emit
 from polyonnx.runtime.session import InferenceSession, NodeArg
+from polyonnx.schedule.measure import Measurement, build, measure, random_arrays, run
+from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.signature import kernel_flops, kernel_signature
+from polyonnx.schedule.trace import Trace, load_schedules
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CodegenError", "Compiled", "InferenceSession", "InputError", "ModelError", "NodeArg",
-    "Options", "PolyonnxError", "ScheduleError", "ShapeError", "UnsupportedOpError", "compile",
-    "emit", "__version__",
+    "CodegenError", "Compiled", "InferenceSession", "InputError", "KernelInfo", "Measurement",
+    "ModelError", "NodeArg", "Options", "PolyonnxError", "Schedule", "ScheduleError",
+    "ShapeError", "Trace", "UnsupportedOpError", "build", "compile", "emit", "get_kernel",
+    "kernel_flops", "kernel_signature", "list_kernels", "load_schedules", "measure",
+    "op_kernel", "random_arrays", "run", "__version__",
 ]

@@ -47,6 +47,7 @@ from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.default import ScheduledKernel, default_schedule
+from polyonnx.schedule.trace import TraceLike, replay_schedules
 
 STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
 
@@ -66,9 +67,14 @@ def lower(graph: Graph) -> Program:
     return build_program(graph, [g.nodes for g in fuse(graph)])
 
 
-def schedule(program: Program, options: Options) -> tuple[ScheduledKernel, ...]:
-    """The polyhedral model and schedule tree of every kernel."""
-    return tuple(default_schedule(k) for k in program.kernels)
+def schedule(program: Program, options: Options,
+             schedules: Mapping[str, TraceLike] | None = None) -> tuple[ScheduledKernel, ...]:
+    """The polyhedral model and schedule tree of every kernel. ``schedules`` maps kernel names
+    or signatures to traces that replace the default schedule (see
+    :func:`polyonnx.schedule.trace.replay_schedules`)."""
+    chosen = replay_schedules(program.kernels, schedules or {})
+    return tuple(chosen[i].scheduled() if i in chosen else default_schedule(k)
+                 for i, k in enumerate(program.kernels))
 
 
 def generate(scheduled: Sequence[ScheduledKernel]) -> tuple[tuple[Kernel, tuple[la.LNode, ...]],
@@ -108,11 +114,12 @@ class Compiled:
                            "weights_bytes": self.plan.weights_size})
 
 
-def compile_graph(graph: Graph, options: Options | None = None) -> Compiled:
+def compile_graph(graph: Graph, options: Options | None = None,
+                  schedules: Mapping[str, TraceLike] | None = None) -> Compiled:
     options = options or Options()
     program = lower(graph)
     plan = plan_memory(program)
-    scheduled = schedule(program, options)
+    scheduled = schedule(program, options, schedules)
     asts = generate(scheduled)
     digest = hashlib.sha1(graph.name.encode()).hexdigest()[:6]
     return Compiled(graph, program, plan, scheduled, asts, options,
@@ -120,8 +127,11 @@ def compile_graph(graph: Graph, options: Options | None = None) -> Compiled:
 
 
 def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Compiled:
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            schedules: Mapping[str, TraceLike] | None = None) -> Compiled:
     """Compile a model (path, bytes or ModelProto) through every stage up to the LLVM module.
+    ``schedules`` maps kernel names or signatures to schedule traces (JSON text, decoded JSON
+    or :class:`~polyonnx.schedule.trace.Trace`) used instead of the default schedules.
 
     Example:
         >>> c = compile("model.onnx")                  # doctest: +SKIP

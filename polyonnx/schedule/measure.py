@@ -1,0 +1,108 @@
+"""Build a scheduled kernel into a callable, time it, and check it against the default schedule.
+
+Example:
+    >>> m = measure(Schedule.from_kernel(k).tile(("oh", "ow"), (4, 8)))   # doctest: +SKIP
+    >>> print(f"{m.median_s * 1e3:.2f} ms  {m.gflops:.1f} GFLOP/s")      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import FLOAT_DTYPES, Kernel
+from polyonnx.options import Options
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.signature import kernel_flops
+
+Arrays = dict[str, np.ndarray]
+
+
+def build(schedule: Schedule, options: Options | None = None
+          ) -> Callable[[Mapping[str, np.ndarray]], None]:
+    """JIT-compile the kernel with the loops of ``schedule``; call it on named numpy arrays."""
+    from polyonnx.codegen import loopast
+    from polyonnx.codegen.kernel_call import kernel_callable
+
+    ast = loopast.from_isl(build_ast(schedule.isl_schedule))
+    return kernel_callable(schedule.kernel, ast, options)
+
+
+def random_arrays(kernel: Kernel, seed: int = 0) -> Arrays:
+    """Random inputs (uniform in [-1, 1) for floats, small integers otherwise) and zeroed
+    outputs and temporaries for every buffer of ``kernel``."""
+    rng = np.random.default_rng(seed)
+    out: Arrays = {}
+    for b in kernel.buffers:
+        if b.kind != "input":
+            out[b.name] = np.zeros(b.shape, b.dtype)
+        elif b.dtype in FLOAT_DTYPES:
+            out[b.name] = rng.uniform(-1, 1, b.shape).astype(b.dtype)
+        elif b.dtype == "bool":
+            out[b.name] = rng.integers(0, 2, b.shape).astype(bool)
+        else:
+            out[b.name] = rng.integers(0, 4, b.shape).astype(b.dtype)
+    return out
+
+
+def run(schedule: Schedule, arrays: Mapping[str, np.ndarray] | None = None,
+        options: Options | None = None) -> Arrays:
+    """Run the scheduled kernel once on copies of ``arrays`` (random ones by default);
+    return every buffer afterwards."""
+    work = {k: np.array(v, copy=True) for k, v in
+            (arrays or random_arrays(schedule.kernel)).items()}
+    build(schedule, options)(work)
+    return work
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Timing of one schedule."""
+
+    median_s: float
+    runs: int
+    flops: int
+    max_error: float
+    """Largest absolute difference from the default schedule's outputs (0 if not checked)."""
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.median_s / 1e9 if self.median_s > 0 else 0.0
+
+
+def measure(schedule: Schedule, *, options: Options | None = None, min_runs: int = 5,
+            min_time: float = 0.2, check: bool = True, rtol: float = 1e-4) -> Measurement:
+    """Median wall time of the scheduled kernel over at least ``min_runs`` runs and
+    ``min_time`` seconds; with ``check``, its outputs are compared to the default schedule's
+    and a mismatch raises :class:`CodegenError`."""
+    fn = build(schedule, options)
+    arrays = random_arrays(schedule.kernel)
+    error = 0.0
+    if check:
+        work = {k: v.copy() for k, v in arrays.items()}
+        fn(work)
+        expected = run(Schedule.from_kernel(schedule.kernel), arrays, options)
+        for b in schedule.kernel.buffers:
+            if b.kind != "output":
+                continue
+            got, want = work[b.name].astype(np.float64), expected[b.name].astype(np.float64)
+            diff = float(np.max(np.abs(got - want), initial=0.0))
+            error = max(error, diff)
+            if not np.allclose(got, want, rtol=rtol, atol=rtol * max(1.0, float(
+                    np.max(np.abs(want), initial=0.0)))):
+                raise CodegenError(f"kernel {schedule.kernel.name}: the scheduled kernel's "
+                                   f"output {b.name} differs from the default schedule's by up "
+                                   f"to {diff:g}")
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn(arrays)
+        times.append(time.perf_counter() - t0)
+    return Measurement(statistics.median(times), len(times), kernel_flops(schedule.kernel), error)

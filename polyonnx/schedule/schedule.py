@@ -1,0 +1,252 @@
+"""``Schedule``: a legality-checked, replayable schedule of one krnl kernel.
+
+A schedule is immutable: each verb returns a new :class:`Schedule` (so an exploration script can
+branch from any point) whose trace is the old trace plus the verb's directive. Loops are named
+after the kernel's iterators (``n, oc, oh, ow, ic, kh, kw``); verbs that create loops derive names
+from them (``oc_o``/``oc_i`` for a split, ``oc_0..oc_n`` for a multi-level tile).
+
+Every verb is validated (``check_<verb>``), applied to the tree (``apply_<verb>``) and the result
+is accepted only if isl proves it respects every RAW, WAR and WAW dependence of the kernel and
+no ``parallel`` or ``vector`` loop carries one; otherwise :class:`ScheduleError` names the verb,
+the statements, the buffer element and the distance of a violated dependence.
+
+Example:
+    >>> s = Schedule.from_kernel(kernel)                            # doctest: +SKIP
+    >>> s = s.tile(("oh", "ow"), (7, 8)).vectorize("ow_i").parallel("oc")  # doctest: +SKIP
+    >>> print(s)                                                    # doctest: +SKIP
+    >>> s.trace.to_json()                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import islpy as isl
+import numpy as np
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Kernel
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.default import ScheduledKernel
+from polyonnx.schedule.legality import check_not_carried, check_order
+from polyonnx.schedule.poly import Dependences, PolyKernel
+from polyonnx.schedule.signature import kernel_signature
+from polyonnx.schedule.trace import Trace
+from polyonnx.schedule.tree import (
+    Band,
+    Node,
+    band_map,
+    band_paths,
+    get,
+    initial_tree,
+    prefix_map,
+    render,
+    stmts,
+    to_isl,
+    walk,
+)
+from polyonnx.schedule.verbs import (
+    VERBS,
+    ComputeAt,
+    Directive,
+    Distribute,
+    Fuse,
+    Isolate,
+    Parallel,
+    Reorder,
+    ReverseComputeAt,
+    Skew,
+    Split,
+    Tile,
+    Unroll,
+    Vectorize,
+)
+
+VECTOR_BYTES = 32
+"""Bytes in one vector register of the target (AVX2's 256-bit ``ymm``): float32 width 8."""
+
+
+class _Model:
+    """What every schedule of one kernel shares: its polyhedral model and dependences."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.poly = PolyKernel.build(kernel)
+        self.signature = kernel_signature(kernel)
+
+    @functools.cached_property
+    def deps(self) -> Dependences:
+        return self.poly.dependences()
+
+
+class Schedule:
+    """A kernel plus a schedule tree and the trace of verbs that made it."""
+
+    def __init__(self, model: _Model, tree: Node, directives: tuple[Directive, ...]) -> None:
+        self._model = model
+        self.tree = tree
+        self.directives = directives
+
+    @staticmethod
+    def from_kernel(kernel: Kernel) -> Schedule:
+        """The kernel's own loop structure (what the compiler runs by default).
+
+        Example:
+            >>> print(Schedule.from_kernel(matmul_kernel))          # doctest: +SKIP
+            for i in [0, 4):
+              for j in [0, 5):
+                S0: C[i, j] = 0.0
+                for k in [0, 3):
+                  S1: C[i, j] = (C[i, j] + (A[i, k] * B[k, j]))
+        """
+        model = _Model(kernel)
+        return Schedule(model, initial_tree(model.poly), ())
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def kernel(self) -> Kernel:
+        return self._model.kernel
+
+    @property
+    def poly(self) -> PolyKernel:
+        return self._model.poly
+
+    @property
+    def dependences(self) -> Dependences:
+        return self._model.deps
+
+    @property
+    def signature(self) -> str:
+        return self._model.signature
+
+    @property
+    def loops(self) -> tuple[str, ...]:
+        """Loop names, outermost first (pre-order)."""
+        return tuple(band_paths(self.tree))
+
+    @property
+    def statements(self) -> tuple[str, ...]:
+        return stmts(self.tree)
+
+    @property
+    def trace(self) -> Trace:
+        return Trace(self.kernel.name, self.signature, self.directives)
+
+    @functools.cached_property
+    def isl_schedule(self) -> isl.Schedule:
+        """The isl schedule tree codegen follows."""
+        return to_isl(self.tree, self.poly)
+
+    def isl_text(self) -> str:
+        """The raw isl schedule tree."""
+        return str(self.isl_schedule)
+
+    def ast_text(self) -> str:
+        """The loops isl's AST generator makes of this schedule, as C."""
+        return build_ast(self.isl_schedule).to_C_str()
+
+    def scheduled(self) -> ScheduledKernel:
+        """The kernel, its model and this schedule's isl tree, as the pipeline takes them."""
+        return ScheduledKernel(self.kernel, self.poly, self.isl_schedule)
+
+    def __str__(self) -> str:
+        return render(self.tree, self.poly)
+
+    def __repr__(self) -> str:
+        return f"<Schedule of {self.kernel.name}: {len(self.directives)} verbs>"
+
+    # ------------------------------------------------------------------ applying verbs
+
+    def apply(self, d: Directive) -> Schedule:
+        """Check ``d``, apply it and return the new schedule if it is legal."""
+        entry = VERBS.get(getattr(d, "verb", ""))
+        if entry is None or not isinstance(d, entry[0]):
+            raise ScheduleError(f"not a schedule directive: {d!r}")
+        _, check, apply = entry
+        check(self.tree, self.poly, d)
+        new = Schedule(self._model, apply(self.tree, self.poly, d), self.directives + (d,))
+        new._verify(str(d))
+        return new
+
+    def _verify(self, verb: str) -> None:
+        """Refuse this schedule unless it is legal (see the module docstring)."""
+        check_order(verb, self.poly, self.dependences, self.isl_schedule)
+        for path, node in walk(self.tree):
+            if isinstance(node, Band) and node.mark:
+                check_not_carried(verb, node.name, self.poly, self.dependences,
+                                  prefix_map(self.tree, path, self.poly, inclusive=False),
+                                  band_map(node, self.poly))
+                if node.mark == "vector" and any(isinstance(n, Band)
+                                                 for _, n in walk(node.child)):
+                    raise ScheduleError(f"{verb}: the vector loop {node.name} would hold loops")
+
+    # ------------------------------------------------------------------ verbs
+
+    def split(self, loop: str, factor: int) -> Schedule:
+        """Split ``loop`` into ``{loop}_o`` and ``{loop}_i`` (inner trip count ``factor``)."""
+        return self.apply(Split(loop, factor))
+
+    def tile(self, loops: Sequence[str], *levels: Sequence[int]) -> Schedule:
+        """Tile adjacent nested ``loops``; one size per loop per level, outermost level first:
+        ``tile(("i", "j"), (32, 32))`` or two levels ``tile(("i", "j"), (64, 64), (8, 8))``."""
+        return self.apply(Tile(tuple(loops), tuple(tuple(lv) for lv in levels)))
+
+    def reorder(self, *loops: str) -> Schedule:
+        """Put the named loops of one perfect nest in this order (outermost first)."""
+        return self.apply(Reorder(tuple(loops)))
+
+    def interchange(self, a: str, b: str) -> Schedule:
+        """Swap two loops of one perfect nest."""
+        paths = band_paths(self.tree)
+        outer_first = len(paths.get(a, ())) <= len(paths.get(b, ()))
+        return self.reorder(b, a) if outer_first else self.reorder(a, b)
+
+    def fuse(self, first: str, second: str, depth: int = 1) -> Schedule:
+        """Fuse the adjacent sibling loop ``second`` into ``first`` (``depth`` levels)."""
+        return self.apply(Fuse(first, second, depth))
+
+    def distribute(self, loop: str) -> Schedule:
+        """Split ``loop`` (and the loops perfectly nested in it) over its body's parts."""
+        return self.apply(Distribute(loop))
+
+    def compute_at(self, block: str, loop: str) -> Schedule:
+        """Compute the producer ``block`` (loop or statement) inside consumer loop ``loop``."""
+        return self.apply(ComputeAt(block, loop))
+
+    def reverse_compute_at(self, block: str, loop: str) -> Schedule:
+        """Compute the consumer ``block`` inside producer loop ``loop``."""
+        return self.apply(ReverseComputeAt(block, loop))
+
+    def vectorize(self, loop: str, width: int | None = None) -> Schedule:
+        """Run innermost ``loop`` in vector lanes (width: the target's, for the statements'
+        element type)."""
+        return self.apply(Vectorize(loop, width or self.vector_width(loop)))
+
+    def parallel(self, loop: str) -> Schedule:
+        """Run the iterations of ``loop`` on several threads."""
+        return self.apply(Parallel(loop))
+
+    def unroll(self, loop: str, factor: int = 0) -> Schedule:
+        """Unroll ``loop`` fully (``factor`` 0) or by ``factor``."""
+        return self.apply(Unroll(loop, factor))
+
+    def skew(self, outer: str, inner: str, factor: int = 1) -> Schedule:
+        """``inner += factor * outer``."""
+        return self.apply(Skew(outer, inner, factor))
+
+    def isolate(self, loop: str) -> Schedule:
+        """Generate the full tiles of the loop inside ``loop`` separately."""
+        return self.apply(Isolate(loop))
+
+    def vector_width(self, loop: str) -> int:
+        """Lanes of one vector register for the widest element the loop's statements write."""
+        path = band_paths(self.tree).get(loop)
+        if path is None:
+            raise ScheduleError(f"vectorize: no loop named {loop!r}; loops are "
+                                f"{', '.join(self.loops)}")
+        widest = max(np.dtype(self.kernel.buffer(self.poly.stmts[s].stmt.write.buffer).dtype)
+                     .itemsize for s in stmts(get(self.tree, path)))
+        return max(VECTOR_BYTES // widest, 1)
+

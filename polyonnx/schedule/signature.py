@@ -1,0 +1,107 @@
+"""What identifies a kernel for schedules, and how much arithmetic it does.
+
+The signature hashes the kernel's loops, statements and buffer shapes with buffers renamed by
+position, so two identical convolutions in a model (or in two models) share it and a trace tuned
+on one replays on the other.
+
+Example:
+    >>> from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
+    >>> i = Aff.var("i")
+    >>> def double(x, y):
+    ...     s = Stmt("S0", Access(y, (i,)), Load(x, (i,), "float32") * 2.0)
+    ...     return Kernel("k", (Buffer(x, "float32", (4,), "input"),
+    ...                         Buffer(y, "float32", (4,), "output")), (Loop("i", 0, 4, (s,)),))
+    >>> kernel_signature(double("a", "b")) == kernel_signature(double("x", "y"))
+    True
+    >>> kernel_flops(double("a", "b"))
+    4
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import replace
+
+from polyonnx.krnl.ir import (
+    Access,
+    Aff,
+    Binary,
+    Cast,
+    Expr,
+    Kernel,
+    Load,
+    Node,
+    Select,
+    Stmt,
+    Unary,
+    walk,
+)
+
+
+def _rename(e: Expr, names: Mapping[str, str]) -> Expr:
+    if isinstance(e, Load):
+        return replace(e, buffer=names[e.buffer],
+                       index=tuple(_rename(i, names) if isinstance(i, Expr) else i
+                                   for i in e.index))
+    if isinstance(e, Unary | Cast):
+        return replace(e, x=_rename(e.x, names))
+    if isinstance(e, Binary):
+        return replace(e, a=_rename(e.a, names), b=_rename(e.b, names))
+    if isinstance(e, Select):
+        return replace(e, cond=_rename(e.cond, names), a=_rename(e.a, names),
+                       b=_rename(e.b, names))
+    return e
+
+
+def _rename_nodes(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:
+    out: list[Node] = []
+    for n in nodes:
+        if isinstance(n, Stmt):
+            out.append(replace(n, write=Access(names[n.write.buffer], n.write.index),
+                               body=_rename(n.body, names)))
+        else:
+            out.append(replace(n, body=_rename_nodes(n.body, names)))
+    return tuple(out)
+
+
+def canonical(kernel: Kernel) -> Kernel:
+    """``kernel`` named ``k`` with buffers named ``b0, b1, ...`` in argument order."""
+    names = {b.name: f"b{k}" for k, b in enumerate(kernel.buffers)}
+    return Kernel("k", tuple(replace(b, name=names[b.name]) for b in kernel.buffers),
+                  _rename_nodes(kernel.body, names))
+
+
+def kernel_signature(kernel: Kernel) -> str:
+    """A stable 16-hex-digit hash of the kernel's structure (not of its names)."""
+    return hashlib.sha256(str(canonical(kernel)).encode()).hexdigest()[:16]
+
+
+def _arith(e: Expr) -> int:
+    return sum(isinstance(x, Unary | Binary) and x.op not in ("neg",) for x in walk(e))
+
+
+def kernel_flops(kernel: Kernel) -> int:
+    """Arithmetic operations executed: per statement, its loops' trip counts times the unary and
+    binary operations of its body (a multiply-add counts 2). Guards (e.g. padding) are
+    ignored, as is usual for convolution FLOP counts; a loop whose bounds depend on outer loops
+    counts its largest trip count."""
+    total = 0
+    for loops, stmt in kernel.statements():
+        trips, ranges = 1, {}
+        for lp in loops:
+            lo, hi = _extreme(lp.lower, ranges)[0], _extreme(lp.upper, ranges)[1]
+            ranges[lp.iterator] = (lo, hi - 1)
+            trips *= max(0, hi - lo)
+        total += trips * _arith(stmt.body)
+    return total
+
+
+def _extreme(a: Aff, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    """The smallest and largest value of ``a`` over the box ``ranges`` of its iterators."""
+    lo = hi = a.const
+    for name, c in a.terms:
+        r0, r1 = ranges[name]
+        lo += min(c * r0, c * r1)
+        hi += max(c * r0, c * r1)
+    return lo, hi

@@ -1,0 +1,303 @@
+"""The schedule tree a :class:`~polyonnx.schedule.schedule.Schedule` edits, and its isl form.
+
+Every loop is a one-member band with a name (``oc``, ``oc_o``, ``oc_i`` ...) and an isl affine
+function of the statement instances below it; siblings sit in a :class:`Sequence`; each leaf is
+one statement. Verbs rewrite this small immutable tree; :func:`to_isl` builds the isl schedule
+tree from it (with ``mark`` nodes for ``parallel``/``vector``, the ``unroll`` AST loop type and
+``isolate`` AST build options), and that isl tree is what legality checks and codegen see.
+
+Example:
+    >>> from tests.kernels import matmul                                   # doctest: +SKIP
+    >>> from polyonnx.schedule.poly import PolyKernel                      # doctest: +SKIP
+    >>> poly = PolyKernel.build(matmul(4, 5, 3))                           # doctest: +SKIP
+    >>> print(render(initial_tree(poly), poly))                            # doctest: +SKIP
+    for i in [0, 4):
+      for j in [0, 5):
+        S0: C[i, j] = 0.0
+        for k in [0, 3):
+          S1: C[i, j] = (C[i, j] + (A[i, k] * B[k, j]))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import islpy as isl
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Loop, Stmt
+from polyonnx.schedule.poly import PolyKernel
+
+MARKS = ("parallel", "vector")
+
+
+@dataclass(frozen=True, eq=False)
+class Band:
+    """One loop: ``for name`` over the values of ``sched`` (a function of statement instances)."""
+
+    name: str
+    sched: isl.UnionPwAff
+    child: Node
+    mark: str = ""
+    """``""``, ``"parallel"`` or ``"vector"``: an isl mark node directly above this band."""
+    unroll: bool = False
+    isolate: bool = False
+    """Separate the iterations whose child loop runs its full trip count (full tiles)."""
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Children run one after the other."""
+
+    children: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One statement."""
+
+    stmt: str
+
+
+Node = Band | Sequence | Leaf
+Path = tuple[int, ...]
+"""Child indices from the root (a band's only child is index 0)."""
+
+
+# --------------------------------------------------------------------------- navigation
+
+
+def stmts(node: Node) -> tuple[str, ...]:
+    """The statements below ``node``, in tree order."""
+    if isinstance(node, Leaf):
+        return (node.stmt,)
+    if isinstance(node, Band):
+        return stmts(node.child)
+    return tuple(s for c in node.children for s in stmts(c))
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Band):
+        return (node.child,)
+    if isinstance(node, Sequence):
+        return node.children
+    return ()
+
+
+def walk(node: Node, path: Path = ()) -> Iterator[tuple[Path, Node]]:
+    """Every node with its path, pre-order."""
+    yield path, node
+    for i, c in enumerate(children(node)):
+        yield from walk(c, path + (i,))
+
+
+def band_paths(tree: Node) -> dict[str, Path]:
+    """Loop name -> path of its band."""
+    return {n.name: p for p, n in walk(tree) if isinstance(n, Band)}
+
+
+def get(tree: Node, path: Path) -> Node:
+    for i in path:
+        tree = children(tree)[i]
+    return tree
+
+
+def put(tree: Node, path: Path, new: Node) -> Node:
+    """``tree`` with the node at ``path`` replaced by ``new``."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(tree, Band):
+        return replace(tree, child=put(tree.child, rest, new))
+    if isinstance(tree, Sequence):
+        kids = list(tree.children)
+        kids[head] = put(kids[head], rest, new)
+        return sequence(kids)
+    raise ValueError("a leaf has no children")
+
+
+def sequence(nodes: list[Node] | tuple[Node, ...]) -> Node:
+    """A sequence of ``nodes`` with nested sequences flattened (one node stays itself)."""
+    flat: list[Node] = []
+    for n in nodes:
+        flat.extend(n.children if isinstance(n, Sequence) else (n,))
+    return flat[0] if len(flat) == 1 else Sequence(tuple(flat))
+
+
+def find(tree: Node, loop: str, verb: str) -> Path:
+    """The path of loop ``loop``; a ScheduleError naming the known loops if there is none."""
+    paths = band_paths(tree)
+    if loop not in paths:
+        raise ScheduleError(f"{verb}: no loop named {loop!r}; loops are "
+                            f"{', '.join(paths) or '(none)'}")
+    return paths[loop]
+
+
+def fresh(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_1``, ``name_2`` ... if taken; the result is added to ``taken``."""
+    out, k = name, 1
+    while out in taken:
+        out, k = f"{name}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
+# --------------------------------------------------------------------------- isl helpers
+
+
+def universe(poly: PolyKernel, names: tuple[str, ...] | list[str]) -> isl.UnionSet:
+    """All instances of the named statements' spaces (no bounds)."""
+    out = isl.UnionSet.empty(poly.domain.get_space())
+    for name in names:
+        its = ", ".join(poly.stmts[name].iterators)
+        out = out.union(isl.UnionSet(f"{{ {name}[{its}] }}"))
+    return out
+
+
+def instances(poly: PolyKernel, names: tuple[str, ...] | list[str]) -> isl.UnionSet:
+    """The iteration domains of the named statements."""
+    return poly.domain.intersect(universe(poly, names))
+
+
+def band_map(band: Band, poly: PolyKernel) -> isl.UnionMap:
+    """``band.sched`` as a relation on the instances of its statements."""
+    return isl.UnionMap.from_union_pw_aff(band.sched).intersect_domain(
+        instances(poly, stmts(band)))
+
+
+def value_range(band: Band, poly: PolyKernel) -> tuple[int, int]:
+    """The smallest and largest value the loop takes."""
+    values = band_map(band, poly).range()
+    lo = isl.Set.from_union_set(values.lexmin()).sample_point()
+    hi = isl.Set.from_union_set(values.lexmax()).sample_point()
+    return (int(lo.get_coordinate_val(isl.dim_type.set, 0).to_python()),
+            int(hi.get_coordinate_val(isl.dim_type.set, 0).to_python()))
+
+
+def prefix_map(tree: Node, path: Path, poly: PolyKernel, inclusive: bool = True) -> isl.UnionMap:
+    """Instances below ``path`` -> the values of the loops on the way there (outermost first),
+    the node at ``path`` included when it is a band and ``inclusive``."""
+    below = instances(poly, stmts(get(tree, path)))
+    out = isl.UnionMap.from_domain(below)
+    node = tree
+    for depth in range(len(path) + inclusive):
+        if isinstance(node, Band):
+            out = out.flat_range_product(isl.UnionMap.from_union_pw_aff(node.sched)
+                                         .intersect_domain(below))
+        if depth < len(path):
+            node = children(node)[path[depth]]
+    return out
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def initial_tree(poly: PolyKernel) -> Node:
+    """The kernel's own loop structure; loops named after their krnl iterators (a repeated
+    iterator name gets a suffix: the second ``n`` is ``n_1``)."""
+    taken: set[str] = set()
+
+    def build(nodes: tuple[Loop | Stmt, ...]) -> Node:
+        out: list[Node] = []
+        for n in nodes:
+            if isinstance(n, Stmt):
+                out.append(Leaf(n.name))
+                continue
+            name = fresh(n.iterator, taken)
+            child = build(n.body)
+            pieces = "; ".join(f"{s}[{', '.join(poly.stmts[s].iterators)}] -> [({n.iterator})]"
+                               for s in stmts(child))
+            out.append(Band(name, isl.UnionPwAff(f"{{ {pieces} }}"), child))
+        return sequence(out)
+
+    return build(poly.kernel.body)
+
+
+def to_isl(tree: Node, poly: PolyKernel) -> isl.Schedule:
+    """The isl schedule tree of ``tree`` over the kernel's iteration domain."""
+    root = isl.Schedule.from_domain(poly.domain).get_root().child(0)
+    return _build(root, tree, poly).get_schedule()
+
+
+def _build(at: isl.ScheduleNode, node: Node, poly: PolyKernel) -> isl.ScheduleNode:
+    """Insert ``node`` at the leaf ``at``; return the isl node where ``node`` starts."""
+    if isinstance(node, Leaf):
+        return at
+    if isinstance(node, Sequence):
+        filters = isl.UnionSetList.alloc(poly.domain.get_ctx(), len(node.children))
+        for c in node.children:
+            filters = filters.add(instances(poly, stmts(c)))
+        at = at.insert_sequence(filters)
+        for i, c in enumerate(node.children):
+            at = _build(at.child(i).child(0), c, poly).parent().parent()
+        return at
+    at = at.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(
+        node.sched.intersect_domain(instances(poly, stmts(node)))))
+    if node.unroll:
+        at = at.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
+    if node.isolate:
+        at = at.band_set_ast_build_options(_full_tiles(at, node, poly))
+    at = _build(at.child(0), node.child, poly).parent()
+    if node.mark:
+        at = at.insert_mark(isl.Id(node.mark))
+    return at
+
+
+def _full_tiles(at: isl.ScheduleNode, band: Band, poly: PolyKernel) -> isl.UnionSet:
+    """The isl ``isolate`` option of ``band``: its iterations (after the outer loops) in which
+    its child loop takes every value in its range."""
+    inner = band.child
+    if not isinstance(inner, Band):
+        raise ScheduleError(f"isolate({band.name}): its body is not a loop")
+    domain = at.get_domain()
+    outer = at.get_prefix_schedule_union_map().range_product(
+        isl.UnionMap.from_union_pw_aff(band.sched)).intersect_domain(domain)
+    tiles = isl.Set.from_union_set(domain.apply(outer))
+    points = isl.Set.from_union_set(domain.apply(outer.range_product(
+        isl.UnionMap.from_union_pw_aff(inner.sched)))).unwrap()
+    lo, hi = value_range(inner, poly)
+    box = isl.Map.from_domain_and_range(tiles, isl.Set(f"{{ [c] : {lo} <= c <= {hi} }}"))
+    full = tiles.subtract(box.subtract(points).domain())
+    return isl.UnionSet.from_set(full.set_tuple_name("isolate"))
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def expression(band: Band) -> str:
+    """The loop's value as a function of its statement's iterators, e.g. ``floor(j/8)``."""
+    pieces = band.sched.get_pw_aff_list()
+    text = str(pieces.get_at(0))
+    m = re.search(r"->\s*\[\((.*)\)\]", text)
+    expr = m.group(1) if m else text
+    prev = None
+    while prev != expr:
+        prev, expr = expr, re.sub(r"\((\w+)\)", r"\1", expr)
+    return expr
+
+
+def render(tree: Node, poly: PolyKernel) -> str:
+    """A readable loop nest: each loop with its range, its value in terms of the statement
+    iterators (when that is not the loop name) and its annotations."""
+    lines: list[str] = []
+
+    def emit(node: Node, depth: int) -> None:
+        pad = "  " * depth
+        if isinstance(node, Leaf):
+            lines.append(pad + str(poly.stmts[node.stmt].stmt))
+        elif isinstance(node, Sequence):
+            for c in node.children:
+                emit(c, depth)
+        else:
+            lo, hi = value_range(node, poly)
+            notes = [f"= {expression(node)}"] if expression(node) != node.name else []
+            notes += [t for t, on in ((node.mark, bool(node.mark)), ("unroll", node.unroll),
+                                      ("isolate full tiles", node.isolate)) if on]
+            tail = f"  # {', '.join(notes)}" if notes else ""
+            lines.append(f"{pad}for {node.name} in [{lo}, {hi + 1}):{tail}")
+            emit(node.child, depth + 1)
+
+    emit(tree, 0)
+    return "\n".join(lines)
