@@ -1,0 +1,227 @@
+"""The ONNX backend API (``onnx.backend.base.Backend``) over :class:`polyonnx.InferenceSession`.
+
+``prepare`` compiles a model through the normal pipeline (the same code path users get); the
+returned :class:`BackendRep` runs it. Inputs given as a sequence map, in order, to the model's
+inputs that are not initializers; a mapping is taken by name.
+
+Compiled sessions are cached in-process by the hash of the model's bytes, so preparing the same
+model twice compiles it once.
+
+polyonnx compiles for static shapes. A graph input that feeds a shape-determining operand (the
+``axes`` of a reduction, Reshape's ``shape``, Slice's ``starts``...) therefore makes the model's
+shapes depend on input *values*; such inputs are bound at run time: the model is compiled once
+per distinct value of them, with the value as an initializer (exactly what a user would do by
+hand), and the other inputs are fed as usual.
+
+Example:
+    >>> import numpy as np, onnx.helper as oh, onnx
+    >>> m = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g",
+    ...     [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+    ...     [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])]))
+    >>> run_model(m, [np.array([-1.0, 2.0], np.float32)])[0]
+    array([0., 2.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
+
+from polyonnx.errors import InputError
+from polyonnx.options import Options
+from polyonnx.runtime.session import InferenceSession
+
+#: How many prepared sessions the in-process cache keeps (least recently used evicted first).
+CACHE_SIZE = 64
+
+_cache: OrderedDict[tuple[str, Options], InferenceSession] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+#: Operand positions whose values determine output shapes (or must be known to lower the op).
+#: A graph input used at one of them is bound per run (see the module docstring).
+VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
+    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                           "ReduceSumSquare", "CumSum", "CumProd", "Expand", "Reshape", "Split",
+                           "Squeeze", "Unsqueeze", "Tile", "TopK", "Trilu", "CenterCropPad",
+                           "Upsample")},
+    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Range": (0, 1, 2), "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3), "OneHot": (1,), "Col2Im": (1, 2), "DFT": (1, 2),
+}
+
+
+def value_inputs(model: onnx.ModelProto) -> list[str]:
+    """The graph inputs (not initializers) used as shape-determining operands, in input order."""
+    inits = {t.name for t in model.graph.initializer}
+    used = {name for n in model.graph.node if n.domain in ("", "ai.onnx")
+            for k, name in enumerate(n.input) if k in VALUE_OPERANDS.get(n.op_type, ())}
+    return [i.name for i in model.graph.input if i.name in used and i.name not in inits]
+
+
+def _bind(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """``model`` with the inputs in ``values`` turned into initializers."""
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model)
+    keep = [i for i in bound.graph.input if i.name not in values]
+    del bound.graph.input[:]
+    bound.graph.input.extend(keep)
+    bound.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(v), name)
+                                   for name, v in values.items())
+    return bound
+
+
+class PolyonnxRep(BackendRep):
+    """A prepared (compiled) model; :meth:`run` executes it."""
+
+    def __init__(self, session: InferenceSession | None, model: onnx.ModelProto | None = None,
+                 options: Options | None = None) -> None:
+        self.session = session
+        self._model, self._options = model, options
+        if session is not None:
+            self._inputs = [a.name for a in session.get_inputs()]
+            self._bound: list[str] = []
+        else:
+            assert model is not None
+            inits = {t.name for t in model.graph.initializer}
+            self._inputs = [i.name for i in model.graph.input if i.name not in inits]
+            self._bound = value_inputs(model)
+        self._by_value: dict[bytes, InferenceSession] = {}
+
+    def _session_for(self, feed: Mapping[str, Any]) -> tuple[InferenceSession, dict[str, Any]]:
+        if self.session is not None:
+            return self.session, dict(feed)
+        missing = [n for n in self._bound if n not in feed]
+        if missing:
+            raise InputError(f"missing input(s) {missing}")
+        bound = {n: np.asarray(feed[n]) for n in self._bound}
+        key = b"|".join(f"{n}:{v.dtype}:{v.shape}:".encode() + v.tobytes()
+                        for n, v in bound.items())
+        session = self._by_value.get(key)
+        if session is None:
+            assert self._model is not None
+            session = _session(_bind(self._model, bound), self._options)
+            self._by_value[key] = session
+        return session, {n: v for n, v in feed.items() if n not in bound}
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """Run on ``inputs``: one array, a sequence (in input order) or a name -> array mapping.
+
+        Returns the outputs, in order, as a named tuple (``namedtupledict``).
+        """
+        names = self._inputs
+        if isinstance(inputs, Mapping):
+            feed = dict(inputs)
+        else:
+            if isinstance(inputs, np.ndarray) or np.isscalar(inputs):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(names):
+                raise InputError(f"{len(inputs)} inputs given but the model takes "
+                                 f"{len(names)}: {names}")
+            feed = {n: np.asarray(v) if not isinstance(v, np.ndarray) else v
+                    for n, v in zip(names, inputs, strict=False)}
+        session, feed = self._session_for(feed)
+        outputs = session.run(None, feed)
+        out_names = [o.name for o in session.get_outputs()]
+        return namedtupledict("Outputs", out_names)(*outputs)
+
+
+def _session(model: onnx.ModelProto | bytes, options: Options) -> InferenceSession:
+    """A compiled session for ``model``, from the in-process cache when possible."""
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else bytes(model)
+    key = (hashlib.sha256(data).hexdigest(), options)
+    with _cache_lock:
+        session = _cache.get(key)
+        if session is not None:
+            _cache.move_to_end(key)
+            return session
+    session = InferenceSession(data, options=options)
+    with _cache_lock:
+        _cache[key] = session
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return session
+
+
+class PolyonnxBackend(Backend):
+    """polyonnx as an ONNX backend: CPU only."""
+
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        return cls.supports_device(device)
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto | bytes | str, device: str = "CPU",
+                **kwargs: Any) -> PolyonnxRep:
+        """Compile ``model``; ``kwargs`` may carry ``options`` (:class:`polyonnx.Options`) and
+        ``num_threads``. Raises :class:`~polyonnx.errors.UnsupportedOpError` for what cannot be
+        compiled."""
+        if not cls.supports_device(device):
+            raise ValueError(f"polyonnx runs on CPU only, not {device!r}")
+        options = kwargs.get("options") or Options()
+        if kwargs.get("num_threads") is not None:
+            from dataclasses import replace
+
+            options = replace(options, num_threads=kwargs["num_threads"])
+        if isinstance(model, bytes | bytearray):
+            proto = onnx.ModelProto()
+            proto.ParseFromString(bytes(model))
+            model = proto
+        elif not isinstance(model, onnx.ModelProto):
+            return PolyonnxRep(InferenceSession(model, options=options))
+        if value_inputs(model):
+            # Compiled on first run, once per value of the shape-determining inputs.
+            return PolyonnxRep(None, model, options)
+        return PolyonnxRep(_session(model, options))
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
+                  **kwargs: Any) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+                 outputs_info: Sequence[tuple[Any, Any]] | None = None,
+                 **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """Run a single node on ``inputs`` (a sequence in the node's input order, or a mapping).
+
+        The node is wrapped in a one-node model typed from the inputs; ``opset_version`` in
+        ``kwargs`` picks the default-domain opset (the newest by default).
+        """
+        names = [n for n in node.input]
+        if isinstance(inputs, Mapping):
+            arrays = {n: np.asarray(inputs[n]) for n in names if n}
+        else:
+            arrays = {n: np.asarray(v) for n, v in zip([n for n in names if n], inputs,
+                                                       strict=False)}
+        graph_inputs = [helper.make_tensor_value_info(
+            n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in arrays.items()]
+        graph_outputs = [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o]
+        opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
+        graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "",
+                                                                            opset)])
+        inferred = onnx.shape_inference.infer_shapes(model)
+        types = {vi.name: vi for vi in (*inferred.graph.value_info, *inferred.graph.output)}
+        del model.graph.output[:]
+        model.graph.output.extend(types[o] for o in node.output if o)
+        return cls.prepare(model, device, **kwargs).run([arrays[n] for n in arrays])
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return Device(device).type == DeviceType.CPU
+
+
+prepare = PolyonnxBackend.prepare
+run_model = PolyonnxBackend.run_model
+run_node = PolyonnxBackend.run_node
+supports_device = PolyonnxBackend.supports_device
