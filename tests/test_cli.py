@@ -1,0 +1,105 @@
+"""The ``polyonnx`` command: subcommands, stage printing, libraries and one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from polyonnx import __version__
+from polyonnx.cli import main
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    """y = Relu(x @ w), x: [2, 3]."""
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) - 5, "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["t"], name="mm"),
+         helper.make_node("Relu", ["t"], ["y"], name="relu")], "cli_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializer=[w])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g), path)
+    return path
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"polyonnx {__version__}"
+
+
+@pytest.mark.parametrize("stage,needle", [("onnx", "MatMul"), ("graph", "relu"),
+                                          ("krnl", "kernel k0_"), ("isl", "domain:"),
+                                          ("ast", "for (int"), ("llvm", "define"),
+                                          ("asm", "ret")])
+def test_emit_prints_each_text_stage(model_path, capsys, stage, needle):
+    assert main(["compile", str(model_path), "--emit", stage]) == 0
+    assert needle in capsys.readouterr().out
+
+
+def test_emit_obj_writes_an_object_file(model_path, tmp_path):
+    out = tmp_path / "m.o"
+    assert main(["compile", str(model_path), "--emit", "obj", "-o", str(out), "-O1"]) == 0
+    assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_library_then_run_it(model_path, tmp_path, capsys):
+    lib = tmp_path / "m.so"
+    assert main(["compile", str(model_path), "-o", str(lib)]) == 0
+    assert lib.exists() and lib.with_suffix(".h").exists()
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 3), np.float32))
+    assert main(["run", str(lib), "--input", f"x={x}", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "y  float32[2, 4]" in out and "max 6  mean 2.25" in out
+
+
+def test_run_compare_with_onnxruntime(model_path, capsys):
+    assert main(["run", str(model_path), "--compare", "--repeat", "3", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels" in out and "median" in out and "vs onnxruntime" in out
+
+
+def test_kernels_lists_nodes_buffers_and_flops(model_path, capsys):
+    assert main(["kernels", str(model_path)]) == 0
+    out = capsys.readouterr().out
+    assert "mm (MatMul)" in out and "in x: float32[2, 3]" in out and "GFLOP in total" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compile", "nope.onnx", "--emit", "graph"], "nope.onnx"),
+    (["compile", "{model}", "--emit", "lib"], "--emit lib writes a file"),
+    (["run", "{model}", "--input", "x=missing.npy"], "missing.npy"),
+    (["run", "{model}", "--input", "z={model}"], "unknown input name"),
+])
+def test_errors_are_one_line_with_exit_status_2(model_path, capsys, argv, message):
+    argv = [a.format(model=model_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("polyonnx: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_verbose_shows_the_traceback(capsys):
+    assert main(["--verbose", "compile", "nope.onnx", "--emit", "graph"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_bad_input_shape_is_a_usage_error(model_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["compile", str(model_path), "--input-shape", "x=2xfoo"])
+    assert e.value.code == 2
+    assert "NAME=D1xD2" in capsys.readouterr().err
+
+
+def test_python_dash_m_polyonnx():
+    proc = subprocess.run([sys.executable, "-m", "polyonnx", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "compile" in proc.stdout and "kernels" in proc.stdout
