@@ -1,0 +1,134 @@
+"""Whole-model latency: polyonnx against onnxruntime measured in the same run.
+
+For each model (random weights, from ``tests/models/builders.py``) and thread count, prints
+polyonnx's cold compile time, the median latency of polyonnx and of onnxruntime (CPU provider,
+``intra_op_num_threads``) and the ratio polyonnx / onnxruntime (> 1: polyonnx is slower).
+
+Usage::
+
+    python benchmarks/models.py                         # mnist and resnet50, 1 and 2 threads
+    python benchmarks/models.py --models mnist --repeat 100
+    python benchmarks/models.py --threads 1 --budget 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import polyonnx
+
+
+def _builders() -> ModuleType:
+    """tests/models/builders.py, imported by path (tests are not an installed package)."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "models" / "builders.py"
+    spec = importlib.util.spec_from_file_location("polyonnx_test_builders", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_B = _builders()
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "mnist": _B.mnist_model,
+    "resnet50": lambda: _B.light_model("resnet50"),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    model: str
+    threads: int
+    compile_s: float
+    polyonnx_s: float
+    polyonnx_runs: int
+    ort_s: float
+    ort_runs: int
+    max_rel_err: float
+
+
+def median_latency(run: Callable[[], object], repeat: int, budget_s: float) -> tuple[float, int]:
+    """Median wall time of ``run()`` after one warm-up call: ``repeat`` runs, fewer (at least
+    3) when they would not fit in ``budget_s`` seconds."""
+    t = time.perf_counter()
+    run()
+    first = time.perf_counter() - t
+    n = max(3, min(repeat, int(budget_s / max(first, 1e-9))))
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), n
+
+
+def measure(name: str, threads: int, repeat: int, budget_s: float) -> Row:
+    """Compile ``name`` cold with polyonnx, then time polyonnx and onnxruntime on one input."""
+    model = MODELS[name]()
+    t = time.perf_counter()
+    sess = polyonnx.InferenceSession(model, num_threads=threads)
+    compile_s = time.perf_counter() - t
+    feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
+             for i in sess.get_inputs()}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    got, want = sess.run(None, feeds), ref.run(None, feeds)
+    err = max(float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
+              for a, b in zip(got, want, strict=True))
+    poly_s, poly_n = median_latency(lambda: sess.run(None, feeds), repeat, budget_s)
+    ort_s, ort_n = median_latency(lambda: ref.run(None, feeds), repeat, budget_s)
+    return Row(name, threads, compile_s, poly_s, poly_n, ort_s, ort_n, err)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f}"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| model | threads | compile (s) | polyonnx (ms) | onnxruntime (ms) | "
+             "polyonnx / ort | max rel err |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r.model} | {r.threads} | {r.compile_s:.2f} | {_ms(r.polyonnx_s)} "
+                     f"(n={r.polyonnx_runs}) | {_ms(r.ort_s)} (n={r.ort_runs}) | "
+                     f"{r.polyonnx_s / r.ort_s:.2f} | {r.max_rel_err:.1e} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--repeat", type=int, default=20,
+                   help="timed runs per measurement (default 20; at least 3)")
+    p.add_argument("--budget", type=float, default=20.0,
+                   help="seconds of timed runs per measurement before --repeat is cut")
+    args = p.parse_args(argv)
+    print(f"polyonnx {polyonnx.__version__}, onnxruntime {ort.__version__}", flush=True)
+    rows = []
+    for name in args.models:
+        for threads in args.threads:
+            rows.append(measure(name, threads, args.repeat, args.budget))
+            print(f"  done: {name}, {threads} thread(s)", file=sys.stderr, flush=True)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
