@@ -23,17 +23,20 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import build_module
+from polyonnx.codegen.target import vector_bits
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import import_model
 from polyonnx.frontend.load import ModelSource, load_model
@@ -46,8 +49,12 @@ from polyonnx.krnl.memory import MemoryPlan, plan_memory
 from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import ScheduledKernel, default_schedule
+from polyonnx.schedule.budget import schedule_kernel
+from polyonnx.schedule.default import ScheduledKernel, Tiling, default_schedule
 from polyonnx.schedule.trace import TraceLike, replay_schedules
+
+if TYPE_CHECKING:
+    import islpy as isl
 
 STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
 
@@ -68,19 +75,25 @@ def lower(graph: Graph) -> Program:
 
 
 def schedule(program: Program, options: Options,
-             schedules: Mapping[str, TraceLike] | None = None) -> tuple[ScheduledKernel, ...]:
-    """The polyhedral model and schedule tree of every kernel. ``schedules`` maps kernel names
-    or signatures to traces that replace the default schedule (see
-    :func:`polyonnx.schedule.trace.replay_schedules`)."""
-    chosen = replay_schedules(program.kernels, schedules or {})
-    return tuple(chosen[i].scheduled() if i in chosen else default_schedule(k)
+             schedules: Mapping[str, TraceLike] | None = None
+             ) -> tuple[tuple[ScheduledKernel, isl.AstNode], ...]:
+    """The polyhedral model, schedule tree and isl AST of every kernel, within the isl budget
+    (a kernel over it falls back to its own loop order: see :mod:`polyonnx.schedule.budget`).
+    ``schedules`` maps kernel names or signatures to traces that replace the default strategy
+    (see :func:`polyonnx.schedule.trace.replay_schedules`)."""
+    tiling = Tiling.for_vector_bits(vector_bits(options))
+    strategy = functools.partial(default_schedule, tiling=tiling)
+    chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
+                                                             schedules or {}).items()}
+    return tuple((chosen[i], build_ast(chosen[i].schedule)) if i in chosen
+                 else schedule_kernel(k, strategy, options)
                  for i, k in enumerate(program.kernels))
 
 
-def generate(scheduled: Sequence[ScheduledKernel]) -> tuple[tuple[Kernel, tuple[la.LNode, ...]],
-                                                            ...]:
-    """isl's AST of each schedule, read into codegen's loop AST."""
-    return tuple((s.kernel, la.from_isl(build_ast(s.schedule))) for s in scheduled)
+def generate(scheduled: Sequence[tuple[ScheduledKernel, isl.AstNode]]
+             ) -> tuple[tuple[Kernel, tuple[la.LNode, ...]], ...]:
+    """isl's AST of each kernel, read into codegen's loop AST."""
+    return tuple((s.kernel, la.from_isl(ast)) for s, ast in scheduled)
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,7 @@ class Compiled:
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
                             checked=self.options.checked, aot=aot, metadata=self.metadata(),
-                            triple=triple)
+                            triple=triple, vector_bits=vector_bits(self.options))
 
     def metadata(self) -> str:
         """JSON description of the entry point (inputs, outputs, sizes)."""
@@ -122,7 +135,7 @@ def compile_graph(graph: Graph, options: Options | None = None,
     scheduled = schedule(program, options, schedules)
     asts = generate(scheduled)
     digest = hashlib.sha1(graph.name.encode()).hexdigest()[:6]
-    return Compiled(graph, program, plan, scheduled, asts, options,
+    return Compiled(graph, program, plan, tuple(s for s, _ in scheduled), asts, options,
                     f"polyonnx_{digest}_{next(_module_ids)}")
 
 

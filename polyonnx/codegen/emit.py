@@ -32,6 +32,7 @@ from polyonnx.krnl.ir import (
     Select,
     Stmt,
     Unary,
+    loads,
 )
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -82,10 +83,13 @@ class KernelEmitter:
     stmts: Mapping[str, tuple[tuple[str, ...], Stmt]]
     """statement name -> (its iterators, the statement)"""
     checked: bool = False
+    vector_bits: int = 256
     fn: ir.Function = field(init=False)
     builder: ir.IRBuilder = field(init=False)
     buffers: dict[str, tuple[Buffer, ir.Value]] = field(init=False, default_factory=dict)
     fail_block: ir.Block = field(init=False)
+    _lanes: tuple[int, dict[str, int]] | None = field(init=False, default=None)
+    """Inside a vector loop: (width, element step of each statement iterator per lane)."""
 
     def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
         fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
@@ -111,6 +115,9 @@ class KernelEmitter:
                 self._for(node, env)
             elif isinstance(node, la.If):
                 self._if(node, env)
+            elif isinstance(node, la.Mark) and node.name == "vector" and len(node.body) == 1 \
+                    and isinstance(node.body[0], la.For) and self._lanes is None:
+                self._vector_for(node.body[0], env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
             else:
@@ -186,6 +193,96 @@ class KernelEmitter:
             return b.select(a[0], a[1], a[2])
         raise CodegenError(f"unknown loop-AST op {op!r}")
 
+    # ------------------------------------------------------------------ vector loops
+
+    def _vector_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
+        """A loop under a ``vector`` mark: ``width`` lanes per step, scalar remainder.
+
+        The schedule verb proved the loop carries no dependence; codegen only checks that every
+        statement can be written with vector loads and stores, and falls back to the scalar loop
+        otherwise (which is always correct).
+        """
+        calls = node.body
+        if (node.inc != 1 or not calls or not all(isinstance(c, la.Call) for c in calls)
+                or not all(self._lane_steps(c, node.iterator) is not None for c in calls)):
+            self._for(node, env)
+            return
+        width = self._width(calls)
+        b = self.builder
+        init = self._iexpr(node.init, env)
+        trip = _static_trip(node)
+        if trip is not None:
+            # Full vectors straight-line (the tile's trip count is known), then the remainder.
+            for k in range(trip // width):
+                base = b.add(init, ir.Constant(I64, k * width), flags=["nsw"])
+                self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
+            if trip % width:
+                rest = la.IOp("add", (node.init, la.IConst(trip // width * width)))
+                self._for(la.For(node.iterator, rest, node.cond, 1, node.body), env)
+            return
+        # Unknown trip count: strip-mine while the last lane is still in range.
+        pre = b.block
+        header = self.fn.append_basic_block(f"{node.iterator}.vheader")
+        body = self.fn.append_basic_block(f"{node.iterator}.vbody")
+        done = self.fn.append_basic_block(f"{node.iterator}.vexit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, name=f"{node.iterator}.v")
+        iv.add_incoming(init, pre)
+        last = b.add(iv, ir.Constant(I64, width - 1), flags=["nsw"])
+        b.cbranch(self._iexpr(node.cond, {**env, node.iterator: last}), body, done)
+        b.position_at_end(body)
+        self._vector_calls(calls, {**env, node.iterator: iv}, node.iterator, width)
+        iv.add_incoming(b.add(iv, ir.Constant(I64, width), flags=["nsw"]), b.block)
+        b.branch(header)
+        b.position_at_end(done)
+        rest_var = f"{node.iterator}_rest"
+        self._for(la.For(node.iterator, la.IVar(rest_var), node.cond, 1, node.body),
+                  {**env, rest_var: iv})
+
+    def _width(self, calls: tuple[la.LNode, ...]) -> int:
+        widest = 1
+        for c in calls:
+            stmt = self.stmts[c.stmt][1]
+            for e in (stmt.body, *loads(stmt.body)):
+                widest = max(widest, np.dtype(e.dtype).itemsize)
+            widest = max(widest, np.dtype(self.buffers[stmt.write.buffer][0].dtype).itemsize)
+        return max(self.vector_bits // (8 * widest), 1)
+
+    def _lane_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
+        """How much each statement iterator moves per lane, or None if not vectorizable."""
+        iterators, stmt = self.stmts[call.stmt]
+        steps = {}
+        for it, arg in zip(iterators, call.args, strict=True):
+            lin = _linear(arg)
+            if lin is None:
+                return None
+            steps[it] = lin.get(var, 0)
+        if any(isinstance(i, Expr) for ld in loads(stmt.body) for i in ld.index):
+            return None  # gathers stay scalar
+        if self._element_step(stmt.write.buffer, stmt.write.index, steps) != 1:
+            return None  # the write must be one contiguous vector (no reduction across lanes)
+        return steps
+
+    def _element_step(self, buffer: str, index: tuple[Aff | Expr, ...],
+                      steps: Mapping[str, int]) -> int:
+        shape = self.buffers[buffer][0].shape
+        step, stride = 0, 1
+        for ix, extent in reversed(list(zip(index, shape, strict=True))):
+            step += sum(c * steps.get(n, 0) for n, c in ix.terms) * stride
+            stride *= extent
+        return step
+
+    def _vector_calls(self, calls: tuple[la.LNode, ...], env: dict[str, ir.Value], var: str,
+                      width: int) -> None:
+        for call in calls:
+            steps = self._lane_steps(call, var)
+            self._lanes = (width, steps)
+            try:
+                self._call(call, env)
+            finally:
+                self._lanes = None
+
     # ------------------------------------------------------------------ statements
 
     def _call(self, call: la.Call, env: dict[str, ir.Value]) -> None:
@@ -195,11 +292,13 @@ class KernelEmitter:
                                f"{len(iterators)} iterators")
         point = {it: self._iexpr(arg, env) for it, arg in zip(iterators, call.args, strict=True)}
         value = self._expr(stmt.body, point)
-        ptr = self._address(stmt.write.buffer, stmt.write.index, point)
+        ptr, step = self._address(stmt.write.buffer, stmt.write.index, point)
         buf = self.buffers[stmt.write.buffer][0]
+        if self._lanes is not None and not isinstance(value.type, ir.VectorType):
+            value = self._splat(value, self._lanes[0])
         if buf.dtype == "bool":
-            value = self.builder.zext(value, I8)
-        self.builder.store(value, ptr)
+            value = self.builder.zext(value, _like(value.type, I8))
+        self.builder.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
 
     def _aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
         b = self.builder
@@ -213,7 +312,8 @@ class KernelEmitter:
         return out if a.const == 0 else b.add(out, ir.Constant(I64, a.const), flags=["nsw"])
 
     def _address(self, buffer: str, index: tuple[Aff | Expr, ...],
-                 point: Mapping[str, ir.Value]) -> ir.Value:
+                 point: Mapping[str, ir.Value]) -> tuple[ir.Value, int]:
+        """The address of lane 0 and the element step between lanes (0 outside vector loops)."""
         b = self.builder
         buf, base = self.buffers[buffer]
         if len(index) != len(buf.shape):
@@ -225,7 +325,7 @@ class KernelEmitter:
             if isinstance(ix, Aff):
                 v = self._aff(ix, point)
                 if self.checked:
-                    self._check_range(v, extent)
+                    self._check_range(v, extent, ix, point)
             else:  # computed at run time: always range-checked, whatever the mode
                 v = self._expr(ix, point)
                 v = b.sext(v, I64) if v.type.width < 64 else v
@@ -235,14 +335,51 @@ class KernelEmitter:
             stride *= extent
         if linear is None:  # a scalar buffer
             linear = ir.Constant(I64, 0)
-        return b.gep(base, [linear], inbounds=True, source_etype=memory_type(buf.dtype))
+        step = 0
+        if self._lanes is not None:
+            step = self._element_step(buffer, index, self._lanes[1])
+        return b.gep(base, [linear], inbounds=True, source_etype=memory_type(buf.dtype)), step
 
-    def _check_range(self, v: ir.Value, extent: int) -> None:
+    def _check_range(self, v: ir.Value, extent: int, ix: Aff | None = None,
+                     point: Mapping[str, ir.Value] | None = None) -> None:
         b = self.builder
         ok = b.icmp_unsigned("<", v, ir.Constant(I64, extent))
+        if self._lanes is not None and ix is not None and point is not None:
+            # Lanes move along this index too: the last lane must be in range as well.
+            width, steps = self._lanes
+            delta = sum(c * steps.get(n, 0) for n, c in ix.terms) * (width - 1)
+            if delta:
+                last = b.add(v, ir.Constant(I64, delta))
+                ok = b.and_(ok, b.icmp_unsigned("<", last, ir.Constant(I64, extent)))
         cont = self.fn.append_basic_block("in_range")
         b.cbranch(ok, cont, self.fail_block)
         b.position_at_end(cont)
+
+    def _splat(self, v: ir.Value, width: int) -> ir.Value:
+        b = self.builder
+        vec_ty = ir.VectorType(v.type, width)
+        one = b.insert_element(ir.Constant(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+    def _load(self, e: Load, point: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.builder
+        buf = self.buffers[e.buffer][0]
+        ptr, step = self._address(e.buffer, e.index, point)
+        mty, align = memory_type(buf.dtype), np.dtype(buf.dtype).itemsize
+        if step == 0:
+            v = b.load(ptr, typ=mty, align=align)
+        elif step == 1:
+            v = b.load(ptr, typ=ir.VectorType(mty, self._lanes[0]), align=align)
+        else:  # strided: gather lane by lane
+            width = self._lanes[0]
+            v = ir.Constant(ir.VectorType(mty, width), ir.Undefined)
+            for lane in range(width):
+                p = b.gep(ptr, [ir.Constant(I64, lane * step)], inbounds=True, source_etype=mty)
+                v = b.insert_element(v, b.load(p, typ=mty, align=align), ir.Constant(I32, lane))
+        if buf.dtype == "bool":
+            return b.icmp_unsigned("!=", v, _zero(v.type))
+        return v
 
     # ------------------------------------------------------------------ scalar expressions
 
@@ -251,22 +388,35 @@ class KernelEmitter:
         if isinstance(e, Const):
             return _constant(e)
         if isinstance(e, Load):
-            buf = self.buffers[e.buffer][0]
-            v = b.load(self._address(e.buffer, e.index, point), typ=memory_type(buf.dtype))
-            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if buf.dtype == "bool" else v
+            return self._load(e, point)
         if isinstance(e, Iter):
-            return point[e.name] if e.dtype == "int64" else self._cast(point[e.name], "int64",
-                                                                       e.dtype)
+            v = point[e.name]
+            if self._lanes is not None and self._lanes[1].get(e.name, 0):
+                width, steps = self._lanes
+                lanes = ir.Constant(ir.VectorType(I64, width),
+                                    [k * steps[e.name] for k in range(width)])
+                v = b.add(self._splat(v, width), lanes)
+            return v if e.dtype == "int64" else self._cast(v, "int64", e.dtype)
         if isinstance(e, Cast):
             return self._cast(self._expr(e.x, point), e.x.dtype, e.dtype)
         if isinstance(e, Select):
-            return b.select(self._expr(e.cond, point), self._expr(e.a, point),
-                            self._expr(e.b, point))
+            c, x, y = self._match(self._expr(e.cond, point), self._expr(e.a, point),
+                                  self._expr(e.b, point))
+            return b.select(c, x, y)
         if isinstance(e, Unary):
             return self._unary(e.op, self._expr(e.x, point), e.x.dtype)
         if isinstance(e, Binary):
-            return self._binary(e.op, self._expr(e.a, point), self._expr(e.b, point), e.a.dtype)
+            x, y = self._match(self._expr(e.a, point), self._expr(e.b, point))
+            return self._binary(e.op, x, y, e.a.dtype)
         raise CodegenError(f"cannot emit expression {e!r}")
+
+    def _match(self, *values: ir.Value) -> list[ir.Value]:
+        """Splat scalars to the width of any vector among ``values``."""
+        widths = {v.type.count for v in values if isinstance(v.type, ir.VectorType)}
+        if not widths:
+            return list(values)
+        w = widths.pop()
+        return [v if isinstance(v.type, ir.VectorType) else self._splat(v, w) for v in values]
 
     def _intrinsic(self, name: str, ty: ir.Type, nargs: int = 1) -> ir.Function:
         existing = self.module.globals.get(name)
@@ -277,21 +427,31 @@ class KernelEmitter:
     def _float_call(self, base: str, args: list[ir.Value], dtype: str,
                     libm: bool = False) -> ir.Value:
         b = self.builder
+        ty = args[0].type
+        if libm and isinstance(ty, ir.VectorType):
+            # libm has no vector entry points: call it lane by lane.
+            out = ir.Constant(ty, ir.Undefined)
+            for lane in range(ty.count):
+                idx = ir.Constant(I32, lane)
+                r = self._float_call(base, [b.extract_element(a, idx) for a in args], dtype, True)
+                out = b.insert_element(out, r, idx)
+            return out
         if libm:
             # libm has float and double versions; half goes through float.
             work = "float64" if dtype == "float64" else "float32"
-            ty = value_type(work)
+            wty = value_type(work)
             name = base if work == "float64" else base + "f"
-            xs = [b.fpext(a, ty) if dtype == "float16" else a for a in args]
-            out = b.call(self._intrinsic(name, ty, len(xs)), xs)
+            xs = [b.fpext(a, wty) if dtype == "float16" else a for a in args]
+            out = b.call(self._intrinsic(name, wty, len(xs)), xs)
             return b.fptrunc(out, value_type(dtype)) if dtype == "float16" else out
-        ty = value_type(dtype)
-        return b.call(self._intrinsic(f"llvm.{base}.{_LLVM_SUFFIX[dtype]}", ty, len(args)), args)
+        suffix = _LLVM_SUFFIX[dtype]
+        if isinstance(ty, ir.VectorType):
+            suffix = f"v{ty.count}{suffix}"
+        return b.call(self._intrinsic(f"llvm.{base}.{suffix}", ty, len(args)), args)
 
     def _unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
         b = self.builder
         if _is_float(dtype):
-            ty = value_type(dtype)
             if op == "neg":
                 return b.fneg(x)
             if op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh") + _LIBM_UNARY:
@@ -300,43 +460,42 @@ class KernelEmitter:
                 return self._float_call(_INTRINSIC_UNARY[op], [x], dtype)
             if op == "sigmoid":
                 e = self._float_call("exp", [b.fneg(x)], dtype)
-                one = ir.Constant(ty, 1.0)
+                one = _const_like(x.type, 1.0)
                 return b.fdiv(one, b.fadd(one, e))
             if op == "isnan":
                 return b.fcmp_unordered("uno", x, x)
             if op in ("isinf", "isposinf", "isneginf"):
-                inf = ir.Constant(ty, float("inf"))
+                inf = _const_like(x.type, float("inf"))
                 if op == "isposinf":
                     return b.fcmp_ordered("==", x, inf)
                 if op == "isneginf":
-                    return b.fcmp_ordered("==", x, ir.Constant(ty, float("-inf")))
+                    return b.fcmp_ordered("==", x, _const_like(x.type, float("-inf")))
                 return b.fcmp_ordered("==", self._float_call("fabs", [x], dtype), inf)
             if op == "sign":
-                zero, one = ir.Constant(ty, 0.0), ir.Constant(ty, 1.0)
+                zero, one = _zero(x.type), _const_like(x.type, 1.0)
                 pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
-                return b.select(b.fcmp_ordered("<", x, zero), ir.Constant(ty, -1.0), pos)
+                return b.select(b.fcmp_ordered("<", x, zero), _const_like(x.type, -1.0), pos)
         else:
-            ty = value_type(dtype)
+            zero = _zero(x.type)
             if op == "not":
-                return b.xor(x, ir.Constant(I1, 1))
+                return b.xor(x, _const_like(x.type, 1))
             if op == "bitnot":
-                return b.xor(x, ir.Constant(ty, -1))
+                return b.xor(x, _const_like(x.type, -1))
             if op == "neg":
-                return b.sub(ir.Constant(ty, 0), x)
+                return b.sub(zero, x)
             if op == "abs":
                 if not _is_signed(dtype):
                     return x
-                return b.select(b.icmp_signed("<", x, ir.Constant(ty, 0)),
-                                b.sub(ir.Constant(ty, 0), x), x)
+                return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
             if op == "sign":
-                zero = ir.Constant(ty, 0)
-                gt = b.zext(b.icmp_unsigned("!=", x, zero) if not _is_signed(dtype)
-                            else b.icmp_signed(">", x, zero), ty)
+                nonzero = (b.icmp_unsigned("!=", x, zero) if not _is_signed(dtype)
+                           else b.icmp_signed(">", x, zero))
+                gt = b.zext(nonzero, x.type)
                 if not _is_signed(dtype):
                     return gt
-                return b.select(b.icmp_signed("<", x, zero), ir.Constant(ty, -1), gt)
+                return b.select(b.icmp_signed("<", x, zero), _const_like(x.type, -1), gt)
             if op in ("isnan", "isinf", "isposinf", "isneginf"):
-                return ir.Constant(I1, 0)
+                return _const_like(_like(x.type, I1), 0)
             if op in ("floor", "ceil", "round"):
                 return x
         raise CodegenError(f"unary op {op} is not supported for {dtype}")
@@ -361,7 +520,7 @@ class KernelEmitter:
             if op == "mod":
                 # Python-style: the result takes the divisor's sign.
                 r = b.frem(x, y)
-                zero = ir.Constant(value_type(dtype), 0.0)
+                zero = _zero(x.type)
                 fix = b.and_(b.fcmp_ordered("!=", r, zero),
                              b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
                 return b.select(fix, b.fadd(r, y), r)
@@ -372,7 +531,6 @@ class KernelEmitter:
                 return b.fcmp_unordered("!=", x, y)
         else:
             signed = _is_signed(dtype)
-            ty = value_type(dtype)
             if op in ("add", "sub", "mul"):
                 return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
             if op in ("and", "bitand"):
@@ -392,24 +550,26 @@ class KernelEmitter:
                 icmp = b.icmp_signed if signed else b.icmp_unsigned
                 return b.select(icmp(">" if op == "max" else "<", x, y), x, y)
             if op in ("div", "mod", "fmod", "pow"):
-                return self._int_arith(op, x, y, ty, signed)
+                return self._int_arith(op, x, y, signed)
         raise CodegenError(f"binary op {op} is not supported for {dtype}")
 
-    def _int_arith(self, op: str, x: ir.Value, y: ir.Value, ty: ir.IntType,
-                   signed: bool) -> ir.Value:
+    def _int_arith(self, op: str, x: ir.Value, y: ir.Value, signed: bool) -> ir.Value:
         b = self.builder
-        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        ty = x.type
+        scalar = ty.element if isinstance(ty, ir.VectorType) else ty
+        zero, one = _zero(ty), _const_like(ty, 1)
         if op == "pow":
             # Integer power by repeated squaring is not affine; go through double.
-            fx = b.sitofp(x, ir.DoubleType()) if signed else b.uitofp(x, ir.DoubleType())
-            fy = b.sitofp(y, ir.DoubleType()) if signed else b.uitofp(y, ir.DoubleType())
+            dty = _like(ty, ir.DoubleType())
+            fx = b.sitofp(x, dty) if signed else b.uitofp(x, dty)
+            fy = b.sitofp(y, dty) if signed else b.uitofp(y, dty)
             p = self._float_call("pow", [fx, fy], "float64")
             return b.fptosi(p, ty) if signed else b.fptoui(p, ty)
         # Division by zero (and INT_MIN / -1) traps on x86: divide by 1 there and yield 0.
         bad = b.icmp_unsigned("==", y, zero)
         if signed:
-            minus_one = ir.Constant(ty, -1)
-            int_min = ir.Constant(ty, -(1 << (ty.width - 1)))
+            minus_one = _const_like(ty, -1)
+            int_min = _const_like(ty, -(1 << (scalar.width - 1)))
             bad = b.or_(bad, b.and_(b.icmp_signed("==", y, minus_one),
                                     b.icmp_signed("==", x, int_min)))
         safe = b.select(bad, one, y)
@@ -427,11 +587,11 @@ class KernelEmitter:
         b = self.builder
         if src == dst:
             return x
-        to = value_type(dst)
+        to = _like(x.type, value_type(dst))
         if dst == "bool":
             if _is_float(src):
-                return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
-            return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+                return b.fcmp_unordered("!=", x, _zero(x.type))
+            return b.icmp_unsigned("!=", x, _zero(x.type))
         if _is_float(src) and _is_float(dst):
             return b.fpext(x, to) if np.dtype(dst).itemsize > np.dtype(src).itemsize \
                 else b.fptrunc(x, to)
@@ -440,11 +600,77 @@ class KernelEmitter:
         signed_src = _is_signed(src)
         if _is_float(dst):
             return b.sitofp(x, to) if signed_src else b.uitofp(x, to)
-        if x.type.width == to.width:
+        width_src, width_dst = _scalar(x.type).width, _scalar(to).width
+        if width_src == width_dst:
             return x
-        if x.type.width > to.width:
+        if width_src > width_dst:
             return b.trunc(x, to)
         return b.sext(x, to) if signed_src else b.zext(x, to)
+
+
+def _scalar(ty: ir.Type) -> ir.Type:
+    return ty.element if isinstance(ty, ir.VectorType) else ty
+
+
+def _like(ty: ir.Type, scalar: ir.Type) -> ir.Type:
+    """``scalar``, as a vector of the same width when ``ty`` is a vector."""
+    return ir.VectorType(scalar, ty.count) if isinstance(ty, ir.VectorType) else scalar
+
+
+def _const_like(ty: ir.Type, value: float | int) -> ir.Constant:
+    s = _scalar(ty)
+    if isinstance(s, ir.IntType) and value < 0:
+        value &= (1 << s.width) - 1
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [value] * ty.count)
+    return ir.Constant(ty, value)
+
+
+def _zero(ty: ir.Type) -> ir.Constant:
+    return _const_like(ty, 0.0 if isinstance(_scalar(ty), ir.HalfType | ir.FloatType |
+                                             ir.DoubleType) else 0)
+
+
+def _linear(e: la.IExpr) -> dict[str, int] | None:
+    """``e`` as {var: coeff, "": const} when affine, else None."""
+    if isinstance(e, la.IConst):
+        return {"": e.value}
+    if isinstance(e, la.IVar):
+        return {e.name: 1}
+    parts = [_linear(a) for a in e.args]
+    if any(p is None for p in parts):
+        return None
+    if e.op in ("add", "sub"):
+        out = dict(parts[0])
+        for k, v in parts[1].items():
+            out[k] = out.get(k, 0) + (v if e.op == "add" else -v)
+        return out
+    if e.op == "neg":
+        return {k: -v for k, v in parts[0].items()}
+    if e.op == "mul":
+        a, b = parts
+        if set(a) <= {""}:
+            a, b = b, a
+        if set(b) <= {""}:
+            k = b.get("", 0)
+            return {n: v * k for n, v in a.items()}
+    return None
+
+
+def _static_trip(node: la.For) -> int | None:
+    """The trip count of ``for (i = init; i <= init + k; i++)`` (or ``<``), when constant."""
+    cond = node.cond
+    if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
+            and cond.args[0] == la.IVar(node.iterator)):
+        return None
+    upper, lower = _linear(cond.args[1]), _linear(node.init)
+    if upper is None or lower is None:
+        return None
+    diff = {k: upper.get(k, 0) - lower.get(k, 0) for k in set(upper) | set(lower)}
+    if any(v for k, v in diff.items() if k != ""):
+        return None
+    trip = diff.get("", 0) + (1 if cond.op == "le" else 0)
+    return max(trip, 0)
 
 
 def _constant(c: Const) -> ir.Constant:
@@ -460,9 +686,9 @@ def _constant(c: Const) -> ir.Constant:
 
 
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
-                checked: bool = False) -> ir.Function:
+                checked: bool = False, vector_bits: int = 256) -> ir.Function:
     """Add ``kernel`` to ``module``, its loops given by ``ast``."""
     stmts = {}
     for loops, s in kernel.statements():
         stmts[s.name] = (tuple(lp.iterator for lp in loops), s)
-    return KernelEmitter(module, kernel, stmts, checked).emit(ast)
+    return KernelEmitter(module, kernel, stmts, checked, vector_bits).emit(ast)

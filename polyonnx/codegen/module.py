@@ -29,12 +29,12 @@ WEIGHTS_SYMBOL = "polyonnx_weights"
 def build_module(program: Program, plan: MemoryPlan,
                  kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
                  checked: bool = False, aot: bool = False, metadata: str = "",
-                 triple: str = "") -> ir.Module:
+                 triple: str = "", vector_bits: int = 256) -> ir.Module:
     module = ir.Module(name=prefix)
     if triple:
         module.triple = triple
-    functions = [emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast, checked)
-                 for k, ast in kernels]
+    functions = [emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast, checked,
+                             vector_bits) for k, ast in kernels]
 
     run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")
     inputs, outputs, weights, workspace = run.args

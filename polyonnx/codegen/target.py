@@ -36,6 +36,20 @@ def host_cpu() -> tuple[str, str, str]:
         llvm.get_host_cpu_features().flatten()
 
 
+def vector_bits(options: Options) -> int:
+    """The widest vector register of the target: 512 (AVX-512), 256 (AVX) or 128 bits."""
+    if options.target and options.target != host_cpu()[0]:
+        features = options.features or ""
+    else:
+        features = options.features or host_cpu()[2]
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if "avx512f" in enabled:
+        return 512
+    if "avx" in enabled or "avx2" in enabled:
+        return 256
+    return 128
+
+
 def target_machine(options: Options, *, jit: bool = False) -> llvm.TargetMachine:
     """A target machine for ``options.target`` (the host when None)."""
     init_llvm()

@@ -77,24 +77,34 @@ def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
     return read, written
 
 
-def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str]) -> ir.Kernel:
+def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str],
+                 constants: dict[str, np.ndarray] | None = None) -> ir.Kernel:
     """Lower the nodes of one fusion group into one kernel.
 
     ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
+    Constants the lowerings derive (repacked weights) are added to ``constants``.
     """
     ctx = LowerContext(graph)
     body: list[ir.Node] = []
     temps: dict[str, ir.Buffer] = {}
+    derived: dict[str, np.ndarray] = {}
     for node in nodes:
         lowered = lower_node(node, ctx)
         body.extend(lowered.nests)
         temps.update({t.name: t for t in lowered.temps})
+        derived.update(lowered.constants)
+    if constants is not None:
+        constants.update(derived)
     read, written = _buffer_names(body)
     buffers = []
     for b in read + [w for w in written if w not in read]:
         if b in temps:
             t = temps[b]
             buffers.append(ir.Buffer(t.name, t.dtype, t.shape, "temp"))
+            continue
+        if b in derived:
+            c = derived[b]
+            buffers.append(ir.Buffer(b, c.dtype.name, c.shape, "input"))
             continue
         v = graph.value(b)
         if b in written:
@@ -133,6 +143,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     output_names = {v.name for v in graph.outputs}
     consumers = graph.consumers()
     kernels: list[ir.Kernel] = []
+    derived: dict[str, np.ndarray] = {}
     for gi, group in enumerate(groups):
         group = list(group)
         if all(n.op_type in VIEW_OPS for n in group):
@@ -144,7 +155,8 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         inside = {n.name for n in group}
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
-        kernels.append(build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out))
+        kernels.append(build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
+                                    derived))
 
     # A graph output must own its memory: copy when it would share an input's, a constant's or
     # another output's storage.
@@ -167,6 +179,6 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
                and o.name not in used]
     if missing:
         raise ModelError(f"graph outputs {missing} are not computed by any node")
-    constants = {n: c for n, c in graph.constants.items() if n in used}
+    constants = {n: c for n, c in {**graph.constants, **derived}.items() if n in used}
     return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
                    constants, storage)

@@ -1,13 +1,30 @@
-"""Default schedules: what the compiler does to a kernel when the user gives no schedule."""
+"""Default schedules: what the compiler does to a kernel when the user gives no schedule.
+
+Each top-level loop nest of a kernel gets a strategy by its shape:
+
+* a **reduction nest** (outer loops over an output, an init statement, inner reduction loops and
+  an update statement — Conv, MatMul, Gemm, pooling) is register-tiled: the output is cut into
+  ``unroll x vector`` tiles, the reduction loops run inside the tile, the ``unroll`` rows are
+  unrolled by isl and the ``vector`` columns are emitted as vector code, so the tile's
+  accumulators stay in registers for the whole reduction. Elementwise nests that read the
+  reduction's output point for point (bias, ReLU, residual Add) are fused into the same tile.
+* any other nest gets its innermost loop vectorized.
+
+Every result is checked against the kernel's exact dependences; a strategy whose schedule does
+not respect them is dropped for the kernel's own loop structure, which always does.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import islpy as isl
 
-from polyonnx.krnl.ir import Kernel
-from polyonnx.schedule.poly import PolyKernel, initial_schedule
+from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
+from polyonnx.schedule.poly import PolyKernel, StmtInfo, initial_schedule
+
+VECTOR_MARK = "vector"
 
 
 @dataclass(frozen=True)
@@ -19,7 +36,311 @@ class ScheduledKernel:
     schedule: isl.Schedule
 
 
-def default_schedule(kernel: Kernel) -> ScheduledKernel:
-    """The kernel's own loop structure as an isl schedule tree."""
+@dataclass(frozen=True)
+class Tiling:
+    """Register-tile sizes of the reduction strategy."""
+
+    unroll: int = 4
+    vector: int = 16
+
+    @staticmethod
+    def for_vector_bits(bits: int) -> Tiling:
+        """Two float32 vectors wide; as many rows as the register file holds accumulators for
+        (16 vector registers with AVX2, 32 with AVX-512)."""
+        return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32)
+
+    def rows(self, extent: int) -> int:
+        """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
+        budget and the budget, so the tiles have no ragged edge, else the budget."""
+        for u in range(self.unroll, max(self.unroll // 2, 1) - 1, -1):
+            if extent % u == 0:
+                return u
+        return self.unroll
+
+
+def default_schedule(kernel: Kernel, tiling: Tiling | None = None) -> ScheduledKernel:
+    """The kernel's schedule: the strategies above when legal, else its own loop structure."""
+    poly = PolyKernel.build(kernel)
+    tiling = tiling or Tiling()
+    try:
+        sched = _strategy(poly, tiling)
+    except _NotApplicable:
+        sched = None
+    if sched is not None and respects(poly, sched):
+        return ScheduledKernel(kernel, poly, sched)
+    return ScheduledKernel(kernel, poly, initial_schedule(poly))
+
+
+def plain_schedule(kernel: Kernel) -> ScheduledKernel:
+    """The kernel's own loop structure, untransformed."""
     poly = PolyKernel.build(kernel)
     return ScheduledKernel(kernel, poly, initial_schedule(poly))
+
+
+def respects(poly: PolyKernel, schedule: isl.Schedule) -> bool:
+    """Whether ``schedule`` executes every dependence source before its sink."""
+    order = schedule.get_map()
+    deps = poly.dependences().all
+    return deps.is_subset(order.lex_lt_union_map(order))
+
+
+class _NotApplicable(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------ schedule-tree pieces
+
+
+def _space(info: StmtInfo) -> str:
+    return f"{info.stmt.name}[{', '.join(info.iterators)}]"
+
+
+def _band(stmts: dict[str, Sequence[str]], poly: PolyKernel) -> isl.MultiUnionPwAff:
+    """A band: for each statement, its list of schedule expressions (same length for all)."""
+    dims = {len(v) for v in stmts.values()}
+    if len(dims) != 1:
+        raise _NotApplicable
+    n = dims.pop()
+    pieces = []
+    for d in range(n):
+        parts = "; ".join(f"{_space(poly.stmts[s])} -> [({exprs[d]})]" for s, exprs in
+                          stmts.items())
+        pieces.append(f"{{ {parts} }}")
+    return isl.MultiUnionPwAff(f"[{', '.join(pieces)}]")
+
+
+def _leaf(poly: PolyKernel, names: Sequence[str]) -> isl.Schedule:
+    spaces = "; ".join(_space(poly.stmts[s]) for s in names)
+    return isl.Schedule.from_domain(poly.domain.intersect(isl.UnionSet(f"{{ {spaces} }}")))
+
+
+def _with_band(sched: isl.Schedule, band: isl.MultiUnionPwAff, *, mark: str | None = None,
+               unroll: bool = False, isolate: str | None = None) -> isl.Schedule:
+    sched = sched.insert_partial_schedule(band)
+    node = sched.get_root().child(0)
+    if unroll:
+        for d in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(d, isl.ast_loop_type.unroll)
+    if isolate:
+        node = node.band_set_ast_build_options(isl.UnionSet(isolate))
+    if mark:
+        node = node.insert_mark(isl.Id(mark))
+    return node.get_schedule()
+
+
+def _sequence(parts: Sequence[isl.Schedule]) -> isl.Schedule:
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.sequence(p)
+    return out
+
+
+# ------------------------------------------------------------------------ strategies
+
+
+def _chain(node: Loop) -> tuple[list[Loop], tuple]:
+    """The perfectly nested loops from ``node`` down, and the body below them."""
+    loops = [node]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop):
+        loops.append(loops[-1].body[0])
+    return loops, loops[-1].body
+
+
+def _strategy(poly: PolyKernel, tiling: Tiling) -> isl.Schedule | None:
+    nests = list(poly.kernel.body)
+    parts: list[isl.Schedule] = []
+    i = 0
+    changed = False
+    while i < len(nests):
+        nest = nests[i]
+        if not isinstance(nest, Loop):
+            parts.append(_leaf(poly, [nest.name]))
+            i += 1
+            continue
+        reduction = _reduction_nest(nest)
+        if reduction is not None:
+            # Fuse following elementwise nests that read this nest's output point for point.
+            epilogue = []
+            while i + 1 + len(epilogue) < len(nests):
+                e = _pointwise_consumer(nests[i + 1 + len(epilogue)], reduction)
+                if e is None:
+                    break
+                epilogue.append(e)
+            parts.append(_tile_reduction(poly, reduction, epilogue, tiling))
+            i += 1 + len(epilogue)
+            changed = True
+            continue
+        vec = _vector_nest(poly, nest)
+        changed = changed or vec is not None
+        parts.append(vec if vec is not None else _initial_nest(poly, nest))
+        i += 1
+    return _sequence(parts) if changed else None
+
+
+def _initial_nest(poly: PolyKernel, nest: Loop) -> isl.Schedule:
+    sub = PolyKernel(Kernel(poly.kernel.name, poly.kernel.buffers, (nest,)), poly.stmts,
+                     poly.buffer_ids, poly.domain, poly.writes, poly.reads)
+    stmts = [s.name for _, s in sub.kernel.statements()]
+    spaces = "; ".join(_space(poly.stmts[s]) for s in stmts)
+    sched = initial_schedule(sub)
+    return sched.intersect_domain(isl.UnionSet(f"{{ {spaces} }}"))
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    outer: list[Loop]
+    init: Stmt
+    inner: list[Loop]
+    update: Stmt
+
+
+def _reduction_nest(nest: Loop) -> _Reduction | None:
+    outer, body = _chain(nest)
+    if len(body) != 2 or not isinstance(body[0], Stmt) or not isinstance(body[1], Loop):
+        return None
+    inner, leaf = _chain(body[1])
+    if len(leaf) != 1 or not isinstance(leaf[0], Stmt):
+        return None
+    init, update = body[0], leaf[0]
+    names = [lp.iterator for lp in outer]
+    if init.guards or update.write != init.write or len(outer) < 2:
+        return None
+    if tuple(init.write.index) != tuple(Aff.var(n) for n in names[-len(init.write.index):]):
+        return None
+    if any(not (lp.lower.is_const and lp.upper.is_const) for lp in outer):
+        return None
+    return _Reduction(outer, init, inner, update)
+
+
+def _pointwise_consumer(nest: object, red: _Reduction) -> Stmt | None:
+    """A nest ``for i...: S: y[i...] = f(out[i...], ...)`` over exactly the reduction's output."""
+    if not isinstance(nest, Loop):
+        return None
+    loops, body = _chain(nest)
+    if len(body) != 1 or not isinstance(body[0], Stmt) or len(loops) != len(red.outer):
+        return None
+    stmt = body[0]
+    if stmt.guards or any((a.lower, a.upper) != (b.lower, b.upper)
+                          for a, b in zip(loops, red.outer, strict=True)):
+        return None
+    point = tuple(Aff.var(lp.iterator) for lp in loops)
+    if stmt.write.index != point:
+        return None
+    reads_out = [ld for ld in loads(stmt.body) if ld.buffer == red.init.write.buffer]
+    if not reads_out or any(ld.index != point for ld in reads_out):
+        return None
+    return stmt
+
+
+def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
+                    tiling: Tiling) -> isl.Schedule:
+    names = [lp.iterator for lp in red.outer]
+    vec = names[-1]
+    # Unroll the outer loop that the vector-moving loads do not depend on (reuse across rows).
+    moving = [ld for ld in loads(red.update.body) if ld.buffer != red.update.write.buffer
+              and ld.index and isinstance(ld.index[-1], Aff) and ld.index[-1].coeff(vec)]
+    candidates = [n for n in names[:-1]
+                  if all(isinstance(i, Aff) and i.coeff(n) == 0 for ld in moving for i in ld.index)
+                  and _extent(red.outer, n) >= 2]
+    if not candidates or _extent(red.outer, vec) < 8:
+        raise _NotApplicable
+    row = candidates[-1]
+    u, v = tiling.rows(_extent(red.outer, row)), tiling.vector
+    update_its = list(poly.stmts[red.update.name].iterators)
+    inner_names = update_its[len(names):]
+
+    def outer_exprs(its: Sequence[str]) -> list[str]:
+        exprs = []
+        for n, it in zip(names, its, strict=True):
+            if n == row:
+                exprs.append(f"{u}*floor(({it})/{u})")
+            elif n == vec:
+                exprs.append(f"{v}*floor(({it})/{v})")
+            else:
+                exprs.append(it)
+        return exprs
+
+    def its_of(stmt: Stmt) -> list[str]:
+        return list(poly.stmts[stmt.name].iterators)
+
+    row_pos, vec_pos = names.index(row), names.index(vec)
+    tile = {red.init.name: outer_exprs(its_of(red.init)[:len(names)]),
+            red.update.name: outer_exprs(update_its[:len(names)])}
+    for e in epilogue:
+        tile[e.name] = outer_exprs(its_of(e))
+
+    def point(stmt: Stmt) -> tuple[str, str]:
+        its = its_of(stmt)
+        return its[row_pos], its[vec_pos]
+
+    init = _with_band(_leaf(poly, [red.init.name]),
+                      _band({red.init.name: [point(red.init)[1]]}, poly), mark=VECTOR_MARK)
+    init = _with_band(init, _band({red.init.name: [point(red.init)[0]]}, poly), unroll=True)
+    upd = _with_band(_leaf(poly, [red.update.name]),
+                     _band({red.update.name: [point(red.update)[1]]}, poly), mark=VECTOR_MARK)
+    upd = _with_band(upd, _band({red.update.name: [point(red.update)[0]]}, poly), unroll=True)
+    upd = _with_band(upd, _band({red.update.name: inner_names}, poly))
+    parts = [init, upd]
+    for e in epilogue:
+        ep = _with_band(_leaf(poly, [e.name]), _band({e.name: [point(e)[1]]}, poly),
+                        mark=VECTOR_MARK)
+        parts.append(_with_band(ep, _band({e.name: [point(e)[0]]}, poly), unroll=True))
+    # Isolate the full tiles, so their inner loops have constant trip counts (the partial tiles
+    # at the edges get their own, general code).
+    dims = [f"d{k}" for k in range(len(names))]
+    full = (f"{dims[row_pos]} <= {_extent(red.outer, row) - u} and "
+            f"{dims[vec_pos]} <= {_extent(red.outer, vec) - v}")
+    isolate = f"{{ isolate[[] -> [{', '.join(dims)}]] : {full} }}"
+    return _with_band(_sequence(parts), _band(tile, poly), isolate=isolate)
+
+
+def _extent(loops: Sequence[Loop], name: str) -> int:
+    for lp in loops:
+        if lp.iterator == name:
+            return lp.upper.const - lp.lower.const
+    raise KeyError(name)
+
+
+def _vector_nest(poly: PolyKernel, nest: Loop) -> isl.Schedule | None:
+    """The nest's own loops, with its innermost loop marked for vector code."""
+    loops, body = _chain(nest)
+    if len(body) != 1 or not isinstance(body[0], Stmt) or len(loops) < 1:
+        return None
+    stmt = body[0]
+    its = list(poly.stmts[stmt.name].iterators)
+    if stmt.write.index and stmt.write.index[-1] != Aff.var(its[-1]):
+        return None
+    inner = its[-1]
+    transposed = _transposing_loop(stmt, its, loops)
+    if transposed is not None:
+        # A transpose: lanes run along ``inner`` but a load's contiguous dimension follows
+        # ``transposed``. Cut ``inner`` into tiles and run ``transposed`` inside a tile, so the
+        # lines the strided loads touch are reused by the next values of ``transposed``.
+        width = 16
+        sched = _with_band(_leaf(poly, [stmt.name]), _band({stmt.name: [inner]}, poly),
+                           mark=VECTOR_MARK)
+        sched = _with_band(sched, _band({stmt.name: [transposed]}, poly))
+        outer = [f"{width}*floor(({it})/{width})" if it == inner else it
+                 for it in its[:-1] if it != transposed] + [f"{width}*floor(({inner})/{width})"]
+        return _with_band(sched, _band({stmt.name: outer}, poly))
+    sched = _with_band(_leaf(poly, [stmt.name]), _band({stmt.name: [inner]}, poly),
+                       mark=VECTOR_MARK)
+    if len(its) > 1:
+        sched = _with_band(sched, _band({stmt.name: its[:-1]}, poly))
+    return sched
+
+
+def _transposing_loop(stmt: Stmt, its: list[str], loops: list[Loop]) -> str | None:
+    """The loop along which some load of ``stmt`` is contiguous, when that is not the innermost
+    loop (and the innermost loop moves that load with a stride)."""
+    inner = its[-1]
+    for ld in loads(stmt.body):
+        last = ld.index[-1] if ld.index else None
+        if not isinstance(last, Aff) or last.coeff(inner) or len(last.terms) != 1:
+            continue
+        name = last.terms[0][0]
+        if last.terms[0][1] == 1 and name in its[:-1] and any(
+                isinstance(i, Aff) and i.coeff(inner) for i in ld.index) and \
+                _extent(loops, name) >= 8:
+            return name
+    return None

@@ -85,6 +85,8 @@ def node_kernel(graph: Graph, node: Node) -> ir.Kernel:
             buffers[name] = ir.Buffer(name, v.dtype, v.shape, "output")
     for t in lowered.temps:
         buffers[t.name] = t
+    for name, value in lowered.constants:
+        buffers[name] = ir.Buffer(name, value.dtype.name, value.shape, "input")
     body, _ = renumber(lowered.nests)
     kernel = ir.Kernel(node.name, tuple(buffers.values()), body, (node.name,))
     verify(kernel)
@@ -97,6 +99,7 @@ def run_krnl(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     arrays.update({k: np.array(v) for k, v in feeds.items()})
     for node in graph.nodes:
         kernel = node_kernel(graph, node)
+        arrays.update(lower_node(node, LowerContext(graph)).constants)
         for b in kernel.buffers:
             if b.kind == "output":
                 # NaN-filled, so an element the lowering forgets to write fails the comparison.

@@ -55,23 +55,62 @@ def test_conv_weights_as_input() -> None:
 
 
 def test_conv_loop_structure() -> None:
+    # Constant weights: pad the input once, accumulate channels-last against weights repacked
+    # to [ic, kh, kw, oc] at compile time, then write NCHW.
     model = make_model("Conv", [("x", rand(1, 3, 5, 5)), ("w", rand(4, 3, 3, 3)),
                                 ("b", rand(4))], {"pads": [1, 1, 1, 1]},
                        constants={"w": rand(4, 3, 3, 3), "b": rand(4)})
     graph = graph_from_model(model)
-    text = str(node_kernel(graph, graph.nodes[0]))
-    assert text.splitlines()[1:] == [
+    kernel = node_kernel(graph, graph.nodes[0])
+    assert kernel.buffer("w__packed_ic_k_oc").shape == (3, 3, 3, 4)
+    assert str(kernel).splitlines()[1:] == [
+        "  for n in [0, 1):",
+        "    for c in [0, 3):",
+        "      for p0 in [0, 7):",
+        "        for p1 in [0, 7):",
+        "          S0: conv_0__pad[n, c, p0, p1] = 0.0",
+        "  for n in [0, 1):",
+        "    for c in [0, 3):",
+        "      for p0 in [0, 7):",
+        "        for p1 in [0, 7):",
+        "          S1: conv_0__pad[n, c, p0, p1] = x[n, c, p0 - 1, p1 - 1]  if p0 - 1 >= 0 and "
+        "-p0 + 5 >= 0 and p1 - 1 >= 0 and -p1 + 5 >= 0",
+        "  for n in [0, 1):",
+        "    for oh in [0, 5):",
+        "      for ow in [0, 5):",
+        "        for oc in [0, 4):",
+        "          S2: conv_0__acc[n, oh, ow, oc] = b[oc]",
+        "          for ic in [0, 3):",
+        "            for kh in [0, 3):",
+        "              for kw in [0, 3):",
+        "                S3: conv_0__acc[n, oh, ow, oc] = (conv_0__acc[n, oh, ow, oc] + "
+        "(conv_0__pad[n, ic, kh + oh, kw + ow] * w__packed_ic_k_oc[ic, kh, kw, oc]))",
         "  for n in [0, 1):",
         "    for oc in [0, 4):",
         "      for oh in [0, 5):",
         "        for ow in [0, 5):",
-        "          S0: y[n, oc, oh, ow] = b[oc]",
+        "          S4: y[n, oc, oh, ow] = conv_0__acc[n, oh, ow, oc]",
+        "}",
+    ]
+
+
+def test_conv_loop_structure_runtime_weights() -> None:
+    # Weights fed at run time stay NCHW: init, then the multiply-accumulate over the padded input.
+    model = make_model("Conv", [("x", rand(1, 3, 5, 5)), ("w", rand(4, 3, 3, 3))],
+                       {"pads": [1, 1, 0, 0]})
+    graph = graph_from_model(model)
+    text = str(node_kernel(graph, graph.nodes[0]))
+    assert text.splitlines()[-10:] == [
+        "  for n in [0, 1):",
+        "    for oc in [0, 4):",
+        "      for oh in [0, 4):",
+        "        for ow in [0, 4):",
+        "          S2: y[n, oc, oh, ow] = 0.0",
         "          for ic in [0, 3):",
         "            for kh in [0, 3):",
         "              for kw in [0, 3):",
-        "                S1: y[n, oc, oh, ow] = (y[n, oc, oh, ow] + (x[n, ic, kh + oh - 1, "
-        "kw + ow - 1] * w[oc, ic, kh, kw]))  if kh + oh - 1 >= 0 and -kh - oh + 5 >= 0 and "
-        "kw + ow - 1 >= 0 and -kw - ow + 5 >= 0",
+        "                S3: y[n, oc, oh, ow] = (y[n, oc, oh, ow] + (conv_0__pad[n, ic, kh + oh, "
+        "kw + ow] * w[oc, ic, kh, kw]))",
         "}",
     ]
 

@@ -8,12 +8,17 @@ For a 2-D, ungrouped Conv with padding the nest is::
         S: Y[n, oc, oh, ow] = Y[n, oc, oh, ow] + X[n, ic, ih, iw] * W[oc, ic, kh, kw]
            if 0 <= ih < H and 0 <= iw < W      (ih = oh*stride + kh*dilation - pad_top, ...)
 
-The guards restrict the reduction's domain so padded zeros are never read. Grouped convolutions
+When the window reaches into the padding, the input is first copied into a zero-bordered temp
+``<node>__pad`` so the reduction has no guards: its inner loops then have constant bounds, which
+is what lets the default schedule keep a register tile of outputs through the whole reduction
+(guards would give every tap its own loop bounds). Grouped convolutions
 split the output channel into ``g`` (group) and ``oc`` (channel within the group) because the
 input channel ``g * C/group + ic`` must stay affine; a depthwise Conv has no ``oc``/``ic`` loop.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
@@ -32,11 +37,11 @@ from polyonnx.krnl.lower.common import (
     window,
     zero,
 )
-from polyonnx.krnl.lower.registry import LowerContext, register
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
 @register("Conv")
-def lower_conv(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     """Conv (any spatial rank): bias-or-zero init, then the guarded multiply-accumulate."""
     x, w, b, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     dtype = require_float(node, ctx, x)
@@ -78,13 +83,79 @@ def lower_conv(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
                    for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0,
                                        in_spatial[k]))
 
+    source, prologue, temps = x, (), ()
+    if guards:
+        source = f"{node.name}__pad"
+        padded = tuple(size + lo + hi for size, lo, hi in
+                       zip(in_spatial, win.pads_begin, win.pads_end, strict=True))
+        temps = (ir.Buffer(source, dtype, (n_batch, channels, *padded), "temp"),)
+        prologue = _pad_input(ctx, x, source, dtype, n_batch, channels, in_spatial, padded,
+                              win.pads_begin)
+        positions = [pos + lo for pos, lo in zip(positions, win.pads_begin, strict=True)]
+        guards = ()
+
+    weights = ctx.constant(w)
+    if group == 1 and weights is not None:
+        return _channels_last(node, ctx, source, dtype, weights, positions, o_names, k_names,
+                              out_spatial, prologue, temps)
+
     out = ir.Access(y, (var("n"), oc, *(var(o) for o in o_names)))
     init_value = load(ctx, b, (oc,)) if b else zero(dtype)
     init = ir.Stmt("S", out, init_value)
     out_load = ir.Load(y, out.index, dtype)
-    product = load(ctx, x, (var("n"), xc_base + ic, *positions)) \
+    product = ir.Load(source, (var("n"), xc_base + ic, *positions), dtype) \
         * load(ctx, w, (oc, ic, *(var(k) for k in k_names)))
     update = ir.Stmt("S", out, out_load + product, guards)
     reduction = nest(ic_iters + pairs(k_names, kernel), (update,))
-    return nest([("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)],
+    body = nest([("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)],
                 (init, *reduction))
+    return Lowered((*prologue, *body), temps)
+
+
+def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
+                   weights: np.ndarray, positions: list[Aff], o_names: list[str],
+                   k_names: list[str], out_spatial: tuple[int, ...],
+                   prologue: tuple[ir.Node, ...], temps: tuple[ir.Buffer, ...]) -> Lowered:
+    """Accumulate into ``acc[n, spatial..., oc]`` against weights repacked at compile time to
+    ``[ic, kernel..., oc]``: output channels are contiguous in both, so a register tile of
+    output pixels x channels is updated with one weight vector and one broadcast input value per
+    pixel. A final nest writes ``Y`` in ONNX's NCHW order.
+    """
+    x, b, y = node.input(0), node.input(2), node.outputs[0]
+    n_batch, channels = ctx.shape(x)[:2]
+    out_channels = weights.shape[0]
+    rank = len(out_spatial)
+    packed = f"{node.input(1)}__packed_ic_k_oc"
+    packed_value = np.ascontiguousarray(np.transpose(weights, (1, *range(2, rank + 2), 0)))
+    acc = f"{node.name}__acc"
+    acc_buffer = ir.Buffer(acc, dtype, (n_batch, *out_spatial, out_channels), "temp")
+    point = (var("n"), *(var(o) for o in o_names), var("oc"))
+    init = ir.Stmt("S", ir.Access(acc, point),
+                   load(ctx, b, (var("oc"),)) if b else zero(dtype))
+    product = ir.Load(source, (var("n"), var("ic"), *positions), dtype) \
+        * ir.Load(packed, (var("ic"), *(var(k) for k in k_names), var("oc")), dtype)
+    update = ir.Stmt("S", ir.Access(acc, point), ir.Load(acc, point, dtype) + product)
+    reduction = nest([("ic", channels), *pairs(k_names, weights.shape[2:])], (update,))
+    body = nest([("n", n_batch), *pairs(o_names, out_spatial), ("oc", out_channels)],
+                (init, *reduction))
+    store = ir.Stmt("S", ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
+                    ir.Load(acc, point, dtype))
+    final = nest([("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)], (store,))
+    return Lowered((*prologue, *body, *final), (*temps, acc_buffer),
+                   ((packed, packed_value),))
+
+
+def _pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: int,
+               channels: int, in_spatial: tuple[int, ...], padded: tuple[int, ...],
+               begin: tuple[int, ...]) -> tuple[ir.Node, ...]:
+    """``padded = 0`` on the border, ``padded[.., i + begin] = x[.., i]`` inside."""
+    names = [f"p{k}" for k in range(len(padded))]
+    point = (var("n"), var("c"), *(var(p) for p in names))
+    inside = tuple(g for k, p in enumerate(names)
+                   for g in (ir.ge(var(p), begin[k]), ir.lt(var(p), begin[k] + in_spatial[k])))
+    border = ir.Stmt("S", ir.Access(padded_name, point), zero(dtype))
+    copy = ir.Stmt("S", ir.Access(padded_name, point),
+                   load(ctx, x, (var("n"), var("c"),
+                                 *(var(p) - begin[k] for k, p in enumerate(names)))), inside)
+    dims = [("n", n_batch), ("c", channels), *pairs(names, padded)]
+    return (*nest(dims, (border,)), *nest(dims, (copy,)))

@@ -49,15 +49,19 @@ class Lowered:
     """The result of lowering one node: its loop nests, in order, and the temp buffers they use.
 
     ``temps`` are scratch buffers private to this node (not ONNX values); the kernel builder
-    declares them in the kernel with exactly this name, dtype and shape.
+    declares them in the kernel with exactly this name, dtype and shape. ``constants`` are
+    compile-time tensors the lowering derived from constant inputs (e.g. weights repacked into
+    the layout its loops read best); they join the model's weights.
     """
 
     nests: tuple[ir.Node, ...]
     temps: tuple[ir.Buffer, ...] = ()
+    constants: tuple[tuple[str, np.ndarray], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nests", tuple(self.nests))
         object.__setattr__(self, "temps", tuple(self.temps))
+        object.__setattr__(self, "constants", tuple(self.constants))
         if any(t.kind != "temp" for t in self.temps):
             raise ValueError("Lowered.temps must be buffers of kind 'temp'")
 
