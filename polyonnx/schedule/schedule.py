@@ -55,6 +55,7 @@ from polyonnx.schedule.verbs import (
     Isolate,
     Parallel,
     Reorder,
+    Reverse,
     ReverseComputeAt,
     Skew,
     Split,
@@ -235,6 +236,10 @@ class Schedule:
     def skew(self, outer: str, inner: str, factor: int = 1) -> Schedule:
         """``inner += factor * outer``."""
         return self.apply(Skew(outer, inner, factor))
+
+    def reverse(self, loop: str) -> Schedule:
+        """Run ``loop`` backwards."""
+        return self.apply(Reverse(loop))
 
     def isolate(self, loop: str) -> Schedule:
         """Generate the full tiles of the loop inside ``loop`` separately."""

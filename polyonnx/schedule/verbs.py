@@ -666,6 +666,30 @@ def apply_skew(tree: Node, poly: PolyKernel, d: Skew) -> Node:
 
 
 @dataclass(frozen=True)
+class Reverse(Directive):
+    """Run ``loop`` backwards (``loop' = -loop``); legal only when it carries no dependence.
+
+    Before / after ``reverse(j)``::
+
+        for i in [0, 16):              for i in [0, 16):
+          for j in [0, 16):              for j in [-15, 1):  # = -j
+            S                              S
+    """
+
+    verb: ClassVar[str] = "reverse"
+    loop: str
+
+
+def check_reverse(tree: Node, poly: PolyKernel, d: Reverse) -> None:
+    _unmarked(_band(tree, d.loop, str(d))[1], str(d))
+
+
+def apply_reverse(tree: Node, poly: PolyKernel, d: Reverse) -> Node:
+    path, band = _band(tree, d.loop, str(d))
+    return put(tree, path, replace(band, sched=band.sched.neg()))
+
+
+@dataclass(frozen=True)
 class Isolate(Directive):
     """Generate the iterations of ``loop`` in which the loop directly inside it runs its full
     trip count (full tiles) separately from the rest, so that loop has constant bounds there.
@@ -709,6 +733,7 @@ VERBS: dict[str, tuple[type[Directive], Check, Apply]] = {
         (ReverseComputeAt, check_reverse_compute_at, apply_reverse_compute_at),
         (Parallel, check_parallel, apply_parallel), (Vectorize, check_vectorize, apply_vectorize),
         (Unroll, check_unroll, apply_unroll), (Skew, check_skew, apply_skew),
+        (Reverse, check_reverse, apply_reverse),
         (Isolate, check_isolate, apply_isolate),
     )
 }
