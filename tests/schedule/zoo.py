@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, ge, lt
+from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, ge, lt, unary
 from polyonnx.krnl.ir import maximum as kmax
-from polyonnx.krnl.ir import unary
 from tests.kernels import matmul, stencil
 
 F32 = "float32"
