@@ -1,0 +1,107 @@
+"""A budget on isl, so that compiling never hangs.
+
+isl counts its elementary operations per context and, past a limit, fails the running call
+(``maximal number of operations exceeded``). One operation costs about a microsecond on the
+development machine: scheduling plus AST generation of a ResNet50 convolution takes ~60,000
+without dependence analysis and ~200,000 with it. :func:`isl_budget` runs a block under such a
+limit and turns isl's failure into :class:`BudgetExceeded`; :func:`schedule_kernel` schedules a
+kernel and generates its AST under ``Options.isl_max_operations``, falling back to the kernel's
+own loop order (no dependence analysis, no transformation) when the strategy runs out, and says
+so on stderr with ``Options.verbose``. If even the fallback runs out, the kernel is refused
+with a :class:`~polyonnx.errors.ScheduleError`.
+
+Example:
+    >>> with isl_budget(1_000_000, "a lexmin"):
+    ...     print(isl.Set("{ [i] : 3 <= i < 10 }").lexmin())
+    { [i = 3] }
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import islpy as isl
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Kernel
+from polyonnx.options import Options
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.default import ScheduledKernel
+from polyonnx.schedule.poly import PolyKernel, initial_schedule
+
+#: How isl words the failure of a call that ran out of operations.
+_QUOTA_MESSAGE = "maximal number of operations exceeded"
+
+# The operation counter belongs to the context every polyonnx isl object lives in, so budgeted
+# blocks run one at a time (islpy holds the GIL anyway); reentrant for nested budgets.
+_LOCK = threading.RLock()
+
+
+class BudgetExceeded(ScheduleError):
+    """isl ran out of its operation budget while doing ``what``."""
+
+    def __init__(self, what: str, max_operations: int) -> None:
+        self.what, self.max_operations = what, max_operations
+        super().__init__(f"{what}: isl exceeded its budget of {max_operations} operations "
+                         "(Options.isl_max_operations)")
+
+
+@contextmanager
+def isl_budget(max_operations: int, what: str) -> Iterator[None]:
+    """Run the block with isl limited to ``max_operations``; :class:`BudgetExceeded` past it.
+
+    The limit applies to isl objects of the default context (all of polyonnx's); it is lifted
+    again when the block ends, however it ends.
+    """
+    ctx = isl.DEFAULT_CONTEXT
+    with _LOCK:
+        previous = ctx.get_max_operations()
+        ctx.set_max_operations(max_operations)
+        ctx.reset_operations()
+        try:
+            yield
+        except isl.Error as e:
+            if _QUOTA_MESSAGE in str(e):
+                raise BudgetExceeded(what, max_operations) from None
+            raise
+        finally:
+            ctx.set_max_operations(previous)
+            ctx.reset_operations()
+
+
+def own_loop_order(kernel: Kernel) -> ScheduledKernel:
+    """The fallback schedule: the kernel's loops as written, with no analysis at all."""
+    poly = PolyKernel.build(kernel)
+    return ScheduledKernel(kernel, poly, initial_schedule(poly))
+
+
+def schedule_kernel(kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel],
+                    options: Options) -> tuple[ScheduledKernel, isl.AstNode]:
+    """``strategy(kernel)`` and its isl AST under the budget, else the kernel's own loop order.
+
+    Example:
+        >>> sk, ast = schedule_kernel(kernel, default_schedule, Options())  # doctest: +SKIP
+    """
+    limit = options.isl_max_operations
+
+    def attempt(make: Callable[[Kernel], ScheduledKernel]) -> tuple[ScheduledKernel,
+                                                                      isl.AstNode]:
+        with isl_budget(limit, f"kernel {kernel.name}"):
+            scheduled = make(kernel)
+            return scheduled, build_ast(scheduled.schedule)
+
+    try:
+        return attempt(strategy)
+    except BudgetExceeded as e:
+        if options.verbose:
+            print(f"polyonnx: {e}; falling back to the kernel's own loop order",
+                  file=sys.stderr)
+    try:
+        return attempt(own_loop_order)
+    except BudgetExceeded as e:
+        raise ScheduleError(f"{e}, even for the kernel's own loop order (nodes "
+                            f"{', '.join(kernel.ops) or '-'}); raise the budget to compile "
+                            "this model") from None
