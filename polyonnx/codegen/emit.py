@@ -40,6 +40,7 @@ PTR = ir.PointerType()
 FAST = ("reassoc", "contract")
 
 STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
+MAX_UNROLL = 64
 
 _SCALAR_TYPES: dict[str, ir.Type] = {
     "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
@@ -118,6 +119,9 @@ class KernelEmitter:
             elif isinstance(node, la.Mark) and node.name == "vector" and len(node.body) == 1 \
                     and isinstance(node.body[0], la.For) and self._lanes is None:
                 self._vector_for(node.body[0], env)
+            elif isinstance(node, la.Mark) and node.name == "unroll" and len(node.body) == 1 \
+                    and isinstance(node.body[0], la.For):
+                self._unrolled_for(node.body[0], env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
             else:
@@ -142,6 +146,19 @@ class KernelEmitter:
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
+
+    def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
+        """A loop under an ``unroll`` mark with a constant trip count: its body, once per
+        iteration, straight-line (isl could unroll too, but generating the AST then costs far
+        more)."""
+        trip = _static_trip(node)
+        if trip is None or trip > MAX_UNROLL or node.inc != 1:
+            self._for(node, env)
+            return
+        init = self._iexpr(node.init, env)
+        for k in range(trip):
+            value = self.builder.add(init, ir.Constant(I64, k), flags=["nsw"]) if k else init
+            self._nodes(node.body, {**env, node.iterator: value})
 
     def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
         cond = self._iexpr(node.cond, env)

@@ -22,6 +22,7 @@ from polyonnx.codegen.emit import I8, I32, I64, PTR, emit_kernel
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
 from polyonnx.krnl.program import Program
+from polyonnx.schedule.signature import canonical
 
 WEIGHTS_SYMBOL = "polyonnx_weights"
 
@@ -33,8 +34,15 @@ def build_module(program: Program, plan: MemoryPlan,
     module = ir.Module(name=prefix)
     if triple:
         module.triple = triple
-    functions = [emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast, checked,
-                             vector_bits) for k, ast in kernels]
+    # Kernels equal up to buffer names and with the same loops share one function.
+    emitted: dict[tuple[str, str], ir.Function] = {}
+    functions = []
+    for k, ast in kernels:
+        key = (str(canonical(k)), "\n".join(map(str, ast)))
+        if key not in emitted:
+            emitted[key] = emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast,
+                                       checked, vector_bits)
+        functions.append(emitted[key])
 
     run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")
     inputs, outputs, weights, workspace = run.args

@@ -25,6 +25,7 @@ from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
 from polyonnx.schedule.poly import PolyKernel, StmtInfo, initial_schedule
 
 VECTOR_MARK = "vector"
+UNROLL_MARK = "unroll"
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ def _with_band(sched: isl.Schedule, band: isl.MultiUnionPwAff, *, mark: str | No
     sched = sched.insert_partial_schedule(band)
     node = sched.get_root().child(0)
     if unroll:
-        for d in range(node.band_n_member()):
-            node = node.band_member_set_ast_loop_type(d, isl.ast_loop_type.unroll)
+        # Codegen unrolls loops under this mark (isl's own unrolling makes AST generation slow).
+        node = node.insert_mark(isl.Id(UNROLL_MARK)).child(0)
     if isolate:
         node = node.band_set_ast_build_options(isl.UnionSet(isolate))
     if mark:
@@ -290,7 +291,8 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     dims = [f"d{k}" for k in range(len(names))]
     full = (f"{dims[row_pos]} <= {_extent(red.outer, row) - u} and "
             f"{dims[vec_pos]} <= {_extent(red.outer, vec) - v}")
-    isolate = f"{{ isolate[[] -> [{', '.join(dims)}]] : {full} }}"
+    ragged = _extent(red.outer, row) % u or _extent(red.outer, vec) % v
+    isolate = f"{{ isolate[[] -> [{', '.join(dims)}]] : {full} }}" if ragged else None
     return _with_band(_sequence(parts), _band(tile, poly), isolate=isolate)
 
 
