@@ -77,9 +77,11 @@ class Measurement:
 
 
 def measure(schedule: Schedule, *, options: Options | None = None, min_runs: int = 5,
-            min_time: float = 0.2, check: bool = True, rtol: float = 1e-4) -> Measurement:
+            min_time: float = 0.2, check: bool = True, rtol: float = 1e-4,
+            reference: Mapping[str, np.ndarray] | None = None) -> Measurement:
     """Median wall time of the scheduled kernel over at least ``min_runs`` runs and
-    ``min_time`` seconds; with ``check``, its outputs are compared to the default schedule's
+    ``min_time`` seconds, on :func:`random_arrays`. With ``check``, its outputs are compared to
+    ``reference`` (by default: what the kernel's own loop order computes from the same arrays)
     and a mismatch raises :class:`CodegenError`."""
     fn = build(schedule, options)
     arrays = random_arrays(schedule.kernel)
@@ -87,7 +89,8 @@ def measure(schedule: Schedule, *, options: Options | None = None, min_runs: int
     if check:
         work = {k: v.copy() for k, v in arrays.items()}
         fn(work)
-        expected = run(Schedule.from_kernel(schedule.kernel), arrays, options)
+        expected = (reference if reference is not None
+                    else run(Schedule.from_kernel(schedule.kernel), arrays, options))
         for b in schedule.kernel.buffers:
             if b.kind != "output":
                 continue

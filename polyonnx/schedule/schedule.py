@@ -88,6 +88,7 @@ class Schedule:
         self._model = model
         self.tree = tree
         self.directives = directives
+        self._created: tuple[str, ...] = ()
 
     @staticmethod
     def from_kernel(kernel: Kernel) -> Schedule:
@@ -126,6 +127,11 @@ class Schedule:
     def loops(self) -> tuple[str, ...]:
         """Loop names, outermost first (pre-order)."""
         return tuple(band_paths(self.tree))
+
+    @property
+    def created(self) -> tuple[str, ...]:
+        """The loops the last verb made (e.g. ``("j_o", "j_i")`` after ``split("j", 8)``)."""
+        return self._created
 
     @property
     def statements(self) -> tuple[str, ...]:
@@ -169,6 +175,7 @@ class Schedule:
         check(self.tree, self.poly, d)
         new = Schedule(self._model, apply(self.tree, self.poly, d), self.directives + (d,))
         new._verify(str(d))
+        new._created = tuple(n for n in new.loops if n not in self.loops)
         return new
 
     def _verify(self, verb: str) -> None:
