@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -51,6 +52,7 @@ from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.budget import schedule_kernel
 from polyonnx.schedule.default import ScheduledKernel, Tiling, default_schedule
+from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import TraceLike, replay_schedules
 
 if TYPE_CHECKING:
@@ -85,9 +87,20 @@ def schedule(program: Program, options: Options,
     strategy = functools.partial(default_schedule, tiling=tiling)
     chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
                                                              schedules or {}).items()}
-    return tuple((chosen[i], build_ast(chosen[i].schedule)) if i in chosen
-                 else schedule_kernel(k, strategy, options)
-                 for i, k in enumerate(program.kernels))
+    # Kernels that differ only in their buffers (ResNet50 repeats most of its convolutions)
+    # share one schedule and one AST.
+    by_signature: dict[str, tuple[ScheduledKernel, isl.AstNode]] = {}
+    out = []
+    for i, k in enumerate(program.kernels):
+        if i in chosen:
+            out.append((chosen[i], build_ast(chosen[i].schedule)))
+            continue
+        sig = kernel_signature(k)
+        if sig not in by_signature:
+            by_signature[sig] = schedule_kernel(k, strategy, options)
+        first, ast = by_signature[sig]
+        out.append((dataclasses.replace(first, kernel=k), ast))
+    return tuple(out)
 
 
 def generate(scheduled: Sequence[tuple[ScheduledKernel, isl.AstNode]]
