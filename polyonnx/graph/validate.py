@@ -62,8 +62,9 @@ def _check_value(v: Value, what: str, limit: int) -> None:
         raise ShapeError(f"value {v.name!r} ({what}) has a negative dimension: shape "
                          f"{list(v.shape)}")
     if v.dtype not in SUPPORTED_DTYPES:
+        elem = "string" if v.dtype == "object" else v.dtype  # numpy holds strings as objects
         raise UnsupportedOpError("value", detail=f"{v.name!r} ({what}) has element type "
-                                 f"{v.dtype}; polyonnx handles numeric and bool tensors")
+                                 f"{elem}; polyonnx handles numeric and bool tensors")
     if v.is_static:
         nbytes = int(np.prod(v.shape, dtype=object)) * np.dtype(v.dtype).itemsize
         if nbytes > limit:
