@@ -155,17 +155,25 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         inside = {n.name for n in group}
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
-        kernels.append(build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
-                                    derived))
+        kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
+                              derived)
+        if kernel.statements():  # zero-size outputs lower to nothing
+            kernels.append(kernel)
 
     # A graph output must own its memory: copy when it would share an input's, a constant's or
     # another output's storage.
     input_names = {v.name for v in graph.inputs}
+    all_constants = {**graph.constants, **derived}
     roots_taken: set[str] = set()
     for out in graph.outputs:
         root = storage.get(out.name, out.name)
         if root in input_names or root in graph.constants or root in roots_taken:
             src = graph.value(out.name) if out.name not in storage else graph.value(root)
+            if root == out.name and root in all_constants:
+                # The output itself folded to a constant (e.g. Shape): its value moves to a
+                # name of its own, since the output's slot is the caller's buffer.
+                root = f"{out.name}__const"
+                all_constants[root] = all_constants.pop(out.name)
             k = _copy_kernel(f"k_copy_{out.name}", Value(root, src.dtype, src.shape), out)
             kernels.append(k)
             storage[out.name] = out.name
@@ -175,10 +183,11 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
             roots_taken.add(root)
 
     used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
+    # An output with no elements needs no kernel.
     missing = [o.name for o in graph.outputs if storage.get(o.name, o.name) not in used
-               and o.name not in used]
+               and o.name not in used and int(np.prod(o.shape, dtype=np.int64)) != 0]
     if missing:
         raise ModelError(f"graph outputs {missing} are not computed by any node")
-    constants = {n: c for n, c in {**graph.constants, **derived}.items() if n in used}
+    constants = {n: c for n, c in all_constants.items() if n in used}
     return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
                    constants, storage)
