@@ -30,6 +30,7 @@ from polyonnx.graph.ir import Graph, Node
 from polyonnx.options import Options
 from polyonnx.pipeline import STAGES, Compiled, compile, compile_graph, emit, lower, to_graph
 from polyonnx.runtime.session import Executable, NodeArg
+from polyonnx.schedule.trace import Trace, load_schedules
 
 #: The model ``polyonnx run`` compiles when given none: ResNet50 from the onnx package's
 #: "light" backend-test models (real architecture, placeholder weights).
@@ -94,6 +95,16 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    default=[], help="fix an input's shape, e.g. x=1x3x224x224 (repeatable)")
 
 
+def _add_schedule_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schedules", metavar="FILE",
+                   help="JSON object mapping kernel names or signatures to schedule traces "
+                   "(as written by examples/explore_resnet50_conv.py; see docs/schedule.md)")
+
+
+def _schedules(args: argparse.Namespace) -> dict[str, Trace] | None:
+    return load_schedules(args.schedules) if args.schedules else None
+
+
 def _add_codegen_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=3,
                    metavar="N", help="LLVM optimisation level: -O0 .. -O3 (default -O3)")
@@ -127,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "binary: obj goes to -o or stdout, lib needs -o)")
     _add_codegen_options(c)
     _add_model_options(c)
+    _add_schedule_option(c)
     c.set_defaults(func=_cmd_compile)
 
     r = sub.add_parser("run", help="compile and run a model; print outputs and timing",
@@ -148,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     _add_codegen_options(r)
     _add_model_options(r)
+    _add_schedule_option(r)
     r.set_defaults(func=_cmd_run)
 
     k = sub.add_parser("kernels", help="list the kernels a model compiles to",
@@ -182,9 +195,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             args.output = Path(args.model).with_suffix(".so").name
         from polyonnx.codegen.aot import write_library
 
-        lib = write_library(compile(args.model, options, _shapes(args)), args.output)
+        lib = write_library(compile(args.model, options, _shapes(args), _schedules(args)),
+                            args.output)
         print(f"wrote {lib} and {lib.with_suffix('.h')}")
         return 0
+    if args.schedules:
+        raise PolyonnxError("--schedules applies to libraries (-o OUT.so) and `run`, not to "
+                            "--emit")
     text = emit(args.model, args.emit, options, _shapes(args))
     if args.output is not None:
         data = text if isinstance(text, bytes) else text.encode()
@@ -211,7 +228,8 @@ class _Loaded:
     stage_seconds: dict[str, float]
 
 
-def _load(model: str, options: Options, shapes: Mapping[str, Sequence[int]] | None) -> _Loaded:
+def _load(model: str, options: Options, shapes: Mapping[str, Sequence[int]] | None,
+          schedules: Mapping[str, Trace] | None = None) -> _Loaded:
     if Path(model).suffix in (".so", ".dylib"):
         t = time.perf_counter()
         exe = Executable.from_library(model)
@@ -224,7 +242,7 @@ def _load(model: str, options: Options, shapes: Mapping[str, Sequence[int]] | No
     graph = to_graph(proto, shapes)
     times["frontend + graph"] = time.perf_counter() - t
     t = time.perf_counter()
-    compiled = compile_graph(graph, options)
+    compiled = compile_graph(graph, options, schedules)
     times["krnl + schedule + ast"] = time.perf_counter() - t
     t = time.perf_counter()
     exe = Executable.from_compiled(compiled)
@@ -331,7 +349,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     model = DEFAULT_MODEL if default_model else args.model
     if args.repeat < 0:
         raise InputError("--repeat must be >= 0")
-    loaded = _load(model, _options(args), _shapes(args))
+    loaded = _load(model, _options(args), _shapes(args), _schedules(args))
     exe = loaded.executable
     feeds = _feeds(exe, args.input, args.seed, default_model)
 
