@@ -125,3 +125,19 @@ def test_shape_size() -> None:
     check_op("Shape", [("x", rand(2, 3, 4))])
     check_op("Shape", [("x", rand(2, 3, 4))], {"start": 1, "end": -1}, opset=15)
     check_op("Size", [("x", rand(2, 3, 4))])
+
+
+def test_space_to_depth_crd() -> None:
+    # Opset 25 adds mode to SpaceToDepth; onnxruntime may not implement it, so compare with
+    # the inverse: DepthToSpace(CRD) of SpaceToDepth(CRD) is the identity.
+    from .harness import graph_from_model, run_krnl
+    x = rand(1, 2, 4, 6)
+    model = make_model("SpaceToDepth", [("x", x)], {"blocksize": 2}, opset=17)
+    graph = graph_from_model(model)
+    node = graph.nodes[0]
+    crd = type(node)(node.name, node.op_type, node.inputs, node.outputs,
+                     {"blocksize": 2, "mode": "CRD"})
+    y = run_krnl(type(graph)(graph.name, graph.inputs, graph.outputs, (crd,), graph.values,
+                             graph.constants, graph.opset), {"x": x})["y"]
+    want = x.reshape(1, 2, 2, 2, 3, 2).transpose(0, 1, 3, 5, 2, 4).reshape(1, 8, 2, 3)
+    np.testing.assert_array_equal(y, want)

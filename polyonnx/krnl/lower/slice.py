@@ -211,14 +211,23 @@ def lower_depth_to_space(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
 
 @register("SpaceToDepth")
 def lower_space_to_depth(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """``Y[n, (b0*bs + b1)*C + c, h, w] = X[n, c, h*bs + b0, w*bs + b1]``."""
+    """``Y[n, (b0*bs + b1)*C + c, h, w] = X[n, c, h*bs + b0, w*bs + b1]`` (DCR; CRD: channel
+    ``c*bs*bs + b0*bs + b1``)."""
     x, y = node.input(0), node.outputs[0]
     bs = _block(node, ctx)
     n, c, _, _ = ctx.shape(x)
     _, _, h, w = ctx.shape(y)
     b0, b1 = var("b0"), var("b1")
-    iters = [("n", n), ("b0", bs), ("b1", bs), ("c", c), ("h", h), ("w", w)]
-    return _copy(y, (var("n"), (b0 * bs + b1) * c + var("c"), var("h"), var("w")), x,
+    mode = str_attr(node, "mode", "DCR")
+    if mode == "DCR":
+        channel = (b0 * bs + b1) * c + var("c")
+        iters = [("n", n), ("b0", bs), ("b1", bs), ("c", c), ("h", h), ("w", w)]
+    elif mode == "CRD":
+        channel = var("c") * (bs * bs) + b0 * bs + b1
+        iters = [("n", n), ("c", c), ("b0", bs), ("b1", bs), ("h", h), ("w", w)]
+    else:
+        raise bad_attr(node, "mode", f"has unknown value {mode!r}")
+    return _copy(y, (var("n"), channel, var("h"), var("w")), x,
                  (var("n"), var("c"), var("h") * bs + b0, var("w") * bs + b1), ctx.dtype(x),
                  iters)
 
