@@ -37,7 +37,7 @@ from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import build_module
-from polyonnx.codegen.target import vector_bits
+from polyonnx.codegen.target import thread_count, vector_bits
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import import_model
 from polyonnx.frontend.load import ModelSource, load_model
@@ -128,7 +128,8 @@ class Compiled:
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
                             checked=self.options.checked, aot=aot, metadata=self.metadata(),
-                            triple=triple, vector_bits=vector_bits(self.options))
+                            triple=triple, vector_bits=vector_bits(self.options),
+                            threads=thread_count(self.options))
 
     def metadata(self) -> str:
         """JSON description of the entry point (inputs, outputs, sizes)."""

@@ -92,6 +92,8 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
             f'\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n'
             f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n')
         cmd = [cc, "-shared", "-o", str(out), str(t / "model.o"), str(t / "weights.s"), "-lm"]
+        if b"GOMP_parallel" in obj:
+            cmd.append("-lgomp")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CodegenError(f"linking {out} failed: {proc.stderr.strip()}")

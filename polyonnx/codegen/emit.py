@@ -85,10 +85,13 @@ class KernelEmitter:
     """statement name -> (its iterators, the statement)"""
     checked: bool = False
     vector_bits: int = 256
+    threads: int = 1
     fn: ir.Function = field(init=False)
     builder: ir.IRBuilder = field(init=False)
     buffers: dict[str, tuple[Buffer, ir.Value]] = field(init=False, default_factory=dict)
     fail_block: ir.Block = field(init=False)
+    _in_parallel: bool = field(init=False, default=False)
+    _parallel_count: int = field(init=False, default=0)
     _lanes: tuple[int, dict[str, int]] | None = field(init=False, default=None)
     """Inside a vector loop: (width, element step of each statement iterator per lane)."""
 
@@ -122,6 +125,10 @@ class KernelEmitter:
             elif isinstance(node, la.Mark) and node.name == "unroll" and len(node.body) == 1 \
                     and isinstance(node.body[0], la.For):
                 self._unrolled_for(node.body[0], env)
+            elif isinstance(node, la.Mark) and node.name == "parallel" and self.threads > 1 \
+                    and len(node.body) == 1 and isinstance(node.body[0], la.For) \
+                    and not self._in_parallel and self._lanes is None:
+                self._parallel_for(node.body[0], env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
             else:
@@ -146,6 +153,86 @@ class KernelEmitter:
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
+
+    def _parallel_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
+        """A loop under a ``parallel`` mark: its iterations split in equal contiguous chunks
+        over an OpenMP team (``GOMP_parallel``, as clang and Polly emit), one chunk per thread.
+
+        The loop body is outlined into ``<kernel>.parallel<k>(ptr ctx)``; ``ctx`` carries the
+        loop bounds, every value of the enclosing loops, the buffer pointers and a status slot
+        that a failed run-time check sets.
+        """
+        cond = node.cond
+        if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
+                and cond.args[0] == la.IVar(node.iterator) and node.inc > 0):
+            self._for(node, env)
+            return
+        b = self.builder
+        lower = self._iexpr(node.init, env)
+        upper = self._iexpr(cond.args[1], env)
+        if cond.op == "lt":
+            upper = b.sub(upper, ir.Constant(I64, 1))
+        names = sorted(env)
+        buffers = list(self.buffers)
+        slots = 3 + len(names) + len(buffers)
+        with b.goto_entry_block():
+            ctx = b.alloca(I64, size=ir.Constant(I64, slots), name="parallel.ctx")
+
+        def slot(builder: ir.IRBuilder, base: ir.Value, k: int) -> ir.Value:
+            return builder.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
+
+        values = [ir.Constant(I64, 0), lower, upper, *(env[n] for n in names),
+                  *(b.ptrtoint(self.buffers[n][1], I64) for n in buffers)]
+        for k, v in enumerate(values):
+            b.store(v, slot(b, ctx, k))
+
+        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+                               name=f"{self.fn.name}.parallel{self._parallel_count}")
+        self._parallel_count += 1
+        outlined.attributes.add("nounwind")
+        saved = (self.fn, self.builder, dict(self.buffers), self.fail_block)
+        try:
+            self.fn, self._in_parallel = outlined, True
+            arg = outlined.args[0]
+            self.builder = ob = ir.IRBuilder(outlined.append_basic_block("entry"))
+            self.fail_block = outlined.append_basic_block("index_out_of_range")
+            fail = ir.IRBuilder(self.fail_block)
+            fail.store(ir.Constant(I64, STATUS_INDEX_OUT_OF_RANGE), slot(fail, arg, 0))
+            fail.ret_void()
+            loaded = [ob.load(slot(ob, arg, k), typ=I64) for k in range(slots)]
+            lo, hi = loaded[1], loaded[2]
+            inner_env = dict(zip(names, loaded[3:3 + len(names)], strict=True))
+            for name, raw in zip(buffers, loaded[3 + len(names):], strict=True):
+                self.buffers[name] = (self.buffers[name][0], ob.inttoptr(raw, PTR))
+            # Static schedule: thread t of T runs iterations [t*n/T, (t+1)*n/T).
+            tid = ob.sext(ob.call(self._runtime("omp_get_thread_num", I32, []), []), I64)
+            team = ob.sext(ob.call(self._runtime("omp_get_num_threads", I32, []), []), I64)
+            inc = ir.Constant(I64, node.inc)
+            count = ob.add(ob.sdiv(ob.sub(hi, lo), inc), ir.Constant(I64, 1))
+            first = ob.sdiv(ob.mul(tid, count), team)
+            end = ob.sdiv(ob.mul(ob.add(tid, ir.Constant(I64, 1)), count), team)
+            inner_env["parallel.lo"] = ob.add(lo, ob.mul(first, inc))
+            inner_env["parallel.hi"] = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
+            bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
+            self._for(la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
+                             node.body), inner_env)
+            ob = self.builder
+            ob.ret_void()
+        finally:
+            self.fn, self.builder, self.buffers, self.fail_block = saved
+            self._in_parallel = False
+        gomp = self._runtime("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+        b.call(gomp, [outlined, ctx, ir.Constant(I32, self.threads), ir.Constant(I32, 0)])
+        status = b.load(slot(b, ctx, 0), typ=I64)
+        failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
+        with b.if_then(failed, likely=False):
+            b.ret(b.trunc(status, I32))
+
+    def _runtime(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ret, args), name=name)
 
     def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         """A loop under an ``unroll`` mark with a constant trip count: its body, once per
@@ -703,9 +790,9 @@ def _constant(c: Const) -> ir.Constant:
 
 
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
-                checked: bool = False, vector_bits: int = 256) -> ir.Function:
+                checked: bool = False, vector_bits: int = 256, threads: int = 1) -> ir.Function:
     """Add ``kernel`` to ``module``, its loops given by ``ast``."""
     stmts = {}
     for loops, s in kernel.statements():
         stmts[s.name] = (tuple(lp.iterator for lp in loops), s)
-    return KernelEmitter(module, kernel, stmts, checked, vector_bits).emit(ast)
+    return KernelEmitter(module, kernel, stmts, checked, vector_bits, threads).emit(ast)

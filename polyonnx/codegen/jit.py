@@ -9,7 +9,13 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from polyonnx.codegen.target import LLVM_LOCK, init_llvm, optimize, target_machine
+from polyonnx.codegen.target import (
+    LLVM_LOCK,
+    init_llvm,
+    openmp_library,
+    optimize,
+    target_machine,
+)
 from polyonnx.errors import CodegenError
 from polyonnx.options import Options
 
@@ -35,6 +41,8 @@ def _engine() -> llvm.ExecutionEngine:
     global _ENGINE
     if _ENGINE is None:
         init_llvm()
+        if openmp_library():
+            llvm.load_library_permanently(openmp_library())
         tm = target_machine(Options(opt_level=3), jit=True)
         _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
     return _ENGINE

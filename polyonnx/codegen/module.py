@@ -30,7 +30,7 @@ WEIGHTS_SYMBOL = "polyonnx_weights"
 def build_module(program: Program, plan: MemoryPlan,
                  kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
                  checked: bool = False, aot: bool = False, metadata: str = "",
-                 triple: str = "", vector_bits: int = 256) -> ir.Module:
+                 triple: str = "", vector_bits: int = 256, threads: int = 1) -> ir.Module:
     module = ir.Module(name=prefix)
     if triple:
         module.triple = triple
@@ -41,7 +41,7 @@ def build_module(program: Program, plan: MemoryPlan,
         key = (str(canonical(k)), "\n".join(map(str, ast)))
         if key not in emitted:
             emitted[key] = emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast,
-                                       checked, vector_bits)
+                                       checked, vector_bits, threads)
         functions.append(emitted[key])
 
     run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")

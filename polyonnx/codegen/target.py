@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
+import os
 import threading
 
 import llvmlite.binding as llvm
@@ -34,6 +36,20 @@ def host_cpu() -> tuple[str, str, str]:
     init_llvm()
     return llvm.get_process_triple(), llvm.get_host_cpu_name(), \
         llvm.get_host_cpu_features().flatten()
+
+
+@functools.cache
+def openmp_library() -> str | None:
+    """The OpenMP runtime the generated code calls for parallel loops (libgomp), if any."""
+    return ctypes.util.find_library("gomp")
+
+
+def thread_count(options: Options) -> int:
+    """Threads parallel loops run on: ``options.num_threads``, else every core; 1 when no
+    OpenMP runtime is installed."""
+    if openmp_library() is None:
+        return 1
+    return options.num_threads or os.cpu_count() or 1
 
 
 def vector_bits(options: Options) -> int:

@@ -59,15 +59,27 @@ class Tiling:
         return self.unroll
 
 
-def default_schedule(kernel: Kernel, tiling: Tiling | None = None) -> ScheduledKernel:
-    """The kernel's schedule: the strategies above when legal, else its own loop structure."""
+def default_schedule(kernel: Kernel, tiling: Tiling | None = None,
+                     parallel: bool = True) -> ScheduledKernel:
+    """The kernel's schedule: the strategies above when legal, else its own loop structure.
+
+    With ``parallel``, the outermost loop of each nest with enough work is marked ``parallel``
+    when it carries no dependence.
+    """
     poly = PolyKernel.build(kernel)
     tiling = tiling or Tiling()
+    deps = poly.dependences().all
     try:
-        sched = _strategy(poly, tiling)
+        parts = _strategy(poly, tiling)
     except _NotApplicable:
-        sched = None
-    if sched is not None and respects(poly, sched):
+        parts = None
+    if parts is None:
+        parts = [_initial_nest(poly, n) if isinstance(n, Loop) else _leaf(poly, [n.name])
+                 for n in kernel.body]
+    if parallel:
+        parts = [_parallel_outer(poly, p, deps) for p in parts]
+    sched = _sequence(parts)
+    if respects(poly, sched, deps):
         return ScheduledKernel(kernel, poly, sched)
     return ScheduledKernel(kernel, poly, initial_schedule(poly))
 
@@ -78,11 +90,48 @@ def plain_schedule(kernel: Kernel) -> ScheduledKernel:
     return ScheduledKernel(kernel, poly, initial_schedule(poly))
 
 
-def respects(poly: PolyKernel, schedule: isl.Schedule) -> bool:
+def respects(poly: PolyKernel, schedule: isl.Schedule,
+             deps: isl.UnionMap | None = None) -> bool:
     """Whether ``schedule`` executes every dependence source before its sink."""
     order = schedule.get_map()
-    deps = poly.dependences().all
+    deps = poly.dependences().all if deps is None else deps
     return deps.is_subset(order.lex_lt_union_map(order))
+
+
+PARALLEL_MARK = "parallel"
+MIN_PARALLEL_INSTANCES = 32768
+"""Statement instances below which a nest stays on one thread (waking a team costs µs)."""
+
+
+def _parallel_outer(poly: PolyKernel, part: isl.Schedule, deps: isl.UnionMap) -> isl.Schedule:
+    """Mark the outermost band member of ``part`` parallel if it carries no dependence and
+    the nest has enough work."""
+    node = part.get_root().child(0)
+    if node.get_type() != isl.schedule_node_type.band:
+        return part
+    domain = node.get_domain()
+    if _instances(poly, domain) < MIN_PARALLEL_INSTANCES:
+        return part
+    first = isl.UnionMap.from_union_pw_aff(node.band_get_partial_schedule().get_at(0))
+    inner = deps.intersect_domain(domain).intersect_range(domain)
+    if not inner.is_empty():
+        distances = inner.apply_domain(first).apply_range(first).deltas()
+        if not distances.is_subset(isl.UnionSet("{ [0] }")):
+            return part
+    return node.insert_mark(isl.Id(PARALLEL_MARK)).get_schedule()
+
+
+def _instances(poly: PolyKernel, domain: isl.UnionSet) -> int:
+    """Statement instances of ``domain``, counted from the krnl loops (guards ignored)."""
+    total = 0
+    names = set()
+    domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
+    for name in names:
+        count = 1
+        for lp in poly.stmts[name].loops:
+            count *= max(lp.upper.const - lp.lower.const, 1)
+        total += count
+    return total
 
 
 class _NotApplicable(Exception):
@@ -147,7 +196,7 @@ def _chain(node: Loop) -> tuple[list[Loop], tuple]:
     return loops, loops[-1].body
 
 
-def _strategy(poly: PolyKernel, tiling: Tiling) -> isl.Schedule | None:
+def _strategy(poly: PolyKernel, tiling: Tiling) -> list[isl.Schedule] | None:
     nests = list(poly.kernel.body)
     parts: list[isl.Schedule] = []
     i = 0
@@ -175,7 +224,7 @@ def _strategy(poly: PolyKernel, tiling: Tiling) -> isl.Schedule | None:
         changed = changed or vec is not None
         parts.append(vec if vec is not None else _initial_nest(poly, nest))
         i += 1
-    return _sequence(parts) if changed else None
+    return parts if changed else None
 
 
 def _initial_nest(poly: PolyKernel, nest: Loop) -> isl.Schedule:
