@@ -46,6 +46,9 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
     """
     where, proto, folder = _parse(model, base_dir)
     _load_external_data(proto, folder, where)
+    # The checker, converter and shape inference copy the whole proto several times; with the
+    # weights set aside they run on the graph alone (seconds saved on ResNet50's 100 MB).
+    weights = _detach_weights(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -56,9 +59,56 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
         proto = inliner.inline_local_functions(proto)
     proto = _convert(proto, target_opset, where)
     try:
-        return shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as e:
         raise ShapeError(f"{where}: ONNX shape inference failed: {_one_line(e)}") from None
+    _attach_weights(proto, weights)
+    return proto
+
+
+#: Initializers larger than this are set aside while the graph is checked and transformed;
+#: smaller ones (shapes, axes) stay, since shape inference and the converter read them.
+DETACH_BYTES = 4096
+
+
+def _detach_weights(model: onnx.ModelProto) -> tuple[dict[str, onnx.TensorProto], set[str]]:
+    """Take the large initializers out of ``model``, each replaced by a graph input of the same
+    type and shape (so checking and shape inference see the same types). Returns the tensors
+    and the names of the inputs added for them."""
+    graph = model.graph
+    inputs = {i.name for i in graph.input}
+    detached: dict[str, onnx.TensorProto] = {}
+    kept = []
+    for t in graph.initializer:
+        if t.ByteSize() > DETACH_BYTES and t.data_type != onnx.TensorProto.STRING:
+            detached[t.name] = t
+        else:
+            kept.append(t)
+    if not detached:
+        return {}, set()
+    added = set()
+    for name, t in detached.items():
+        if name not in inputs:
+            graph.input.append(onnx.helper.make_tensor_value_info(name, t.data_type, t.dims))
+            added.add(name)
+    tensors = {name: onnx.TensorProto() for name in detached}
+    for name, t in detached.items():
+        tensors[name].CopyFrom(t)
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return tensors, added
+
+
+def _attach_weights(model: onnx.ModelProto, weights: tuple[dict[str, onnx.TensorProto],
+                                                             set[str]]) -> None:
+    tensors, added = weights
+    if not tensors:
+        return
+    graph = model.graph
+    keep = [i for i in graph.input if i.name not in added]
+    del graph.input[:]
+    graph.input.extend(keep)
+    graph.initializer.extend(tensors.values())
 
 
 def _one_line(e: BaseException) -> str:
