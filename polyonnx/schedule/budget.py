@@ -64,12 +64,23 @@ def isl_budget(max_operations: int, what: str) -> Iterator[None]:
         try:
             yield
         except isl.Error as e:
-            if _QUOTA_MESSAGE in str(e):
+            if _QUOTA_MESSAGE in str(e) or _exhausted():
                 raise BudgetExceeded(what, max_operations) from None
             raise
         finally:
             ctx.set_max_operations(previous)
             ctx.reset_operations()
+
+
+def _exhausted() -> bool:
+    """Whether the context has used up its operations. isl words that failure differently in
+    places (its parser reports a syntax error), so a tiny computation is tried: past the limit,
+    every counted operation fails."""
+    try:
+        isl.Set("{ [i] : 0 <= i <= 1 }").lexmin()
+    except isl.Error:
+        return True
+    return False
 
 
 def own_loop_order(kernel: Kernel) -> ScheduledKernel:
