@@ -7,3 +7,4 @@ from polyonnx.krnl.lower import normalization  # noqa: F401
 from polyonnx.krnl.lower import convtranspose  # noqa: F401
 from polyonnx.krnl.lower import einsum  # noqa: F401
 from polyonnx.krnl.lower import rnn  # noqa: F401
+from polyonnx.krnl.lower import resize  # noqa: F401

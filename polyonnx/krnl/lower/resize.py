@@ -1,0 +1,297 @@
+"""Resize (and the deprecated Upsample): separable interpolation through per-axis tap tables.
+
+Resize is separable: along each resized axis, output position ``o`` reads a few input
+positions (1 for nearest, 2 for linear, 4 for cubic, more with antialias) with fixed weights.
+Those positions and weights depend only on shapes, scales and attributes, so they are computed
+at compile time into constant tables ``<node>__idx<k>[O, taps]`` (int64) and
+``<node>__w<k>[O, taps]``; the kernel gathers through the tables (run-time computed indices,
+range-checked) and sums the weighted taps::
+
+    for n, c, oh, ow:
+      S: Y[n, c, oh, ow] = 0.0
+      for t2, t3:
+        S: Y[n, c, oh, ow] += w2[oh, t2] * w3[ow, t3] * X[n, c, idx2[oh, t2], idx3[ow, t3]]
+
+Axes that are not resized read ``X`` through an affine index. Nearest resizes copy (one tap, no
+weights). ``tf_crop_and_resize`` positions outside the input get ``extrapolation_value`` from a
+boolean table per axis. The tables follow the ONNX reference implementation exactly
+(coordinate transformation, tie breaking, edge clamping, ``exclude_outside``, antialias).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from polyonnx.errors import ShapeError
+from polyonnx.graph.ir import Node
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.common import (
+    Aff,
+    bad_attr,
+    nest,
+    opset,
+    str_attr,
+    unsupported,
+    var,
+)
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
+
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                    "align_corners", "asymmetric", "tf_crop_and_resize")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _coeffs(mode: str, nearest_mode: str, a: float, antialias: bool, ratio: float,
+            scale: float) -> np.ndarray:
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        pick = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                "floor": False, "ceil": True}[nearest_mode]
+        return np.array([0.0, 1.0]) if pick else np.array([1.0, 0.0])
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        s = min(scale, 1.0)
+        start = int(np.floor(-1 / s) + 1)
+        args = (np.arange(start, start + 2 - 2 * start) - ratio) * s
+        c = np.clip(1 - np.abs(args), 0, 1)
+        return c / c.sum()
+    # cubic
+    if not antialias:
+        r1 = 1 - ratio
+        return np.array([
+            ((a * (ratio + 1) - 5 * a) * (ratio + 1) + 8 * a) * (ratio + 1) - 4 * a,
+            ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+            ((a + 2) * r1 - (a + 3)) * r1 * r1 + 1,
+            ((a * (r1 + 1) - 5 * a) * (r1 + 1) + 8 * a) * (r1 + 1) - 4 * a,
+        ])
+    s = min(scale, 1.0)
+
+    def kernel(x: float) -> float:
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+        if x < 2:
+            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a
+        return 0.0
+
+    i_start = int(np.floor(-2 / s) + 1)
+    c = np.array([kernel(s * (i - ratio)) for i in range(i_start, 2 - i_start)])
+    return c / c.sum()
+
+
+def axis_table(*, mode: str, ctm: str, nearest_mode: str, cubic_a: float, antialias: bool,
+               exclude_outside: bool, in_w: int, out_w: int, scale: float,
+               roi: tuple[float, float] | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Tap indices ``[out_w, n]``, weights ``[out_w, n]`` and the extrapolated positions."""
+    output_width = scale * in_w
+    y = np.arange(out_w, dtype=np.float64)
+    extrapolated = None
+    if ctm == "align_corners":
+        x = np.zeros(out_w) if output_width == 1 else y * (in_w - 1) / (output_width - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        assert roi is not None
+        if output_width == 1:
+            x = np.full(out_w, (roi[1] - roi[0]) * (in_w - 1) / 2)
+        else:
+            x = y * (roi[1] - roi[0]) * (in_w - 1) / (output_width - 1)
+        x = x + roi[0] * (in_w - 1)
+        extrapolated = (x < 0) | (x > in_w - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(out_w, -0.5) if output_width == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    else:  # half_pixel_symmetric
+        offset = in_w / 2 * (1 - out_w / output_width)
+        x = offset + (y + 0.5) / scale - 0.5
+    x_int = np.floor(x).astype(np.int64)
+    ratios = np.where(x == x_int, 1.0, x - x_int)
+    coeffs = np.stack([_coeffs(mode, nearest_mode, cubic_a, antialias, float(r), scale)
+                       for r in ratios]) if out_w else np.zeros((0, 2))
+    n = coeffs.shape[1]
+    pad = int(np.ceil(n / 2))
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    frac = xp - p
+    if n % 2 == 0:
+        offset_from_p = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        base = -((n - 1) // 2)
+        offset_from_p = np.where(frac <= 0.5, base, base + 1)
+    idx = (p + offset_from_p)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((idx < 0) | (idx >= in_w), 0.0, coeffs)
+        total = coeffs.sum(axis=-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    idx = np.clip(idx, 0, in_w - 1)
+    if mode == "nearest":  # one weight is 1, the other 0: keep the chosen tap only
+        pick = np.argmax(coeffs, axis=1)
+        idx = idx[np.arange(out_w), pick][:, None]
+        coeffs = np.ones((out_w, 1))
+    if extrapolated is not None and not extrapolated.any():
+        extrapolated = None
+    return idx.astype(np.int64), coeffs, extrapolated
+
+
+def _floats(ctx: LowerContext, node: Node, name: str) -> np.ndarray | None:
+    if not name:
+        return None
+    value = ctx.constant(name)
+    if value is None:
+        raise unsupported(node, ctx, f"input {name!r} computed at run time (scales, sizes "
+                                     "and roi must be constants)")
+    arr = np.asarray(value).reshape(-1)
+    return arr if arr.size else None
+
+
+@register("Resize")
+@register("Upsample")
+def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
+    """Resize: nearest / linear / cubic over any axes, scales or sizes given as constants."""
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    rank = len(xs)
+    dtype = ctx.dtype(x)
+    legacy = node.op_type == "Upsample" or opset(ctx) < 11
+    mode = str_attr(node, "mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic", "bilinear", "trilinear"):
+        raise bad_attr(node, "mode", f"has unknown value {mode!r}")
+    mode = "linear" if mode in ("bilinear", "trilinear") else mode
+    if legacy:
+        # Upsample and Resize-10: asymmetric coordinates, nearest rounds down.
+        ctm, nearest_mode = "asymmetric", "floor"
+        scales = np.asarray(node.attr("scales")) if node.has_attr("scales") \
+            else _floats(ctx, node, node.input(1))
+        roi_v = sizes = None
+        axes = list(range(rank))
+    else:
+        ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel")
+        nearest_mode = str_attr(node, "nearest_mode", "round_prefer_floor")
+        roi_v = _floats(ctx, node, node.input(1))
+        scales = _floats(ctx, node, node.input(2))
+        sizes = _floats(ctx, node, node.input(3))
+        axes = [int(a) % rank for a in node.attr("axes", range(rank))]
+    if ctm not in COORDINATE_MODES:
+        raise bad_attr(node, "coordinate_transformation_mode", f"has unknown value {ctm!r}")
+    if nearest_mode not in NEAREST_MODES:
+        raise bad_attr(node, "nearest_mode", f"has unknown value {nearest_mode!r}")
+    antialias = bool(node.attr("antialias", 0)) and mode != "nearest"
+    exclude_outside = bool(node.attr("exclude_outside", 0))
+    cubic_a = float(node.attr("cubic_coeff_a", -0.75))
+    extrapolation = float(node.attr("extrapolation_value", 0.0))
+    policy = str_attr(node, "keep_aspect_ratio_policy", "stretch")
+
+    scale = [1.0] * rank
+    if sizes is not None:
+        out = list(xs)
+        for k, a in enumerate(axes):
+            out[a] = int(sizes[k])
+        scale = [out[d] / xs[d] if xs[d] else 1.0 for d in range(rank)]
+        if policy in ("not_larger", "not_smaller"):
+            pick = min if policy == "not_larger" else max
+            common = pick(scale[a] for a in axes)
+            scale = [common if d in axes else 1.0 for d in range(rank)]
+        elif policy != "stretch":
+            raise bad_attr(node, "keep_aspect_ratio_policy", f"has unknown value {policy!r}")
+    elif scales is not None:
+        for k, a in enumerate(axes):
+            scale[a] = float(scales[k])
+    else:
+        raise bad_attr(node, "scales", "or sizes must be given")
+    roi = [0.0] * rank + [1.0] * rank
+    if roi_v is not None and ctm == "tf_crop_and_resize":
+        for k, a in enumerate(axes):
+            roi[a], roi[rank + a] = float(roi_v[k]), float(roi_v[len(axes) + k])
+
+    if sizes is not None and policy == "stretch":
+        expected = [int(sizes[axes.index(d)]) if d in axes else xs[d] for d in range(rank)]
+    elif sizes is not None:
+        expected = [int(scale[d] * xs[d] + 0.5) if d in axes else xs[d] for d in range(rank)]
+    else:
+        expected = [int(scale[d] * xs[d]) for d in range(rank)]
+    if tuple(expected) != tuple(ys):
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): output shape {tuple(ys)} does "
+                         f"not match the scales / sizes (expected {tuple(expected)})")
+
+    out_names = [f"o{d}" for d in range(rank)]
+    index: list[ir.Index] = []
+    weights: list[ir.Expr] = []
+    tap_iters: list[tuple[str, int]] = []
+    ext: list[ir.Expr] = []
+    constants: list[tuple[str, np.ndarray]] = []
+    wdtype = dtype if dtype in ir.FLOAT_DTYPES else "float32"
+    for d in range(rank):
+        o = var(out_names[d])
+        identity = (math.isclose(scale[d], 1.0) and ys[d] == xs[d]
+                    and math.isclose(roi[d], 0.0) and math.isclose(roi[rank + d], 1.0))
+        if identity:
+            index.append(o)
+            continue
+        if scale[d] <= 0:
+            raise bad_attr(node, "scales", f"must be positive, got {scale[d]}")
+        idx, w, extrapolated = axis_table(
+            mode=mode, ctm=ctm, nearest_mode=nearest_mode, cubic_a=cubic_a,
+            antialias=antialias, exclude_outside=exclude_outside, in_w=xs[d], out_w=ys[d],
+            scale=scale[d], roi=(roi[d], roi[rank + d]))
+        taps = idx.shape[1]
+        t = var(f"t{d}") if taps > 1 else Aff.lift(0)
+        if taps > 1:
+            tap_iters.append((f"t{d}", taps))
+        idx_name = f"{node.name}__idx{d}"
+        constants.append((idx_name, idx))
+        index.append(ir.Load(idx_name, (o, t), "int64"))
+        if mode != "nearest":
+            w_name = f"{node.name}__w{d}"
+            constants.append((w_name, w.astype(wdtype)))
+            weights.append(ir.Load(w_name, (o, t), wdtype))
+        if extrapolated is not None:
+            e_name = f"{node.name}__ext{d}"
+            constants.append((e_name, extrapolated.astype(bool)))
+            ext.append(ir.Load(e_name, (o,), "bool"))
+    out_index = tuple(var(n) for n in out_names)
+    target = ir.Access(y, out_index)
+    tap = ir.Load(x, tuple(index), dtype)
+    iters = list(zip(out_names, ys, strict=True))
+    if any(s == 0 for s in ys):
+        return Lowered((), (), tuple(constants))
+    if not weights:
+        value: ir.Expr = tap
+        for e in ext:
+            value = ir.Select(e, ir.Const(_typed(extrapolation, dtype), dtype), value)
+        return Lowered(nest(iters, (ir.Stmt("S", target, value),)), (), tuple(constants))
+    # Weighted sum of the taps, accumulated in the output (or a float temp for integers).
+    acc_name = y if dtype == wdtype else f"{node.name}__acc"
+    temps = () if acc_name == y else (ir.Buffer(acc_name, wdtype, tuple(ys)),)
+    acc = ir.Access(acc_name, out_index)
+    acc_load = ir.Load(acc_name, out_index, wdtype)
+    product: ir.Expr = tap if dtype == wdtype else ir.Cast(tap, wdtype)
+    for w_load in weights:
+        product = w_load * product
+    body: list[ir.Node] = [ir.Stmt("S", acc, ir.Const(0.0, wdtype)),
+                           *nest(tap_iters, (ir.Stmt("S", acc, acc_load + product),))]
+    final: ir.Expr = acc_load
+    for e in ext:
+        final = ir.Select(e, ir.Const(extrapolation, wdtype), final)
+    if dtype != wdtype:
+        info = np.iinfo(dtype) if dtype != "bool" else None
+        rounded = ir.unary("round", final)
+        if info is not None:
+            rounded = ir.minimum(ir.maximum(rounded, float(info.min)), float(info.max))
+        body.append(ir.Stmt("S", ir.Access(y, out_index), ir.Cast(rounded, dtype)))
+    elif ext:
+        body.append(ir.Stmt("S", acc, final))
+    return Lowered(nest(iters, body), temps, tuple(constants))
+
+
+def _typed(value: float, dtype: str) -> float | int | bool:
+    if dtype in ir.FLOAT_DTYPES:
+        return float(value)
+    if dtype == "bool":
+        return bool(value)
+    return int(value)
