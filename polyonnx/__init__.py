@@ -6,6 +6,7 @@ Example:
     >>> outputs = sess.run(None, {"x": x})                          # doctest: +SKIP
 """
 
+from polyonnx._version import __version__
 from polyonnx.errors import (
     CodegenError,
     InputError,
@@ -23,8 +24,6 @@ from polyonnx.schedule.measure import Measurement, build, measure, random_arrays
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.signature import kernel_flops, kernel_signature
 from polyonnx.schedule.trace import Trace, load_schedules
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CodegenError", "Compiled", "InferenceSession", "InputError", "KernelInfo", "Measurement",

@@ -28,15 +28,15 @@ import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import onnx
 from llvmlite import ir
 
+from polyonnx import cache
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.module import build_module
+from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
 from polyonnx.codegen.target import thread_count, vector_bits
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import import_model
@@ -54,9 +54,6 @@ from polyonnx.schedule.budget import schedule_kernel
 from polyonnx.schedule.default import ScheduledKernel, Tiling, default_schedule
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import TraceLike, replay_schedules
-
-if TYPE_CHECKING:
-    import islpy as isl
 
 STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
 
@@ -78,35 +75,49 @@ def lower(graph: Graph) -> Program:
 
 def schedule(program: Program, options: Options,
              schedules: Mapping[str, TraceLike] | None = None
-             ) -> tuple[tuple[ScheduledKernel, isl.AstNode], ...]:
-    """The polyhedral model, schedule tree and isl AST of every kernel, within the isl budget
-    (a kernel over it falls back to its own loop order: see :mod:`polyonnx.schedule.budget`).
-    ``schedules`` maps kernel names or signatures to traces that replace the default strategy
-    (see :func:`polyonnx.schedule.trace.replay_schedules`)."""
+             ) -> tuple[tuple[ScheduledKernel | None, tuple[la.LNode, ...]], ...]:
+    """The schedule tree of every kernel and the loops isl generates from it (read into
+    codegen's loop AST), within the isl budget (a kernel over it falls back to its own loop
+    order: see :mod:`polyonnx.schedule.budget`). ``schedules`` maps kernel names or
+    signatures to traces that replace the default strategy (see
+    :func:`polyonnx.schedule.trace.replay_schedules`).
+
+    With ``options.cache``, the loops of a default-scheduled kernel come from the on-disk
+    cache when that kernel (by signature) was scheduled before; its schedule is then None.
+    """
     tiling = Tiling.for_vector_bits(vector_bits(options))
     strategy = functools.partial(default_schedule, tiling=tiling)
     chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
                                                              schedules or {}).items()}
     # Kernels that differ only in their buffers (ResNet50 repeats most of its convolutions)
     # share one schedule and one AST.
-    by_signature: dict[str, tuple[ScheduledKernel, isl.AstNode]] = {}
+    by_signature: dict[str, tuple[ScheduledKernel | None, tuple[la.LNode, ...]]] = {}
     out = []
     for i, k in enumerate(program.kernels):
         if i in chosen:
-            out.append((chosen[i], build_ast(chosen[i].schedule)))
+            out.append((chosen[i], la.from_isl(build_ast(chosen[i].schedule))))
             continue
         sig = kernel_signature(k)
         if sig not in by_signature:
-            by_signature[sig] = schedule_kernel(k, strategy, options)
-        first, ast = by_signature[sig]
-        out.append((dataclasses.replace(first, kernel=k), ast))
+            by_signature[sig] = _default_loops(k, sig, strategy, tiling, options)
+        first, loops = by_signature[sig]
+        out.append((dataclasses.replace(first, kernel=k) if first else None, loops))
     return tuple(out)
 
 
-def generate(scheduled: Sequence[tuple[ScheduledKernel, isl.AstNode]]
-             ) -> tuple[tuple[Kernel, tuple[la.LNode, ...]], ...]:
-    """isl's AST of each kernel, read into codegen's loop AST."""
-    return tuple((s.kernel, la.from_isl(ast)) for s, ast in scheduled)
+def _default_loops(kernel: Kernel, signature: str, strategy: Callable[[Kernel],
+                   ScheduledKernel], tiling: Tiling, options: Options
+                   ) -> tuple[ScheduledKernel | None, tuple[la.LNode, ...]]:
+    key = cache.key("loops", signature, repr(tiling), str(options.isl_max_operations))
+    if options.cache:
+        hit = cache.get("loops", key)
+        if hit is not None:
+            return None, la.from_data(json.loads(hit))
+    scheduled, ast = schedule_kernel(kernel, strategy, options)
+    loops = la.from_isl(ast)
+    if options.cache:
+        cache.put("loops", key, json.dumps(la.to_data(loops)).encode())
+    return scheduled, loops
 
 
 @dataclass(frozen=True)
@@ -116,7 +127,8 @@ class Compiled:
     graph: Graph
     program: Program
     plan: MemoryPlan
-    scheduled: tuple[ScheduledKernel, ...]
+    scheduled: tuple[ScheduledKernel | None, ...]
+    """Each kernel's schedule tree; None where the loops came from the compile cache."""
     asts: tuple[tuple[Kernel, tuple[la.LNode, ...]], ...]
     options: Options
     prefix: str
@@ -125,11 +137,31 @@ class Compiled:
     def entry(self) -> str:
         return f"{self.prefix}_run"
 
+    @property
+    def config(self) -> CodegenConfig:
+        return CodegenConfig(self.options.checked, vector_bits(self.options),
+                             thread_count(self.options))
+
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
+        """The whole model in one LLVM module (what ``--emit llvm|asm|obj`` shows)."""
         return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
-                            checked=self.options.checked, aot=aot, metadata=self.metadata(),
-                            triple=triple, vector_bits=vector_bits(self.options),
-                            threads=thread_count(self.options))
+                            config=self.config, aot=aot, metadata=self.metadata(),
+                            triple=triple)
+
+    def entry_module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
+        """The entry point alone, calling kernels declared from :meth:`kernel_modules`."""
+        return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
+                            config=self.config, aot=aot, metadata=self.metadata(),
+                            triple=triple, with_kernels=False)
+
+    def kernel_modules(self, triple: str = "") -> list[tuple[str, ir.Module]]:
+        """One module per distinct kernel function, by symbol."""
+        out: dict[str, ir.Module] = {}
+        for kernel, ast in self.asts:
+            symbol = kernel_symbol(kernel, ast, self.config)
+            if symbol not in out:
+                out[symbol] = kernel_module(kernel, ast, self.config, triple)[1]
+        return list(out.items())
 
     def metadata(self) -> str:
         """JSON description of the entry point (inputs, outputs, sizes)."""
@@ -147,7 +179,7 @@ def compile_graph(graph: Graph, options: Options | None = None,
     program = lower(graph)
     plan = plan_memory(program)
     scheduled = schedule(program, options, schedules)
-    asts = generate(scheduled)
+    asts = tuple((k, loops) for k, (_, loops) in zip(program.kernels, scheduled, strict=True))
     digest = hashlib.sha1(graph.name.encode()).hexdigest()[:6]
     return Compiled(graph, program, plan, tuple(s for s, _ in scheduled), asts, options,
                     f"polyonnx_{digest}_{next(_module_ids)}")
@@ -182,7 +214,8 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
     program = lower(graph)
     if stage == "krnl":
         return str(program)
-    compiled = compile_graph(graph, options)
+    # The isl stages print schedule trees, which cached loops do not keep.
+    compiled = compile_graph(graph, dataclasses.replace(options, cache=False))
     if stage == "isl":
         return "\n\n".join(describe_isl(s) for s in compiled.scheduled)
     if stage == "ast":

@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 
 from polyonnx.codegen.jit import parse_and_optimize
 from polyonnx.codegen.module import WEIGHTS_SYMBOL
+from polyonnx.codegen.objects import compile_objects
 from polyonnx.codegen.target import LLVM_LOCK, target_machine
 from polyonnx.errors import CodegenError
 
@@ -83,16 +84,23 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
     if cc is None:
         raise CodegenError("no C compiler found to link the shared library (set CC)")
     out = Path(path)
-    obj = object_code(compiled)
+    triple = target_machine(compiled.options).triple
+    kernels = compile_objects(compiled.kernel_modules(triple), compiled.options, jit=False)
+    entry = compile_objects([("entry", compiled.entry_module(aot=True, triple=triple))],
+                            compiled.options, jit=False)["entry"]
     with tempfile.TemporaryDirectory(prefix="polyonnx-") as tmp:
         t = Path(tmp)
-        (t / "model.o").write_bytes(obj)
+        objects = [t / "model.o"]
+        objects[0].write_bytes(entry)
+        for k, code in enumerate(kernels.values()):
+            objects.append(t / f"kernel{k}.o")
+            objects[-1].write_bytes(code)
         (t / "weights.bin").write_bytes(compiled.plan.weights_blob(compiled.program).tobytes())
         (t / "weights.s").write_text(
             f'\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n'
             f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n')
-        cmd = [cc, "-shared", "-o", str(out), str(t / "model.o"), str(t / "weights.s"), "-lm"]
-        if b"GOMP_parallel" in obj:
+        cmd = [cc, "-shared", "-o", str(out), *map(str, objects), str(t / "weights.s"), "-lm"]
+        if any(b"GOMP_parallel" in code for code in kernels.values()):
             cmd.append("-lgomp")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -48,6 +48,22 @@ def _engine() -> llvm.ExecutionEngine:
     return _ENGINE
 
 
+_LOADED_OBJECTS: set[str] = set()
+
+
+def jit_with_objects(module: ir.Module, objects: dict[str, bytes], entry: str,
+                     options: Options) -> tuple[int, llvm.ModuleRef]:
+    """Load kernel object code (each symbol once per process) and JIT ``module``, which calls
+    those kernels; return the address of ``entry``."""
+    with LLVM_LOCK:
+        engine = _engine()
+        for symbol, obj in objects.items():
+            if symbol not in _LOADED_OBJECTS:
+                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+                _LOADED_OBJECTS.add(symbol)
+    return jit(module, entry, options)
+
+
 def jit(module: ir.Module, entry: str, options: Options) -> tuple[int, llvm.ModuleRef]:
     """Compile ``module`` into this process; return the address of ``entry`` and the module
     (keep the module referenced as long as the code may run)."""

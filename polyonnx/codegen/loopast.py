@@ -158,3 +158,49 @@ def from_isl(node: isl.AstNode) -> tuple[LNode, ...]:
     if kind == isl.ast_node_type.mark:
         return (Mark(node.mark_get_id().get_name(), from_isl(node.mark_get_node())),)
     raise CodegenError(f"unexpected isl AST node type {kind}")
+
+
+def to_data(nodes: tuple[LNode, ...]) -> list:
+    """A JSON-able form of a loop AST (for the compile cache; no pickle)."""
+
+    def expr(e: IExpr) -> object:
+        if isinstance(e, IVar):
+            return e.name
+        if isinstance(e, IConst):
+            return e.value
+        return [e.op, *map(expr, e.args)]
+
+    def node(n: LNode) -> list:
+        if isinstance(n, For):
+            return ["for", n.iterator, expr(n.init), expr(n.cond), n.inc, to_data(n.body)]
+        if isinstance(n, If):
+            return ["if", expr(n.cond), to_data(n.then), to_data(n.orelse)]
+        if isinstance(n, Mark):
+            return ["mark", n.name, to_data(n.body)]
+        return ["call", n.stmt, [expr(a) for a in n.args]]
+
+    return [node(n) for n in nodes]
+
+
+def from_data(data: list) -> tuple[LNode, ...]:
+    """Inverse of :func:`to_data`."""
+
+    def expr(e: object) -> IExpr:
+        if isinstance(e, str):
+            return IVar(e)
+        if isinstance(e, int):
+            return IConst(e)
+        assert isinstance(e, list)
+        return IOp(e[0], tuple(expr(a) for a in e[1:]))
+
+    def node(n: list) -> LNode:
+        kind = n[0]
+        if kind == "for":
+            return For(n[1], expr(n[2]), expr(n[3]), n[4], from_data(n[5]))
+        if kind == "if":
+            return If(expr(n[1]), from_data(n[2]), from_data(n[3]))
+        if kind == "mark":
+            return Mark(n[1], from_data(n[2]))
+        return Call(n[1], tuple(expr(a) for a in n[2]))
+
+    return tuple(node(n) for n in data)

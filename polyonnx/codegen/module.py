@@ -12,8 +12,9 @@ workspace allocated per call) and ``polyonnx_metadata()`` (a JSON description).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
@@ -27,29 +28,68 @@ from polyonnx.schedule.signature import canonical
 WEIGHTS_SYMBOL = "polyonnx_weights"
 
 
+@dataclass(frozen=True)
+class CodegenConfig:
+    """What, besides the kernel and its loops, decides a kernel's machine code."""
+
+    checked: bool = False
+    vector_bits: int = 256
+    threads: int = 1
+
+    def key(self) -> str:
+        return f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
+
+
+def kernel_symbol(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig) -> str:
+    """The kernel's function name, derived from what decides its code: equal kernels (up to
+    buffer names, as ResNet50 repeats most of its convolutions) with equal loops share one
+    function, across models too, and its object code can be cached by name."""
+    text = "\n".join([str(canonical(kernel)), *map(str, ast), config.key()])
+    return "polyonnx_k_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def kernel_module(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig,
+                  triple: str = "") -> tuple[str, ir.Module]:
+    """One kernel alone in a module (compiled, cached and loaded on its own)."""
+    symbol = kernel_symbol(kernel, ast, config)
+    module = ir.Module(name=symbol)
+    if triple:
+        module.triple = triple
+    emit_kernel(module, replace(kernel, name=symbol), ast, config.checked, config.vector_bits,
+                config.threads)
+    return symbol, module
+
+
 def build_module(program: Program, plan: MemoryPlan,
                  kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
-                 checked: bool = False, aot: bool = False, metadata: str = "",
-                 triple: str = "", vector_bits: int = 256, threads: int = 1) -> ir.Module:
+                 config: CodegenConfig = CodegenConfig(), aot: bool = False,
+                 metadata: str = "", triple: str = "", with_kernels: bool = True) -> ir.Module:
+    """The entry point (and, with ``with_kernels``, every kernel function) in one module;
+    without ``with_kernels`` the kernels are only declared, to be linked from their own
+    modules (:func:`kernel_module`)."""
     module = ir.Module(name=prefix)
     if triple:
         module.triple = triple
-    # Kernels equal up to buffer names and with the same loops share one function.
-    emitted: dict[tuple[str, str], ir.Function] = {}
-    functions = []
+    functions: dict[str, ir.Function] = {}
+    order = []
     for k, ast in kernels:
-        key = (str(canonical(k)), "\n".join(map(str, ast)))
-        if key not in emitted:
-            emitted[key] = emit_kernel(module, replace(k, name=f"{prefix}_{k.name}"), ast,
-                                       checked, vector_bits, threads)
-        functions.append(emitted[key])
+        symbol = kernel_symbol(k, ast, config)
+        if symbol not in functions:
+            if with_kernels:
+                functions[symbol] = emit_kernel(module, replace(k, name=symbol), ast,
+                                                config.checked, config.vector_bits,
+                                                config.threads)
+            else:
+                fnty = ir.FunctionType(I32, [PTR] * len(k.buffers))
+                functions[symbol] = ir.Function(module, fnty, name=symbol)
+        order.append(functions[symbol])
 
     run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")
     inputs, outputs, weights, workspace = run.args
     for arg, name in zip(run.args, ("inputs", "outputs", "weights", "workspace"), strict=True):
         arg.name = name
     b = ir.IRBuilder(run.append_basic_block("entry"))
-    for ki, ((kernel, _), fn) in enumerate(zip(kernels, functions, strict=True)):
+    for ki, ((kernel, _), fn) in enumerate(zip(kernels, order, strict=True)):
         args = []
         for buf in kernel.buffers:
             slot = plan.slot(program, buf.name)
