@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     c = sub.add_parser("compile", help="compile a model; write a library or print a stage",
-                       description="Compile MODEL. With -o OUT.so write a shared library and "
+                       description="Compile MODEL. With -o OUT.so write a shared library and\n"
                        "its C header OUT.h; with --emit STAGE print that pipeline stage.",
                        epilog=_COMPILE_EXAMPLES, formatter_class=raw)
     c.add_argument("model", metavar="MODEL", help="an .onnx file")
@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="compile and run a model; print outputs and timing",
                        description="Compile MODEL (default: the light ResNet50 shipped with "
-                       "onnx), run it, print its outputs and the median run time. For the "
-                       "default model the outputs are checked against the expected output "
-                       "shipped with it and, when installed, against onnxruntime.",
+                       "onnx), run it,\nprint its outputs and the median run time. For the "
+                       "default model the outputs\nare checked against the expected output "
+                       "shipped with it and, when installed,\nagainst onnxruntime.",
                        epilog=_RUN_EXAMPLES, formatter_class=raw)
     r.add_argument("model", metavar="MODEL", nargs="?",
                    help="an .onnx file or a polyonnx shared library (default: light ResNet50)")
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
 
     k = sub.add_parser("kernels", help="list the kernels a model compiles to",
-                       description="List MODEL's kernels: name, the ONNX nodes each computes, "
+                       description="List MODEL's kernels: name, the ONNX nodes each computes,\n"
                        "its buffers and a rough FLOP count.",
                        epilog=_KERNELS_EXAMPLES, formatter_class=raw)
     k.add_argument("model", metavar="MODEL", help="an .onnx file")
