@@ -1,0 +1,214 @@
+"""Attention (opset 23-25): scaled dot-product attention as explicit loop nests.
+
+Keys and values are first copied into the present caches (``past`` followed by the new
+tokens; the ``present_key`` / ``present_value`` outputs, or temps). Then, per batch ``b``,
+kv head ``hk``, query head within the group ``r`` (query head ``hk * reps + r``, so grouped
+query attention stays affine) and query ``i``::
+
+    for j: bias[j] = mask / causal / window / padding terms (-inf where not attended)
+    for j: S[j] = sum_d (Q * sqrt(scale)) * (K * sqrt(scale)); softcap; S[j] += bias[j]
+    max, exp and sum over j (a fully masked row gives zeros, not NaN)
+    for v: Y[b, h, i, v] = sum_j S[j] * V[b, hk, j, v]
+
+Everything follows the ONNX reference implementation: bias rows that are entirely ``-inf``
+zero the probabilities, a mask shorter than the key length is padded with ``-inf``, the
+causal frontier is offset by the past length or ``nonpad_kv_seqlen - q_len``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from polyonnx.errors import ShapeError
+from polyonnx.graph.ir import Node
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.common import Aff, bad_attr, nest, unsupported, var
+from polyonnx.krnl.lower.gather import as_int64
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
+
+I64 = "int64"
+
+
+def _cast(e: ir.Expr, dtype: str) -> ir.Expr:
+    return e if e.dtype == dtype else ir.Cast(e, dtype)
+
+
+@register("Attention", since=23)
+def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
+    """Attention with GQA/MQA, 3-D or 4-D inputs, masks, causal/window, caches, softcap."""
+    q, k, v = node.input(0), node.input(1), node.input(2)
+    mask, past_k, past_v, nonpad = node.input(3), node.input(4), node.input(5), node.input(6)
+    y = node.outputs[0]
+    present_k_out = node.outputs[1] if len(node.outputs) > 1 else ""
+    present_v_out = node.outputs[2] if len(node.outputs) > 2 else ""
+    qk_out = node.outputs[3] if len(node.outputs) > 3 else ""
+    dtype = ctx.dtype(q)
+    if dtype not in ir.FLOAT_DTYPES:
+        raise unsupported(node, ctx, f"dtype {dtype}")
+    precision = int(node.attr("softmax_precision", 0) or 0)
+    cdt = "float64" if dtype == "float64" or precision == 11 else "float32"
+    qs, ks, vs = ctx.shape(q), ctx.shape(k), ctx.shape(v)
+    three_d = len(qs) == 3
+    if three_d:
+        hq, hkv = node.attr("q_num_heads"), node.attr("kv_num_heads")
+        if hq is None or hkv is None:
+            raise bad_attr(node, "q_num_heads", "and kv_num_heads are required for 3-D inputs")
+        hq, hkv = int(hq), int(hkv)
+        batch, sq = qs[0], qs[1]
+        skv = ks[1]
+        dq, dv = qs[2] // hq, vs[2] // hkv
+    else:
+        batch, hq, sq, dq = qs
+        hkv, skv, dv = ks[1], ks[2], vs[3]
+    if hq % hkv:
+        raise ShapeError(f"node {node.name!r} (Attention): {hq} query heads are not a "
+                         f"multiple of {hkv} kv heads")
+    reps = hq // hkv
+    past = ctx.shape(past_k)[2] if past_k else 0
+    total = past + skv
+    scale_attr = node.attr("scale")
+    scale = float(scale_attr) if scale_attr is not None else 1 / math.sqrt(dq)
+    root = math.sqrt(scale)
+    softcap = float(node.attr("softcap", 0.0) or 0.0)
+    causal = bool(node.attr("is_causal", 0))
+    left = int(node.attr("left_window_size", -1))
+    right = int(node.attr("right_window_size", -1))
+    mode = int(node.attr("qk_matmul_output_mode", 0))
+
+    b_, hk_, r_, i_, j_, d_ = (var(n) for n in ("b", "hk", "r", "i", "j", "d"))
+    h_ = hk_ * reps + r_
+    temps: list[ir.Buffer] = []
+
+    def temp(what: str, shape: tuple[int, ...], dt: str = cdt) -> str:
+        buf = ir.Buffer(f"{node.name}__{what}", dt, shape)
+        temps.append(buf)
+        return buf.name
+
+    # ---- present caches: past followed by the new tokens.
+    nests: list[ir.Node] = []
+    caches = []
+    for new, old, out, width, what in ((k, past_k, present_k_out, dq, "key"),
+                                       (v, past_v, present_v_out, dv, "value")):
+        name = out or temp(what, (batch, hkv, total, width), dtype)
+        caches.append(name)
+        iters = [("b", batch), ("hk", hkv)]
+        if old:
+            nests += nest(iters + [("j", past), ("d", width)], (ir.Stmt(
+                "S", ir.Access(name, (b_, hk_, j_, d_)),
+                ir.Load(old, (b_, hk_, j_, d_), dtype)),))
+        src = (b_, j_, hk_ * width + d_) if three_d else (b_, hk_, j_, d_)
+        nests += nest(iters + [("j", skv), ("d", width)], (ir.Stmt(
+            "S", ir.Access(name, (b_, hk_, j_ + past, d_)), ir.Load(new, src, dtype)),))
+    key, value = caches
+
+    # ---- the bias row.
+    neg_inf = ir.Const(float("-inf"), cdt)
+    zero = ir.Const(0.0, cdt)
+    jj, ii = ir.Iter("j"), ir.Iter("i")
+    allowed: ir.Expr | None = None
+
+    def conj(cond: ir.Expr) -> None:
+        nonlocal allowed
+        allowed = cond if allowed is None else ir.Binary("and", allowed, cond)
+
+    bias: ir.Expr = zero
+    if mask:
+        ms = ctx.shape(mask)
+        full = (batch, hq, sq, total)
+        idx: list[Aff] = []
+        names = (b_, h_, i_, j_)
+        for pos, size in enumerate(ms):
+            axis = 4 - len(ms) + pos
+            idx.append(Aff.lift(0) if size == 1 and full[axis] != 1 and axis != 3
+                       else names[axis])
+        length = ms[-1]
+        if length < total:
+            conj(ir.Binary("lt", jj, ir.Const(length, I64)))
+            idx[-1] = Aff.lift(0) if length == 0 else idx[-1]
+        if ctx.dtype(mask) == "bool":
+            m_load = ir.Load(mask, tuple(idx), "bool")
+            # Clamp the read so positions past a short mask stay in range.
+            if length < total:
+                m_load = ir.Load(mask, (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64))),
+                                 "bool")
+            conj(m_load)
+        else:
+            m_index: tuple[ir.Index, ...] = tuple(idx)
+            if length < total:
+                m_index = (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64)))
+            bias = _cast(ir.Load(mask, m_index, ctx.dtype(mask)), cdt)
+    offset: ir.Expr
+    if past_k:
+        offset = ir.Const(past, I64)
+    elif nonpad:
+        offset = as_int64(ir.Load(nonpad, (b_,), ctx.dtype(nonpad))) - ir.Const(sq, I64)
+    else:
+        offset = ir.Const(0, I64)
+    position = ii + offset
+    if causal:
+        conj(ir.Binary("le", jj, position))
+    if left >= 0:
+        conj(ir.Binary("le", position - jj, ir.Const(left, I64)))
+    if right >= 0:
+        conj(ir.Binary("le", jj - position, ir.Const(right, I64)))
+    if nonpad:
+        conj(ir.Binary("lt", jj, as_int64(ir.Load(nonpad, (b_,), ctx.dtype(nonpad)))))
+    if allowed is not None:
+        bias = ir.Select(allowed, bias, neg_inf)
+
+    row = temp("bias", (total,))
+    s = temp("scores", (total,))
+    stats = temp("stats", (3,))  # max of bias, max of scores, sum
+    acc = temp("acc", (dv,))
+    j_at = ir.Access(row, (j_,))
+    s_at = ir.Access(s, (j_,))
+    s_load = ir.Load(s, (j_,), cdt)
+    bias_load = ir.Load(row, (j_,), cdt)
+    bm_at, m_at, z_at = (ir.Access(stats, (n,)) for n in (0, 1, 2))
+    bm, m, z = (ir.Load(stats, (Aff.lift(n),), cdt) for n in (0, 1, 2))
+    q_index = (b_, i_, h_ * dq + d_) if three_d else (b_, h_, i_, d_)
+    q_load = _cast(ir.Load(q, q_index, dtype), cdt) * root
+    k_load = _cast(ir.Load(key, (b_, hk_, j_, d_), dtype), cdt) * root
+    qk_at = ir.Access(qk_out, (b_, h_, i_, j_)) if qk_out else None
+
+    def qk_write(when: int, e: ir.Expr) -> tuple[ir.Stmt, ...]:
+        if qk_at is None or mode != when:
+            return ()
+        return (ir.Stmt("S", qk_at, _cast(e, ctx.dtype(qk_out))),)
+
+    if mode not in (0, 1, 2, 3):
+        raise bad_attr(node, "qk_matmul_output_mode", f"must be 0-3, got {mode}")
+    score_body: list[ir.Node] = [
+        ir.Stmt("S", s_at, zero),
+        *nest([("d", dq)], (ir.Stmt("S", s_at, s_load + q_load * k_load),)),
+    ]
+    if softcap > 0:
+        score_body.append(ir.Stmt("S", s_at, ir.unary("tanh", s_load / softcap) * softcap))
+    score_body += [*qk_write(0, s_load), *qk_write(1, s_load),
+                   ir.Stmt("S", s_at, s_load + bias_load), *qk_write(2, s_load)]
+    is_neg_inf = ir.Binary("eq", m, neg_inf)
+    safe_max = ir.Select(is_neg_inf, zero, m)
+    safe_sum = ir.Select(ir.Binary("eq", z, zero), ir.Const(1.0, cdt), z)
+    prob = ir.Select(ir.Binary("eq", bm, neg_inf), zero, s_load / safe_sum)
+    v_load = _cast(ir.Load(value, (b_, hk_, j_, var("v")), dtype), cdt)
+    acc_at = ir.Access(acc, (var("v"),))
+    acc_load = ir.Load(acc, (var("v"),), cdt)
+    y_index = (b_, i_, h_ * dv + var("v")) if three_d else (b_, h_, i_, var("v"))
+    body = (
+        *nest([("j", total)], (ir.Stmt("S", j_at, bias),)),
+        ir.Stmt("S", bm_at, neg_inf),
+        *nest([("j", total)], (ir.Stmt("S", bm_at, ir.maximum(bm, bias_load)),)),
+        *nest([("j", total)], score_body),
+        ir.Stmt("S", m_at, neg_inf),
+        *nest([("j", total)], (ir.Stmt("S", m_at, ir.maximum(m, s_load)),)),
+        ir.Stmt("S", z_at, zero),
+        *nest([("j", total)], (ir.Stmt("S", s_at, ir.unary("exp", s_load - safe_max)),
+                               ir.Stmt("S", z_at, z + s_load))),
+        *nest([("j", total)], (ir.Stmt("S", s_at, prob), *qk_write(3, s_load))),
+        *nest([("v", dv)], (
+            ir.Stmt("S", acc_at, zero),
+            *nest([("j", total)], (ir.Stmt("S", acc_at, acc_load + s_load * v_load),)),
+            ir.Stmt("S", ir.Access(y, y_index), _cast(acc_load, ctx.dtype(y))))),
+    )
+    nests += nest([("b", batch), ("hk", hkv), ("r", reps), ("i", sq)], body)
+    return Lowered(tuple(nests), tuple(temps))
