@@ -23,7 +23,18 @@ import llvmlite
 
 from polyonnx._version import __version__
 
-_SALT = f"polyonnx={__version__};llvmlite={llvmlite.__version__}"
+
+def _source_digest() -> str:
+    """A hash of polyonnx's own source: an edited compiler never reuses old artifacts."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+_SALT = f"polyonnx={__version__};source={_source_digest()};llvmlite={llvmlite.__version__}"
 
 
 def key(*parts: str | bytes) -> str:

@@ -65,7 +65,7 @@ def to_graph(model: ModelSource | onnx.ModelProto,
              options: Options | None = None) -> Graph:
     """Frontend, validation and graph passes: an optimized graph with static shapes."""
     limit = (options or Options()).max_tensor_bytes
-    return optimize(validate(import_model(load_model(model), input_shapes), limit))
+    return optimize(validate(import_model(model, input_shapes), limit))
 
 
 def lower(graph: Graph) -> Program:
@@ -154,13 +154,15 @@ class Compiled:
                             config=self.config, aot=aot, metadata=self.metadata(),
                             triple=triple, with_kernels=False)
 
-    def kernel_modules(self, triple: str = "") -> list[tuple[str, ir.Module]]:
-        """One module per distinct kernel function, by symbol."""
-        out: dict[str, ir.Module] = {}
+    def kernel_modules(self, triple: str = "") -> list[tuple[str, Callable[[], ir.Module]]]:
+        """Each distinct kernel function: its symbol and how to make its module."""
+        config = self.config
+        out: dict[str, Callable[[], ir.Module]] = {}
         for kernel, ast in self.asts:
-            symbol = kernel_symbol(kernel, ast, self.config)
+            symbol = kernel_symbol(kernel, ast, config)
             if symbol not in out:
-                out[symbol] = kernel_module(kernel, ast, self.config, triple)[1]
+                out[symbol] = functools.partial(
+                    lambda k, a: kernel_module(k, a, config, triple)[1], kernel, ast)
         return list(out.items())
 
     def metadata(self) -> str:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,8 +87,8 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
     out = Path(path)
     triple = target_machine(compiled.options).triple
     kernels = compile_objects(compiled.kernel_modules(triple), compiled.options, jit=False)
-    entry = compile_objects([("entry", compiled.entry_module(aot=True, triple=triple))],
-                            compiled.options, jit=False)["entry"]
+    entry = compile_objects([("entry", lambda: compiled.entry_module(aot=True, triple=triple))],
+                            replace(compiled.options, cache=False), jit=False)["entry"]
     with tempfile.TemporaryDirectory(prefix="polyonnx-") as tmp:
         t = Path(tmp)
         objects = [t / "model.o"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -58,21 +58,21 @@ def _worker(job: tuple[str, tuple[str, str, str, int, bool]]) -> bytes | str:
         return f"{type(e).__name__}: {e}"
 
 
-def compile_objects(modules: Sequence[tuple[str, ir.Module]], options: Options, *,
-                    jit: bool) -> dict[str, bytes]:
-    """Object code of each ``(symbol, module)``: from the cache, else compiled (in parallel
-    when there is enough of it)."""
+def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], options: Options,
+                    *, jit: bool) -> dict[str, bytes]:
+    """Object code of each ``(symbol, make_module)``: from the cache, else compiled (in
+    parallel when there is enough of it). The symbol names the module's content (see
+    :func:`polyonnx.codegen.module.kernel_symbol`), so a cache hit needs no IR at all."""
     spec = _machine_spec(options, jit)
     out: dict[str, bytes] = {}
     todo: list[tuple[str, str, str]] = []  # (symbol, cache key, IR text)
-    for symbol, module in modules:
-        text = str(module)
-        key = cache.key(text, repr(spec))
+    for symbol, make in modules:
+        key = cache.key(symbol, repr(spec))
         hit = cache.get("objects", key) if options.cache else None
         if hit is not None:
             out[symbol] = hit
         else:
-            todo.append((symbol, key, text))
+            todo.append((symbol, key, str(make())))
     if not todo:
         return out
     size = sum(len(t) for _, _, t in todo)

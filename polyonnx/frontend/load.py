@@ -45,6 +45,8 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
         (13, 2)
     """
     where, proto, folder = _parse(model, base_dir)
+    if target_opset is None and any(p.key == LOADED_MARK for p in proto.metadata_props):
+        return proto  # already checked, upgraded and inferred by this function
     _load_external_data(proto, folder, where)
     # The checker, converter and shape inference copy the whole proto several times; with the
     # weights set aside they run on the graph alone (seconds saved on ResNet50's 100 MB).
@@ -63,7 +65,12 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
     except (onnx.shape_inference.InferenceError, RuntimeError) as e:
         raise ShapeError(f"{where}: ONNX shape inference failed: {_one_line(e)}") from None
     _attach_weights(proto, weights)
+    proto.metadata_props.add(key=LOADED_MARK, value="1")
     return proto
+
+
+#: Metadata key marking a model :func:`load_model` returned, so loading it again is a copy.
+LOADED_MARK = "polyonnx.loaded"
 
 
 #: Initializers larger than this are set aside while the graph is checked and transformed;
