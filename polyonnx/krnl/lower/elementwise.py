@@ -1,4 +1,4 @@
-"""Elementwise ops: unary activations and math, Clip, and broadcasting binary/variadic ops.
+"""Elementwise ops: unary math and activations, Clip, and broadcasting binary/variadic ops.
 
 Every elementwise op is one statement in a perfect nest over the output shape (iterators
 ``i0..ik``); an input dimension of size 1 under a larger output dimension is read at index 0
@@ -6,10 +6,14 @@ Every elementwise op is one statement in a perfect nest over the output shape (i
 
     for i0, i1:
       S: Y[i0, i1] = (A[i0, i1] + B[0, i1])
+
+float16 math is computed in float32 and rounded once at the store, as numpy (the reference)
+does; every other type is computed in its own type.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from polyonnx.graph.ir import Node
@@ -19,7 +23,6 @@ from polyonnx.krnl.lower.common import (
     generic_iters,
     nest,
     opset,
-    require_float,
     scalar_index,
     unsupported,
     var,
@@ -29,17 +32,33 @@ from polyonnx.krnl.lower.registry import LowerContext, register
 
 Body = Callable[[Sequence[ir.Expr]], ir.Expr]
 
+SIGNED = ("int8", "int16", "int32", "int64")
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+INTS = SIGNED + UNSIGNED
+FLOATS = ir.FLOAT_DTYPES
+NUMERIC = FLOATS + INTS
+ALL = NUMERIC + ("bool",)
 
-def elementwise(node: Node, ctx: LowerContext, inputs: Sequence[str], body: Body
-                ) -> tuple[ir.Node, ...]:
-    """``Y[i...] = body(loads of inputs broadcast to Y)`` over the shape of the first output."""
+
+def elementwise(node: Node, ctx: LowerContext, inputs: Sequence[str], body: Body,
+                upcast_half: bool = False) -> tuple[ir.Node, ...]:
+    """``Y[i...] = body(loads of inputs broadcast to Y)`` over the shape of the first output.
+
+    With ``upcast_half``, float16 loads are widened to float32 before ``body`` and its float32
+    result is rounded back to the output's float16.
+    """
     y = node.outputs[0]
     out_shape = ctx.shape(y)
     iters = generic_iters(out_shape)
     names = [name for name, _ in iters]
-    args = [ir.Load(name, broadcast_index(ctx.shape(name), out_shape, names), ctx.dtype(name))
-            for name in inputs]
+    args: list[ir.Expr] = [
+        ir.Load(name, broadcast_index(ctx.shape(name), out_shape, names), ctx.dtype(name))
+        for name in inputs]
+    if upcast_half:
+        args = [ir.Cast(a, "float32") if a.dtype == "float16" else a for a in args]
     value = body(args)
+    if upcast_half and value.dtype == "float32" and ctx.dtype(y) == "float16":
+        value = ir.Cast(value, "float16")
     if value.dtype != ctx.dtype(y):
         raise unsupported(node, ctx, f"computes {value.dtype} but output {y!r} is "
                           f"{ctx.dtype(y)}")
@@ -47,45 +66,165 @@ def elementwise(node: Node, ctx: LowerContext, inputs: Sequence[str], body: Body
     return nest(iters, (stmt,))
 
 
-def _unary(op_type: str, make: Callable[[ir.Expr, Node], ir.Expr], float_only: bool) -> None:
+def check_dtype(node: Node, ctx: LowerContext, name: str, allowed: Sequence[str]) -> str:
+    """The dtype of input ``name``; UnsupportedOpError naming it when not in ``allowed``."""
+    dtype = ctx.dtype(name)
+    if dtype not in allowed:
+        raise unsupported(node, ctx, f"input {name!r} has dtype {dtype}; supported: "
+                          f"{', '.join(allowed)}")
+    return dtype
+
+
+def const(value: float | int | bool, like: ir.Expr) -> ir.Const:
+    """``value`` as a constant of ``like``'s dtype."""
+    if like.dtype in FLOATS:
+        return ir.Const(float(value), like.dtype)
+    if like.dtype == "bool":
+        return ir.Const(bool(value), like.dtype)
+    return ir.Const(int(value), like.dtype)
+
+
+def fattr(node: Node, name: str, default: float) -> float:
+    return float(node.attr(name, default))
+
+
+# --------------------------------------------------------------------------- unary ops
+
+
+def _unary(op_type: str, make: Callable[[ir.Expr, Node], ir.Expr],
+           dtypes: Sequence[str] = FLOATS) -> None:
     def lower(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-        if float_only:
-            require_float(node, ctx, node.input(0))
-        elif ctx.dtype(node.input(0)) == "bool":
-            raise unsupported(node, ctx, "bool input")
-        return elementwise(node, ctx, node.inputs[:1], lambda a: make(a[0], node))
+        check_dtype(node, ctx, node.input(0), dtypes)
+        return elementwise(node, ctx, node.inputs[:1], lambda a: make(a[0], node),
+                           upcast_half=True)
 
     lower.__name__ = f"lower_{op_type.lower()}"
     lower.__doc__ = f"{op_type}: one elementwise statement."
     register(op_type)(lower)
 
 
+def _select_neg(x: ir.Expr, neg: ir.Expr, pos: ir.Expr | None = None) -> ir.Expr:
+    """``x < 0 ? neg : pos`` (``pos`` defaults to ``x``)."""
+    return ir.Select(ir.binary("lt", x, const(0, x)), neg, x if pos is None else pos)
+
+
 def _leaky_relu(x: ir.Expr, node: Node) -> ir.Expr:
-    alpha = float(node.attr("alpha", 0.01))
-    return ir.Select(ir.binary("lt", x, 0.0), x * alpha, x)
+    return _select_neg(x, x * fattr(node, "alpha", 0.01))
 
 
-_unary("Relu", lambda x, _: ir.maximum(x, zero(x.dtype)), float_only=False)
-_unary("LeakyRelu", _leaky_relu, float_only=True)
-_unary("Sigmoid", lambda x, _: ir.unary("sigmoid", x), float_only=True)
-_unary("Tanh", lambda x, _: ir.unary("tanh", x), float_only=True)
-_unary("Exp", lambda x, _: ir.unary("exp", x), float_only=True)
-_unary("Log", lambda x, _: ir.unary("log", x), float_only=True)
-_unary("Sqrt", lambda x, _: ir.unary("sqrt", x), float_only=True)
-_unary("Reciprocal", lambda x, _: ir.Const(1.0, x.dtype) / x, float_only=True)
-_unary("Neg", lambda x, _: -x, float_only=False)
-_unary("Abs", lambda x, _: ir.unary("abs", x), float_only=False)
+def _elu(x: ir.Expr, node: Node) -> ir.Expr:
+    alpha = fattr(node, "alpha", 1.0)
+    return _select_neg(x, (ir.unary("exp", x) - 1.0) * alpha)
+
+
+def _selu(x: ir.Expr, node: Node) -> ir.Expr:
+    alpha = fattr(node, "alpha", 1.67326319217681884765625)
+    gamma = fattr(node, "gamma", 1.05070102214813232421875)
+    neg = (ir.unary("exp", x) * alpha - alpha) * gamma
+    return ir.Select(ir.binary("le", x, 0.0), neg, x * gamma)
+
+
+def _celu(x: ir.Expr, node: Node) -> ir.Expr:
+    alpha = fattr(node, "alpha", 1.0)
+    neg = (ir.unary("exp", x / alpha) - 1.0) * alpha
+    return ir.maximum(x, 0.0) + ir.minimum(neg, 0.0)
+
+
+def _softplus(x: ir.Expr) -> ir.Expr:
+    # log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|)).
+    return ir.maximum(x, 0.0) + ir.unary("log", ir.unary("exp", -ir.unary("abs", x)) + 1.0)
+
+
+def _gelu(x: ir.Expr, node: Node) -> ir.Expr:
+    approximate = node.attr("approximate", "none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+        return x * 0.5 * (ir.unary("tanh", inner) + 1.0)
+    return x * 0.5 * (ir.unary("erf", x * (1.0 / math.sqrt(2.0))) + 1.0)
+
+
+def _hard_sigmoid(x: ir.Expr, node: Node) -> ir.Expr:
+    alpha, beta = fattr(node, "alpha", 0.2), fattr(node, "beta", 0.5)
+    return ir.maximum(ir.minimum(x * alpha + beta, 1.0), 0.0)
+
+
+def _hard_swish(x: ir.Expr, _: Node) -> ir.Expr:
+    return x * ir.maximum(ir.minimum(x * (1.0 / 6.0) + 0.5, 1.0), 0.0)
+
+
+def _shrink(x: ir.Expr, node: Node) -> ir.Expr:
+    lambd, bias = fattr(node, "lambd", 0.5), fattr(node, "bias", 0.0)
+    if x.dtype in FLOATS:
+        lo, hi, b = const(-lambd, x), const(lambd, x), const(bias, x)
+    else:  # integer inputs compare against the real-valued thresholds
+        lo, hi, b = const(math.floor(-lambd), x), const(math.ceil(lambd), x), const(bias, x)
+        below = ir.Select(ir.binary("lt", x, lo) if -lambd == math.floor(-lambd)
+                          else ir.binary("le", x, lo), ir.binary("add", x, b), zero(x.dtype))
+        return ir.Select(ir.binary("gt", x, hi) if lambd == math.ceil(lambd)
+                         else ir.binary("ge", x, hi), ir.binary("sub", x, b), below)
+    return ir.Select(ir.binary("lt", x, lo), x + b,
+                     ir.Select(ir.binary("gt", x, hi), x - b, zero(x.dtype)))
+
+
+def _thresholded_relu(x: ir.Expr, node: Node) -> ir.Expr:
+    return ir.Select(ir.binary("gt", x, fattr(node, "alpha", 1.0)), x, zero(x.dtype))
+
+
+def _is_inf(x: ir.Expr, node: Node) -> ir.Expr:
+    pos, neg = int(node.attr("detect_positive", 1)), int(node.attr("detect_negative", 1))
+    if pos and neg:
+        return ir.unary("isinf", x)
+    if pos:
+        return ir.unary("isposinf", x)
+    if neg:
+        return ir.unary("isneginf", x)
+    return ir.Const(False, "bool")
+
+
+def _relu(x: ir.Expr, _: Node) -> ir.Expr:
+    return x if x.dtype in UNSIGNED else ir.maximum(x, zero(x.dtype))
+
+
+def _swish(x: ir.Expr, node: Node) -> ir.Expr:
+    return x * ir.unary("sigmoid", x * fattr(node, "alpha", 1.0))
+
+
+_MATH = ("exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+         "asinh", "acosh", "atanh", "tanh", "sigmoid", "erf", "floor", "ceil", "round")
+for _op in _MATH:
+    _unary(_op.capitalize() if _op != "sigmoid" else "Sigmoid",
+           lambda x, _, op=_op: ir.unary(op, x))
+
+_unary("Relu", _relu, NUMERIC)
+_unary("Neg", lambda x, _: -x, FLOATS + SIGNED)
+_unary("Abs", lambda x, _: x if x.dtype in UNSIGNED else ir.unary("abs", x), NUMERIC)
+_unary("Sign", lambda x, _: ir.unary("sign", x), NUMERIC)
+_unary("Reciprocal", lambda x, _: const(1.0, x) / x)
+_unary("LeakyRelu", _leaky_relu)
+_unary("Elu", _elu)
+_unary("Selu", _selu)
+_unary("Celu", _celu)
+_unary("Gelu", _gelu)
+_unary("Mish", lambda x, _: x * ir.unary("tanh", _softplus(x)))
+_unary("Softplus", lambda x, _: _softplus(x))
+_unary("Softsign", lambda x, _: x / (ir.unary("abs", x) + 1.0))
+_unary("HardSigmoid", _hard_sigmoid)
+_unary("HardSwish", _hard_swish)
+_unary("ThresholdedRelu", _thresholded_relu)
+_unary("Shrink", _shrink, NUMERIC)
+_unary("Swish", _swish)
+_unary("IsNaN", lambda x, _: ir.unary("isnan", x))
+_unary("IsInf", _is_inf)
 
 
 @register("Clip")
 def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """Clip: ``min(max(x, lo), hi)``; bounds are attributes before opset 11, inputs after."""
     x = node.input(0)
-    dtype = ctx.dtype(x)
-    if dtype == "bool":
-        raise unsupported(node, ctx, "bool input")
+    dtype = check_dtype(node, ctx, x, NUMERIC)
     if opset(ctx) < 11:
-        require_float(node, ctx, x)
+        check_dtype(node, ctx, x, FLOATS)
         lo = ir.Const(float(node.attr("min")), dtype) if node.has_attr("min") else None
         hi = ir.Const(float(node.attr("max")), dtype) if node.has_attr("max") else None
     else:
@@ -106,24 +245,28 @@ def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     return elementwise(node, ctx, (x,), body)
 
 
-def _variadic(op_type: str, op: str, min_inputs: int) -> None:
+# --------------------------------------------------------------------------- binary / variadic
+
+
+def _variadic(op_type: str, op: str, min_inputs: int, dtypes: Sequence[str] = NUMERIC) -> None:
     def lower(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         inputs = [i for i in node.inputs if i]
         if len(inputs) < min_inputs:
             raise unsupported(node, ctx, f"needs at least {min_inputs} inputs")
         if opset(ctx) < 7 and node.has_attr("axis"):
             raise unsupported(node, ctx, "legacy broadcasting with 'axis'")
-        dtype = ctx.dtype(inputs[0])
-        if dtype == "bool":
-            raise unsupported(node, ctx, f"dtype {dtype}")
+        for i in inputs:
+            check_dtype(node, ctx, i, dtypes)
 
         def body(args: Sequence[ir.Expr]) -> ir.Expr:
             value = args[0]
             for a in args[1:]:
                 value = ir.binary(op, value, a)
+            if op_type == "Mean":
+                value = value / float(len(args))
             return value
 
-        return elementwise(node, ctx, inputs, body)
+        return elementwise(node, ctx, inputs, body, upcast_half=op_type not in ("Max", "Min"))
 
     lower.__name__ = f"lower_{op_type.lower()}"
     lower.__doc__ = f"{op_type}: a left-to-right chain of ``{op}`` with broadcasting."
@@ -137,19 +280,47 @@ _variadic("Div", "div", 2)
 _variadic("Sum", "add", 1)
 _variadic("Max", "max", 1)
 _variadic("Min", "min", 1)
+_variadic("Mean", "add", 1, FLOATS)
+
+
+@register("Mod")
+def lower_mod(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """Mod: with ``fmod=1`` C's fmod (sign of the dividend), else Python's (of the divisor).
+
+    The spec asks for ``fmod=1`` with floats; ``fmod=0`` floats get Python's rule, as numpy's.
+    """
+    a, b = node.input(0), node.input(1)
+    check_dtype(node, ctx, a, NUMERIC)
+    fmod = int(node.attr("fmod", 0))
+    op = "fmod" if fmod else "mod"
+    return elementwise(node, ctx, (a, b), lambda x: ir.binary(op, x[0], x[1]),
+                       upcast_half=True)
+
+
+@register("PRelu")
+def lower_prelu(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """PRelu: ``x < 0 ? slope * x : x``, the slope broadcast to X."""
+    x, slope = node.input(0), node.input(1)
+    check_dtype(node, ctx, x, NUMERIC)
+    return elementwise(node, ctx, (x, slope), lambda a: _select_neg(a[0], a[0] * a[1]),
+                       upcast_half=True)
 
 
 @register("Pow")
 def lower_pow(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """Pow: ``pow(x, y)``; since opset 12 the exponent may have another type (cast to X's)."""
     x, e = node.input(0), node.input(1)
-    dtype = require_float(node, ctx, x)
+    dtype = check_dtype(node, ctx, x, FLOATS + ("int32", "int64"))
+    check_dtype(node, ctx, e, NUMERIC)
 
     def body(args: Sequence[ir.Expr]) -> ir.Expr:
         base, exponent = args
-        if exponent.dtype != dtype:
-            exponent = ir.Cast(exponent, dtype)
-        return ir.binary("pow", base, exponent)
+        if dtype in FLOATS:
+            if exponent.dtype != base.dtype:
+                exponent = ir.Cast(exponent, base.dtype)
+            return ir.binary("pow", base, exponent)
+        # Integer powers go through float64 (exact for the results int64 can hold).
+        return ir.Cast(ir.binary("pow", ir.Cast(base, "float64"),
+                                 ir.Cast(exponent, "float64")), dtype)
 
-    return elementwise(node, ctx, (x, e), body)
-
+    return elementwise(node, ctx, (x, e), body, upcast_half=True)
