@@ -53,7 +53,7 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
     weights = _detach_weights(proto)
     try:
         onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as e:
+    except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}"
                          ) from None
     if proto.functions:

@@ -82,9 +82,34 @@ def validate_node(node: Node, values: Mapping[str, Value]) -> None:
     """
     if node.domain:
         return
+    _same_types(node, values)
     check = _CHECKS.get(node.op_type)
     if check is not None:
         check(node, [_shape(values, i) for i in node.inputs])
+
+
+_ALL = (slice(None),)
+
+#: Ops whose inputs (in each slice) share one element type: ONNX's type constraint T.
+_SAME_TYPE: dict[str, tuple[slice, ...]] = {
+    **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Concat",
+                     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or",
+                     "Xor", "BitShift", "PRelu", "Clip", "Mod"), _ALL),
+    **dict.fromkeys(("Conv", "ConvTranspose", "Gemm"), (slice(0, 3),)),
+    "MatMul": (slice(0, 2),),
+    "Where": (slice(1, 3),),
+    # Since opset 15, scale/bias and mean/var may each differ from X.
+    "BatchNormalization": (slice(1, 3), slice(3, 5)),
+}
+
+
+def _same_types(node: Node, values: Mapping[str, Value]) -> None:
+    for part in _SAME_TYPE.get(node.op_type, ()):
+        names = [i for i in node.inputs[part] if i and i in values]
+        if len({values[i].dtype for i in names}) > 1:
+            which = ", ".join(f"{i!r} ({values[i].dtype})" for i in names)
+            raise ModelError(f"node {node.name!r} ({node.op_type}): inputs {which} must have "
+                             "the same element type")
 
 
 def _shape(values: Mapping[str, Value], name: str) -> tuple[int, ...] | None:

@@ -84,6 +84,16 @@ def _string_input() -> onnx.ModelProto:
                  [tensor("x", [2], TensorProto.STRING)], [tensor("y", [2], TensorProto.STRING)])
 
 
+def _mixed_types() -> onnx.ModelProto:
+    return model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+                 [tensor("x", [2]), tensor("w", [2], TensorProto.DOUBLE)], [tensor("y", [2])])
+
+
+def _bad_utf8() -> bytes:
+    data = relu().SerializeToString()
+    return data.replace(b"Relu", b"R\x87lu", 1)  # the op type
+
+
 CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...]]] = {
     # unreadable bytes
     "truncated": (lambda: conv_net().SerializeToString()[:200], ModelError, ("truncated",)),
@@ -98,6 +108,8 @@ CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...
     "undefined value": (_undefined, ModelError, ("'ghost'",)),
     "duplicate value": (_duplicate, ModelError, ("'y'", "output names")),
     "missing initializer": (_missing_initializer, ModelError, ("'w'",)),
+    "invalid UTF-8 in a name": (_bad_utf8, ModelError, ("checker",)),
+    "mixed element types": (_mixed_types, ModelError, ("'add' (Add)", "same element type")),
     "no default opset": (lambda: _with(relu(), lambda m: m.ClearField("opset_import")),
                          ModelError, ("opset_import",)),
     # attributes
