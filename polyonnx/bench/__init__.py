@@ -1,0 +1,1 @@
+"""Benchmark helpers: per-kernel profiles and timing utilities used by ``benchmarks/``."""
