@@ -21,4 +21,5 @@ from polyonnx.krnl.lower import (  # noqa: F401
     resize,
     rnn,
     slice,
+    topk,
 )
