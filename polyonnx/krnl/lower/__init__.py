@@ -17,6 +17,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     norm,
     normalization,
     pool,
+    quant,
     reduce,
     resize,
     rnn,
