@@ -141,3 +141,17 @@ def test_space_to_depth_crd() -> None:
                              graph.constants, graph.opset), {"x": x})["y"]
     want = x.reshape(1, 2, 2, 2, 3, 2).transpose(0, 1, 3, 5, 2, 4).reshape(1, 8, 2, 3)
     np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("shape,axes", [([2, 5, 2], None), ([3, 2], [-2, -1]),
+                                        ([6], [1])], ids=str)
+def test_center_crop_pad(shape: list[int], axes: list[int] | None) -> None:
+    x = rand(3, 4, 5)
+    model = make_model("CenterCropPad", [("x", x), ("s", np.array(shape, I))],
+                       {} if axes is None else {"axes": axes}, opset=18,
+                       constants={"s": np.array(shape, I)})
+    from onnx.reference import ReferenceEvaluator
+
+    from .harness import graph_from_model, run_krnl
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(run_krnl(graph_from_model(model), {"x": x})["y"], want)

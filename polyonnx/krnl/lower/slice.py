@@ -335,3 +335,37 @@ def lower_size(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     y = node.outputs[0]
     size = int(np.prod(ctx.shape(node.input(0)), dtype=np.int64))
     return (ir.Stmt("S", ir.Access(y, (0,) * len(ctx.shape(y))), ir.Const(size, I64)),)
+
+
+# --------------------------------------------------------------------------- CenterCropPad
+
+
+@register("CenterCropPad", since=18)
+def lower_center_crop_pad(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """Crop or zero-pad each of ``axes`` to the target size, centred: zeros, then the copy of
+    the overlapping window ``Y[o] = X[o + shift]``."""
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    dtype = ctx.dtype(x)
+    shift = []
+    for size, out in zip(xs, ys, strict=True):
+        # Cropping drops the extra half (rounded down) at the start; padding adds it.
+        shift.append((size - out) // 2 if size >= out else -((out - size) // 2))
+    names = [f"i{d}" for d in range(len(ys))]
+    fill_value = ir.Const(False, dtype) if dtype == "bool" else zero(dtype)
+    nests: list[ir.Node] = list(_copy_fill(y, names, ys, fill_value))
+    lo = [max(0, -s) for s in shift]
+    hi = [min(out, size - s) for out, size, s in zip(ys, xs, shift, strict=True)]
+    if all(a < b for a, b in zip(lo, hi, strict=True)):
+        stmt: ir.Node = ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), ir.Load(
+            x, tuple(var(n) + s for n, s in zip(names, shift, strict=True)), dtype))
+        for n, a, b in reversed(list(zip(names, lo, hi, strict=True))):
+            stmt = ir.Loop(n, a, b, (stmt,))
+        nests.append(stmt)
+    return tuple(nests) if all(ys) else ()
+
+
+def _copy_fill(y: str, names: Sequence[str], shape: Sequence[int],
+               value: ir.Expr) -> tuple[ir.Node, ...]:
+    return nest(list(zip(names, shape, strict=True)),
+                (ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), value),))
