@@ -14,6 +14,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     gather,
     gemm,
     logical,
+    loss,
     norm,
     normalization,
     pool,

@@ -246,12 +246,12 @@ def lower_hardmax(node: Node, ctx: LowerContext) -> Lowered:
 # --------------------------------------------------------------------------- CumSum
 
 
-@register("CumSum")
-def lower_cumsum(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """CumSum: a running sum along ``axis`` (a constant input), ``exclusive`` / ``reverse``.
+def _lower_cumulative(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """CumSum / CumProd: a running sum (product) along ``axis`` (a constant input), with
+    ``exclusive`` / ``reverse``.
 
-    Each element adds its input to its predecessor's result along the axis (in the direction
-    of the scan), so the scan is one sequential loop: ``y[p] = y[p-1] + x[p]``.
+    Each element combines its input with its predecessor's result along the axis (in the
+    direction of the scan), so the scan is one sequential loop: ``y[p] = y[p-1] + x[p]``.
     """
     x, axis_in, y = node.input(0), node.input(1), node.outputs[0]
     dtype = check_dtype(node, ctx, x, FLOATS + INTS)
@@ -274,14 +274,17 @@ def lower_cumsum(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         return tuple(p if d == axis else var(names[d]) for d in range(rank))
 
     out = ir.Access(y, at(pos))
-    if exclusive:
-        step = ir.Load(y, at(prev), dtype) + ir.Load(x, at(prev), dtype)
-        head = const(0, ir.Const(0, dtype))
-    else:
-        step = ir.Load(y, at(prev), dtype) + ir.Load(x, at(pos), dtype)
-        head = ir.Load(x, at(pos), dtype)
+    op = "add" if node.op_type == "CumSum" else "mul"
+    src = at(prev) if exclusive else at(pos)
+    step = ir.binary(op, ir.Load(y, at(prev), dtype), ir.Load(x, src, dtype))
+    head = const(0 if op == "add" else 1, ir.Const(0, dtype)) if exclusive \
+        else ir.Load(x, at(pos), dtype)
     body = (ir.Stmt("S", out, head, (ir.Cond(k, eq=True),)),
             ir.Stmt("S", out, step, (ir.ge(k, 1),)))
     # The scanned axis is innermost so each step follows its predecessor directly.
     order = [d for d in range(rank) if d != axis] + [axis]
     return nest([(names[d], shape[d]) for d in order], body)
+
+
+register("CumSum")(_lower_cumulative)
+register("CumProd")(_lower_cumulative)
