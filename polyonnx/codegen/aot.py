@@ -23,6 +23,7 @@ import llvmlite.binding as llvm
 from polyonnx.codegen.jit import parse_and_optimize
 from polyonnx.codegen.module import WEIGHTS_SYMBOL
 from polyonnx.codegen.objects import compile_objects
+from polyonnx.codegen.parallel_runtime import CFLAGS, ENTRY, SOURCE
 from polyonnx.codegen.target import LLVM_LOCK, target_machine
 from polyonnx.errors import CodegenError
 
@@ -101,8 +102,8 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
             f'\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n'
             f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n')
         cmd = [cc, "-shared", "-o", str(out), *map(str, objects), str(t / "weights.s"), "-lm"]
-        if any(b"GOMP_parallel" in code for code in kernels.values()):
-            cmd.append("-lgomp")
+        if any(ENTRY.encode() in code for code in kernels.values()):
+            cmd += [*CFLAGS, "-fPIC", str(SOURCE)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CodegenError(f"linking {out} failed: {proc.stderr.strip()}")

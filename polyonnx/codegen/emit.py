@@ -41,6 +41,7 @@ FAST = ("reassoc", "contract")
 
 STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
 MAX_UNROLL = 64
+PARALLEL_ENTRY = "polyonnx_parallel_for"
 
 _SCALAR_TYPES: dict[str, ir.Type] = {
     "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
@@ -155,12 +156,12 @@ class KernelEmitter:
         b.position_at_end(exit_)
 
     def _parallel_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        """A loop under a ``parallel`` mark: its iterations split in equal contiguous chunks
-        over an OpenMP team (``GOMP_parallel``, as clang and Polly emit), one chunk per thread.
+        """A loop under a ``parallel`` mark: its iterations run in contiguous chunks on
+        polyonnx's thread pool (``polyonnx_parallel_for``, see ``parallel.c``).
 
-        The loop body is outlined into ``<kernel>.parallel<k>(ptr ctx)``; ``ctx`` carries the
-        loop bounds, every value of the enclosing loops, the buffer pointers and a status slot
-        that a failed run-time check sets.
+        The loop body is outlined into ``<kernel>.parallel<k>(ptr ctx, i64 begin, i64 end)``
+        (iterations ``begin <= k < end``); ``ctx`` carries the loop bounds, every value of the
+        enclosing loops, the buffer pointers and a status slot that a failed run-time check sets.
         """
         cond = node.cond
         if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
@@ -186,14 +187,14 @@ class KernelEmitter:
         for k, v in enumerate(values):
             b.store(v, slot(b, ctx, k))
 
-        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
                                name=f"{self.fn.name}.parallel{self._parallel_count}")
         self._parallel_count += 1
         outlined.attributes.add("nounwind")
         saved = (self.fn, self.builder, dict(self.buffers), self.fail_block)
         try:
             self.fn, self._in_parallel = outlined, True
-            arg = outlined.args[0]
+            arg, begin, end = outlined.args
             self.builder = ob = ir.IRBuilder(outlined.append_basic_block("entry"))
             self.fail_block = outlined.append_basic_block("index_out_of_range")
             fail = ir.IRBuilder(self.fail_block)
@@ -204,14 +205,9 @@ class KernelEmitter:
             inner_env = dict(zip(names, loaded[3:3 + len(names)], strict=True))
             for name, raw in zip(buffers, loaded[3 + len(names):], strict=True):
                 self.buffers[name] = (self.buffers[name][0], ob.inttoptr(raw, PTR))
-            # Static schedule: thread t of T runs iterations [t*n/T, (t+1)*n/T).
-            tid = ob.sext(ob.call(self._runtime("omp_get_thread_num", I32, []), []), I64)
-            team = ob.sext(ob.call(self._runtime("omp_get_num_threads", I32, []), []), I64)
+            del hi  # the caller turned the bounds into the iteration count
             inc = ir.Constant(I64, node.inc)
-            count = ob.add(ob.sdiv(ob.sub(hi, lo), inc), ir.Constant(I64, 1))
-            first = ob.sdiv(ob.mul(tid, count), team)
-            end = ob.sdiv(ob.mul(ob.add(tid, ir.Constant(I64, 1)), count), team)
-            inner_env["parallel.lo"] = ob.add(lo, ob.mul(first, inc))
+            inner_env["parallel.lo"] = ob.add(lo, ob.mul(begin, inc))
             inner_env["parallel.hi"] = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
             bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
             self._for(la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
@@ -221,8 +217,10 @@ class KernelEmitter:
         finally:
             self.fn, self.builder, self.buffers, self.fail_block = saved
             self._in_parallel = False
-        gomp = self._runtime("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-        b.call(gomp, [outlined, ctx, ir.Constant(I32, self.threads), ir.Constant(I32, 0)])
+        count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
+                      ir.Constant(I64, 1))
+        pool = self._runtime(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
+        b.call(pool, [outlined, ctx, count, ir.Constant(I32, self.threads)])
         status = b.load(slot(b, ctx, 0), typ=I64)
         failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
         with b.if_then(failed, likely=False):

@@ -6,20 +6,18 @@ it, never given their own engine.
 
 from __future__ import annotations
 
+import ctypes
+
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from polyonnx.codegen.target import (
-    LLVM_LOCK,
-    init_llvm,
-    openmp_library,
-    optimize,
-    target_machine,
-)
+from polyonnx.codegen.parallel_runtime import ENTRY, shared_library
+from polyonnx.codegen.target import LLVM_LOCK, init_llvm, optimize, target_machine
 from polyonnx.errors import CodegenError
 from polyonnx.options import Options
 
 _ENGINE: llvm.ExecutionEngine | None = None
+_POOL: ctypes.CDLL | None = None
 
 
 def parse_and_optimize(module: ir.Module, tm: llvm.TargetMachine, opt_level: int
@@ -41,8 +39,14 @@ def _engine() -> llvm.ExecutionEngine:
     global _ENGINE
     if _ENGINE is None:
         init_llvm()
-        if openmp_library():
-            llvm.load_library_permanently(openmp_library())
+        pool = shared_library()
+        if pool:
+            # Loaded with ctypes, not LLVM: LLVM closes the libraries it opened when the process
+            # exits, while the pool's worker threads still run code from this one.
+            global _POOL
+            _POOL = ctypes.CDLL(pool, mode=ctypes.RTLD_GLOBAL)
+            address = ctypes.cast(getattr(_POOL, ENTRY), ctypes.c_void_p).value
+            llvm.add_symbol(ENTRY, address)
         tm = target_machine(Options(opt_level=3), jit=True)
         _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
     return _ENGINE

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes.util
 import functools
 import os
 import threading
@@ -38,16 +37,12 @@ def host_cpu() -> tuple[str, str, str]:
         llvm.get_host_cpu_features().flatten()
 
 
-@functools.cache
-def openmp_library() -> str | None:
-    """The OpenMP runtime the generated code calls for parallel loops (libgomp), if any."""
-    return ctypes.util.find_library("gomp")
-
-
 def thread_count(options: Options) -> int:
-    """Threads parallel loops run on: ``options.num_threads``, else every core; 1 when no
-    OpenMP runtime is installed."""
-    if openmp_library() is None:
+    """Threads parallel loops run on: ``options.num_threads``, else every core; 1 when the
+    thread pool cannot be built (no C compiler)."""
+    from polyonnx.codegen.parallel_runtime import shared_library
+
+    if (options.num_threads or os.cpu_count() or 1) > 1 and shared_library() is None:
         return 1
     return options.num_threads or os.cpu_count() or 1
 

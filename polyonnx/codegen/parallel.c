@@ -1,0 +1,114 @@
+/* polyonnx's thread pool: what generated code calls to run a parallel loop.
+ *
+ *   void polyonnx_parallel_for(chunk_fn fn, void *ctx, long n, int threads);
+ *
+ * runs fn(ctx, begin, end) over [0, n) in contiguous chunks on up to `threads` threads, the
+ * caller included. Workers claim chunks from an atomic counter, and the caller waits only for
+ * chunks that were claimed: a worker the OS has not scheduled yet (a loaded machine, a VM with
+ * slow wake-ups) never holds the caller up, which then simply runs the remaining chunks itself.
+ * Idle workers spin briefly, then sleep on a condition variable.
+ *
+ * One loop runs in the pool at a time; a caller that finds it busy (another Python thread
+ * running another model) runs its loop alone instead of queueing. The job is published with a
+ * sequence lock: `generation` is odd while the caller rewrites the job, and a worker counts
+ * itself `active` before re-checking that the generation it saw is still current, so it never
+ * reads a job that is being rewritten.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+typedef void (*chunk_fn)(void *ctx, long begin, long end);
+
+#define MAX_WORKERS 256
+#define SPIN 2000
+
+static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* one loop in the pool at a time */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* sleeping and start-up */
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static int workers; /* started so far */
+
+static chunk_fn job_fn;
+static void *job_ctx;
+static long job_n, job_chunk, job_chunks;
+static int job_helpers; /* workers the current loop may use */
+static atomic_long next_chunk, finished, generation;
+static atomic_int active;
+
+static void run_chunks(void) {
+    for (;;) {
+        long c = atomic_fetch_add(&next_chunk, 1);
+        if (c >= job_chunks) return;
+        long begin = c * job_chunk, end = begin + job_chunk < job_n ? begin + job_chunk : job_n;
+        job_fn(job_ctx, begin, end);
+        atomic_fetch_add(&finished, 1);
+    }
+}
+
+static void *worker(void *arg) {
+    long index = (long)arg, seen = 0;
+    for (;;) {
+        long g;
+        int spins = 0;
+        while ((g = atomic_load(&generation)) == seen || (g & 1)) {
+            if (++spins < SPIN) {
+                sched_yield();
+                continue;
+            }
+            pthread_mutex_lock(&lock);
+            while ((g = atomic_load(&generation)) == seen || (g & 1))
+                pthread_cond_wait(&wake, &lock);
+            pthread_mutex_unlock(&lock);
+        }
+        atomic_fetch_add(&active, 1);
+        if (atomic_load(&generation) == g) {
+            seen = g;
+            if (index < job_helpers) run_chunks();
+        }
+        atomic_fetch_sub(&active, 1);
+    }
+    return 0;
+}
+
+static void start_workers(int count) {
+    pthread_mutex_lock(&lock);
+    while (workers < count && workers < MAX_WORKERS) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&t, &attr, worker, (void *)(long)workers);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        workers++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void polyonnx_parallel_for(chunk_fn fn, void *ctx, long n, int threads) {
+    if (n <= 0) return;
+    if (threads <= 1 || n == 1 || pthread_mutex_trylock(&busy) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    if (workers < threads - 1) start_workers(threads - 1);
+    atomic_fetch_add(&generation, 1); /* odd: the job is being rewritten */
+    while (atomic_load(&active) != 0) sched_yield();
+    long chunks = n < 4L * threads ? n : 4L * threads;
+    job_chunk = (n + chunks - 1) / chunks;
+    job_chunks = (n + job_chunk - 1) / job_chunk;
+    job_fn = fn;
+    job_ctx = ctx;
+    job_n = n;
+    job_helpers = threads - 1;
+    atomic_store(&finished, 0);
+    atomic_store(&next_chunk, 0);
+    pthread_mutex_lock(&lock);
+    atomic_fetch_add(&generation, 1); /* even: published */
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&lock);
+    run_chunks();
+    /* Every chunk is claimed; wait for the ones other threads are still running. */
+    while (atomic_load(&finished) < job_chunks) sched_yield();
+    pthread_mutex_unlock(&busy);
+}

@@ -1,0 +1,54 @@
+"""The thread pool generated code calls for parallel loops (``parallel.c`` beside this file).
+
+Generated code calls ``polyonnx_parallel_for(fn, ctx, n, threads)``; the pool is a few dozen
+lines of C built once with the system C compiler into the compile cache (``cc`` is needed for
+shared libraries anyway) and loaded into the process for the JIT; shared libraries link the
+same source. Without a C compiler, models run on one thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from polyonnx import cache
+
+SOURCE = Path(__file__).with_name("parallel.c")
+ENTRY = "polyonnx_parallel_for"
+CFLAGS = ("-O2", "-pthread")
+
+
+def compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+
+
+@functools.cache
+def shared_library() -> str | None:
+    """Path of the pool built as a shared library, building it on first use; None when no C
+    compiler is available."""
+    cc = compiler()
+    if cc is None:
+        return None
+    source = SOURCE.read_bytes()
+    name = f"parallel-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    target = cache.directory() / "runtime" / name
+    if not target.exists():
+        folder = target.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".so")
+            os.close(fd)
+        except OSError:
+            folder = Path(tempfile.mkdtemp(prefix="polyonnx-rt-"))
+            target, tmp = folder / name, str(folder / ("tmp-" + name))
+        proc = subprocess.run([cc, *CFLAGS, "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            return None
+        os.replace(tmp, target)
+    return str(target)
