@@ -100,3 +100,14 @@ def test_one_hot_runtime_depth_unsupported() -> None:
                         graph.opset)
     with pytest.raises(UnsupportedOpError, match="depth"):
         node_kernel(graph, graph.nodes[0])
+
+
+def test_data_dependent_shapes_are_refused() -> None:
+    from polyonnx.graph.ir import Graph, Node, Value
+    from polyonnx.krnl.lower.registry import LowerContext, lower_node
+    x = Value("x", "float32", (4,))
+    y = Value("y", "int64", (1, 2))
+    graph = Graph("g", (x,), (y,), (Node("nz", "NonZero", ("x",), ("y",)),),
+                  {"x": x, "y": y}, {}, 13)
+    with pytest.raises(UnsupportedOpError, match="depends on the input data"):
+        lower_node(graph.nodes[0], LowerContext(graph))

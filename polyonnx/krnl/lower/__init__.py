@@ -9,6 +9,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     conv,
     convtranspose,
     data,
+    dynamic,
     einsum,
     elementwise,
     gather,
