@@ -9,6 +9,7 @@ exists so that the checks run before constant folding and memory planning, and f
 
 Example:
     >>> from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.shapes import BROADCAST, SAME_AS_INPUT
     >>> x, y = Value("x", "float32", (1, 1, 4, 4)), Value("y", "float32", (1, 1, 4, 4))
     >>> n = Node("pool", "MaxPool", ("x",), ("y",), {"kernel_shape": (1, 1), "strides": (0, 1)})
     >>> try:
@@ -27,6 +28,7 @@ import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.shapes import BROADCAST, SAME_AS_INPUT
 
 #: Element types native code handles (the krnl dtypes).
 SUPPORTED_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
@@ -103,7 +105,19 @@ _SAME_TYPE: dict[str, tuple[slice, ...]] = {
 }
 
 
+#: Ops whose first output has the element type of their first input.
+_TYPE_PRESERVING = SAME_AS_INPUT | BROADCAST | frozenset({
+    "MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalMaxPool",
+    "GlobalAveragePool", "BatchNormalization", "Transpose", "Concat", "Pad", "Flatten",
+    "Reshape", "Squeeze", "Unsqueeze", "Expand", "Tile", "Slice", "Gather", "GatherElements"})
+
+
 def _same_types(node: Node, values: Mapping[str, Value]) -> None:
+    if node.op_type in _TYPE_PRESERVING and node.inputs and node.outputs:
+        x, y = values.get(node.inputs[0]), values.get(node.outputs[0])
+        if x is not None and y is not None and x.dtype != y.dtype:
+            raise ModelError(f"node {node.name!r} ({node.op_type}): output {y.name!r} is "
+                             f"declared {y.dtype} but the op computes {x.dtype}")
     for part in _SAME_TYPE.get(node.op_type, ()):
         names = [i for i in node.inputs[part] if i and i in values]
         if len({values[i].dtype for i in names}) > 1:

@@ -110,6 +110,9 @@ CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...
     "missing initializer": (_missing_initializer, ModelError, ("'w'",)),
     "invalid UTF-8 in a name": (_bad_utf8, ModelError, ("checker",)),
     "mixed element types": (_mixed_types, ModelError, ("'add' (Add)", "same element type")),
+    "declared output type wrong": (lambda: model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])],
+        [tensor("y", [2], TensorProto.BOOL)]), ModelError, ("'relu' (Relu)", "declared bool")),
     "no default opset": (lambda: _with(relu(), lambda m: m.ClearField("opset_import")),
                          ModelError, ("opset_import",)),
     # attributes
