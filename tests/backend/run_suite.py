@@ -3,6 +3,7 @@
     python -m tests.backend.run_suite                 # all cases, 2 workers, 60 s per case
     python -m tests.backend.run_suite -k reduce -v    # cases whose name contains "reduce"
     python -m tests.backend.run_suite --update        # rewrite expected_pass.txt
+    python -m tests.backend.run_suite --kind all      # also the simple / pytorch-* model suites
 
 Each case runs in a worker process; a case that crashes its worker or exceeds ``--timeout`` is
 a failure and the worker is replaced, so one bad case never stops the run. The summary counts
@@ -49,7 +50,8 @@ def _worker(conn: Connection) -> None:
 class _Slot:
     def __init__(self, ctx: mp.context.BaseContext) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        # Not a daemon: the compiler may fork its own workers. It exits when the pipe closes.
+        self.proc = ctx.Process(target=_worker, args=(child,))
         self.proc.start()
         child.close()
         self.task: str | None = None
@@ -130,7 +132,7 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
 def summarise(results: dict[str, dict]) -> str:
     by_family: dict[str, Counter] = defaultdict(Counter)
     by_op: dict[str, Counter] = defaultdict(Counter)
-    cases = suite.load_cases()
+    cases = suite.all_cases()
     for name, r in results.items():
         op = suite.case_op(cases[name])
         r["op"] = op
@@ -155,10 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--update", action="store_true", help="rewrite expected_pass.txt")
     p.add_argument("--ops", action="store_true", help="also print counts per op type")
+    p.add_argument("--kind", default="node",
+                   help="node (default), all, or a comma-separated list of node and "
+                        + ", ".join(suite.MODEL_KINDS))
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
 
-    names = [n for n in suite.load_cases() if args.k in n]
+    kinds = ("node", *suite.MODEL_KINDS) if args.kind == "all" else tuple(args.kind.split(","))
+    names = [n for kind in kinds for n in suite.load_cases(kind) if args.k in n]
     start = time.perf_counter()
     results = run(names, args.jobs, args.timeout, args.verbose)
     table, by_op = summarise(results)
@@ -182,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(new)} passing case(s) not in expected_pass.txt"
               + ("" if args.update else " (use --update)"))
     if not args.k:
-        suite.LAST_RUN_FILE.write_text(json.dumps(results, indent=1, sort_keys=True))
+        # Merged with earlier runs, so a node-only run keeps the model suites' results.
+        merged = json.loads(suite.LAST_RUN_FILE.read_text()) if suite.LAST_RUN_FILE.exists() \
+            else {}
+        merged.update(results)
+        suite.LAST_RUN_FILE.write_text(json.dumps(merged, indent=1, sort_keys=True))
     if args.update:
         keep = expected - set(results)  # cases not run this time keep their status
         suite.EXPECTED_FILE.write_text("\n".join(sorted(keep | passed)) + "\n")

@@ -11,6 +11,7 @@ A case passes when every data set's outputs match the reference exactly as
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import pickle
@@ -18,7 +19,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -68,12 +69,17 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 FAMILY_OF = {op: fam for fam, ops in FAMILIES.items() for op in ops}
 
 
+#: The model suites shipped with onnx as files (run with ``run_suite --kind``).
+MODEL_KINDS = ("simple", "pytorch-converted", "pytorch-operator")
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     model_dir: str
     rtol: float
     atol: float
+    kind: str = "node"
 
 
 def cache_dir() -> Path:
@@ -119,9 +125,14 @@ def _normalize(v: object) -> object:
     return v
 
 
-@lru_cache(maxsize=1)
-def load_cases() -> dict[str, Case]:
-    """Every node test case of the installed onnx package, by name (sorted)."""
+@cache
+def load_cases(kind: str = "node") -> dict[str, Case]:
+    """Every test case of one suite of the installed onnx package, by name (sorted)."""
+    if kind != "node":
+        from onnx.backend.test.loader import load_model_tests
+
+        return {c.name: Case(c.name, c.model_dir, c.rtol, c.atol, kind)
+                for c in sorted(load_model_tests(kind=kind), key=lambda c: c.name)}
     root = cache_dir()
     if not root.is_dir():
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -131,6 +142,15 @@ def load_cases() -> dict[str, Case]:
         meta = json.loads((d / "meta.json").read_text())
         cases[d.name] = Case(d.name, str(d), meta["rtol"], meta["atol"])
     return cases
+
+
+@lru_cache(maxsize=1)
+def all_cases() -> dict[str, Case]:
+    """The node cases and the model suites' cases, by name (the names do not collide)."""
+    out = dict(load_cases())
+    for kind in MODEL_KINDS:
+        out.update(load_cases(kind))
+    return out
 
 
 def read_expected() -> list[str]:
@@ -145,6 +165,8 @@ _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 def case_op(case: Case) -> str:
     """The op a case tests: its node's type (for ``*_expanded`` cases, the unexpanded case's)."""
+    if case.kind != "node":
+        return f"model:{case.kind}"
     name = case.name
     if _EXPANDED.search(name):
         base = load_cases().get(_EXPANDED.sub("", name))
@@ -156,13 +178,28 @@ def case_op(case: Case) -> str:
 
 
 def family(op: str) -> str:
-    return FAMILY_OF.get(op, "other")
+    return op if op.startswith("model:") else FAMILY_OF.get(op, "other")
 
 
-def data_sets(case: Case) -> list[tuple[list, list]]:
+def data_sets(case: Case, model: onnx.ModelProto) -> list[tuple[list, list]]:
     """(inputs, expected outputs) of each data set, as the Runner passes them."""
-    with open(os.path.join(case.model_dir, "data.pkl"), "rb") as f:
-        return pickle.load(f)
+    if case.kind == "node":
+        with open(os.path.join(case.model_dir, "data.pkl"), "rb") as f:
+            return pickle.load(f)
+    out = []
+    for d in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set*"))):
+        n_in = len(glob.glob(os.path.join(d, "input_*.pb")))
+        n_out = len(glob.glob(os.path.join(d, "output_*.pb")))
+        out.append(([_read_pb(os.path.join(d, f"input_{i}.pb")) for i in range(n_in)],
+                    [_read_pb(os.path.join(d, f"output_{i}.pb")) for i in range(n_out)]))
+    return out
+
+
+def _read_pb(path: str) -> np.ndarray:
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
 
 
 def assert_similar_outputs(ref: list, got: list, rtol: float, atol: float) -> None:
@@ -185,10 +222,10 @@ def run_case(name: str) -> None:
     """Run one case through :mod:`polyonnx.backend`; raises on any failure."""
     from polyonnx import backend
 
-    case = load_cases()[name]
+    case = all_cases()[name]
     model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
     rep = backend.prepare(model, "CPU")
-    for inputs, expected in data_sets(case):
+    for inputs, expected in data_sets(case, model):
         got = list(rep.run(inputs))
         assert_similar_outputs(expected, got, case.rtol, case.atol)
 
