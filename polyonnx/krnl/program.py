@@ -17,6 +17,7 @@ import numpy as np
 from polyonnx.errors import ModelError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
+from polyonnx.krnl.inline import inline_pointwise
 from polyonnx.krnl.lower.registry import LowerContext, lower_node
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
@@ -112,8 +113,9 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
         else:
             kind = "input"
         buffers.append(ir.Buffer(b, v.dtype, tuple(int(d) for d in v.shape), kind))
-    return ir.Kernel(_identifier(name), tuple(buffers), _renumber(tuple(body), [0]),
-                     tuple(n.name for n in nodes))
+    kernel = inline_pointwise(ir.Kernel(_identifier(name), tuple(buffers), tuple(body),
+                                        tuple(n.name for n in nodes)))
+    return replace(kernel, body=_renumber(kernel.body, [0]))
 
 
 def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
