@@ -1,8 +1,9 @@
 """Whole-model latency: polyonnx against onnxruntime measured in the same run.
 
 For each model (random weights, from ``tests/models/builders.py``) and thread count, prints
-polyonnx's cold compile time, the median latency of polyonnx and of onnxruntime (CPU provider,
-``intra_op_num_threads``) and the ratio polyonnx / onnxruntime (> 1: polyonnx is slower).
+polyonnx's cold compile time (on-disk kernel cache off), the median latency of polyonnx and of
+onnxruntime (CPU provider, ``intra_op_num_threads``) and the ratio polyonnx / onnxruntime
+(> 1: polyonnx is slower).
 
 Usage::
 
@@ -80,7 +81,9 @@ def measure(name: str, threads: int, repeat: int, budget_s: float) -> Row:
     """Compile ``name`` cold with polyonnx, then time polyonnx and onnxruntime on one input."""
     model = MODELS[name]()
     t = time.perf_counter()
-    sess = polyonnx.InferenceSession(model, num_threads=threads)
+    # Cold: the on-disk cache of compiled kernels is off, so every kernel is compiled.
+    sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
+                                                                     cache=False))
     compile_s = time.perf_counter() - t
     feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
              for i in sess.get_inputs()}
