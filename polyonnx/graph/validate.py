@@ -9,7 +9,7 @@ exists so that the checks run before constant folding and memory planning, and f
 
 Example:
     >>> from polyonnx.graph.ir import Graph, Node, Value
-from polyonnx.graph.shapes import BROADCAST, SAME_AS_INPUT
+from polyonnx.graph.shapes import BROADCAST, COMPARISON, SAME_AS_INPUT
     >>> x, y = Value("x", "float32", (1, 1, 4, 4)), Value("y", "float32", (1, 1, 4, 4))
     >>> n = Node("pool", "MaxPool", ("x",), ("y",), {"kernel_shape": (1, 1), "strides": (0, 1)})
     >>> try:
@@ -28,7 +28,7 @@ import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
-from polyonnx.graph.shapes import BROADCAST, SAME_AS_INPUT
+from polyonnx.graph.shapes import BROADCAST, COMPARISON, SAME_AS_INPUT
 
 #: Element types native code handles (the krnl dtypes).
 SUPPORTED_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
@@ -118,6 +118,13 @@ def _same_types(node: Node, values: Mapping[str, Value]) -> None:
         if x is not None and y is not None and x.dtype != y.dtype:
             raise ModelError(f"node {node.name!r} ({node.op_type}): output {y.name!r} is "
                              f"declared {y.dtype} but the op computes {x.dtype}")
+    if node.op_type in BROADCAST | COMPARISON:
+        shapes = [values[i].shape for i in node.inputs if i and i in values]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise ShapeError(f"node {node.name!r} ({node.op_type}): input shapes "
+                             f"{[list(sh) for sh in shapes]} do not broadcast") from None
     for part in _SAME_TYPE.get(node.op_type, ()):
         names = [i for i in node.inputs[part] if i and i in values]
         if len({values[i].dtype for i in names}) > 1:
