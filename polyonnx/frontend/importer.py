@@ -58,7 +58,7 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
         proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
         gp = proto.graph
 
-    constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in gp.initializer}
+    constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
     raw_nodes: list[Node] = []
     names: set[str] = set()
     for i, n in enumerate(gp.node):
@@ -153,6 +153,15 @@ def _infer_alone(n: Node, values: Mapping[str, Value], known: Mapping[str, np.nd
         return ()
     out = [_value(vi) for vi in inferred.graph.output]
     return tuple(v for v in out if v is not None and v.is_static)
+
+
+def _tensor(t: onnx.TensorProto) -> np.ndarray:
+    """An initializer's value; ModelError when its data does not fill its declared dims."""
+    try:
+        return numpy_helper.to_array(t)
+    except ValueError as e:
+        raise ModelError(f"initializer {t.name!r} of dims {list(t.dims)}: its data does not "
+                         f"match its shape ({e})") from None
 
 
 def _fresh(base: str, taken: set[str]) -> str:

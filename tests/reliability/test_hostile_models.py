@@ -94,6 +94,13 @@ def _bad_utf8() -> bytes:
     return data.replace(b"Relu", b"R\x87lu", 1)  # the op type
 
 
+def _raw_data_short() -> onnx.ModelProto:
+    m = model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [tensor("x", [2])],
+              [tensor("y", [2])], [const("w", np.ones(5, np.float32))])
+    m.graph.initializer[0].dims[:] = [2]  # 5 floats of raw data for 2 declared
+    return m
+
+
 CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...]]] = {
     # unreadable bytes
     "truncated": (lambda: conv_net().SerializeToString()[:200], ModelError, ("truncated",)),
@@ -113,6 +120,7 @@ CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...
     "declared output type wrong": (lambda: model(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])],
         [tensor("y", [2], TensorProto.BOOL)]), ModelError, ("'relu' (Relu)", "declared bool")),
+    "initializer data and dims disagree": (_raw_data_short, ModelError, ("'w'", "dims [2]")),
     "no default opset": (lambda: _with(relu(), lambda m: m.ClearField("opset_import")),
                          ModelError, ("opset_import",)),
     # attributes
