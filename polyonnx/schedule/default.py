@@ -112,13 +112,20 @@ def _parallel_outer(poly: PolyKernel, part: isl.Schedule, deps: isl.UnionMap) ->
     domain = node.get_domain()
     if _instances(poly, domain) < MIN_PARALLEL_INSTANCES:
         return part
-    first = isl.UnionMap.from_union_pw_aff(node.band_get_partial_schedule().get_at(0))
+    # The loop that runs in parallel is the first member that is not a single value (isl
+    # generates no loop for those): every member up to it must carry no dependence.
     inner = deps.intersect_domain(domain).intersect_range(domain)
-    if not inner.is_empty():
-        distances = inner.apply_domain(first).apply_range(first).deltas()
-        if not distances.is_subset(isl.UnionSet("{ [0] }")):
-            return part
-    return node.insert_mark(isl.Id(PARALLEL_MARK)).get_schedule()
+    partial = node.band_get_partial_schedule()
+    for m in range(node.band_n_member()):
+        member = isl.UnionMap.from_union_pw_aff(partial.get_at(m))
+        if not inner.is_empty():
+            distances = inner.apply_domain(member).apply_range(member).deltas()
+            if not distances.is_subset(isl.UnionSet("{ [0] }")):
+                return part
+        values = member.intersect_domain(domain).range()
+        if not (values.n_set() == 1 and isl.Set.from_union_set(values).is_singleton()):
+            return node.insert_mark(isl.Id(PARALLEL_MARK)).get_schedule()
+    return part
 
 
 def _instances(poly: PolyKernel, domain: isl.UnionSet) -> int:

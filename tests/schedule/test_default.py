@@ -1,0 +1,52 @@
+"""The default strategies: register tiles, vector and parallel marks, always legal."""
+
+import numpy as np
+
+from polyonnx.codegen import loopast as la
+from polyonnx.codegen.kernel_call import kernel_callable
+from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
+from polyonnx.options import Options
+from polyonnx.schedule import default
+from polyonnx.schedule.astgen import build_ast
+from tests.kernels import matmul, stencil
+
+
+def _ast(kernel, **kw) -> str:
+    return build_ast(default.default_schedule(kernel, **kw).schedule).to_C_str()
+
+
+def test_matmul_gets_a_register_tile(monkeypatch):
+    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    text = _ast(matmul(64, 64, 32), tiling=default.Tiling(unroll=4, vector=16))
+    assert "// unroll" in text and "// vector" in text and "// parallel" in text
+    # the reduction loop runs inside the tile, around the unrolled rows
+    assert text.index("// parallel") < text.index("c2 <= 31") < text.rindex("// unroll")
+
+
+def test_a_loop_carrying_a_dependence_is_never_parallel(monkeypatch):
+    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    assert "// parallel" not in _ast(stencil(64, 64))
+
+
+def test_degenerate_outer_loops_do_not_hide_a_carried_dependence(monkeypatch):
+    # for n in [0, 1): for t in [1, T): for i: A[n, t, i] = A[n, t-1, i] + 1 — n is a single
+    # value, so the loop that would run in parallel is t, which carries the dependence.
+    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    n, t, i = Aff.var("n"), Aff.var("t"), Aff.var("i")
+    s = Stmt("S0", Access("A", (n, t, i)), Load("A", (n, t - 1, i), "float32") + 1.0)
+    k = Kernel("k", (Buffer("A", "float32", (1, 32, 32), "output"),),
+               (Loop("n", 0, 1, (Loop("t", 1, 32, (Loop("i", 0, 32, (s,)),)),)),))
+    assert "// parallel" not in _ast(k)
+
+
+def test_default_schedules_compute_the_same_results(monkeypatch):
+    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    rng = np.random.default_rng(0)
+    for m, n, kk in ((13, 37, 5), (64, 48, 70)):
+        k = matmul(m, n, kk)
+        loops = la.from_isl(build_ast(default.default_schedule(k).schedule))
+        run = kernel_callable(k, loops, Options(num_threads=2))
+        a, b = rng.random((m, kk), np.float32), rng.random((kk, n), np.float32)
+        c = np.zeros((m, n), np.float32)
+        run({"A": a, "B": b, "C": c})
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5)
