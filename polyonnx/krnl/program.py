@@ -177,7 +177,12 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
                 root = f"{out.name}__const"
                 all_constants[root] = all_constants.pop(out.name)
             k = _copy_kernel(f"k_copy_{out.name}", Value(root, src.dtype, src.shape), out)
-            kernels.append(k)
+            # Kernels already built may read the output under its own name: the copy runs as
+            # soon as its source exists (from the start for inputs and constants), before them.
+            at = 1 + max((i for i, kern in enumerate(kernels) for b in kern.buffers
+                          if b.kind != "input" and storage.get(b.name, b.name) == root),
+                         default=-1)
+            kernels.insert(at, k)
             storage[out.name] = out.name
             storage[k.buffers[0].name] = root
             roots_taken.add(out.name)
