@@ -41,6 +41,9 @@ FAST = ("reassoc", "contract")
 
 STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
 MAX_UNROLL = 64
+MAX_VECTOR_STEPS = 8
+"""A vector loop with a constant trip count up to this many vectors is emitted straight-line
+(a register tile); a longer one becomes a loop."""
 PARALLEL_ENTRY = "polyonnx_parallel_for"
 
 _SCALAR_TYPES: dict[str, ir.Type] = {
@@ -313,8 +316,8 @@ class KernelEmitter:
         b = self.builder
         init = self._iexpr(node.init, env)
         trip = _static_trip(node)
-        if trip is not None:
-            # Full vectors straight-line (the tile's trip count is known), then the remainder.
+        if trip is not None and trip <= MAX_VECTOR_STEPS * width:
+            # Full vectors straight-line (a register tile's trip count), then the remainder.
             for k in range(trip // width):
                 base = b.add(init, ir.Constant(I64, k * width), flags=["nsw"])
                 self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)

@@ -139,3 +139,16 @@ def test_vector_bool_compare():
     y = np.zeros(n, bool)
     run({"x": x, "y": y})
     np.testing.assert_array_equal(y, x < 0)
+
+
+def test_a_long_constant_vector_loop_stays_a_loop():
+    # Regression (fuzz model seed 5319): 10^6 iterations must not become 10^6 / 8 straight-line
+    # vector bodies.
+    n = 1_000_000
+    k = _unary_kernel(n, "float32", lambda x: x * 2.0)
+    run, text = _compile(k)
+    assert len(text) < 20_000
+    x = np.arange(n, dtype=np.float32)
+    y = np.zeros(n, np.float32)
+    run({"x": x, "y": y})
+    np.testing.assert_array_equal(y, x * 2)
