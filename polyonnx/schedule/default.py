@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import islpy as isl
+import numpy as np
 
 from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
 from polyonnx.schedule.poly import PolyKernel, StmtInfo, initial_schedule
@@ -43,6 +44,8 @@ class Tiling:
 
     unroll: int = 4
     vector: int = 16
+    depth: int = 256
+    """Reduction iterations per cache block (see :func:`_reduction_split`)."""
 
     @staticmethod
     def for_vector_bits(bits: int) -> Tiling:
@@ -357,7 +360,42 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
         ragged = ragged or _extent(red.outer, row) % u
     isolate = (f"{{ isolate[[] -> [{', '.join(dims)}]] : {' and '.join(full)} }}"
                if ragged else None)
-    return _with_band(_sequence(parts), _band(tile, poly), isolate=isolate)
+    depth = _reduction_split(red, tiling)
+    if depth is None or epilogue:
+        return _with_band(_sequence(parts), _band(tile, poly), isolate=isolate)
+    # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
+    # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
+    # after the first loop that really iterates, which stays free to run in parallel.
+    at = next((k + 1 for k in order if _extent(red.outer, names[k]) > 1), 1)
+    first = inner_names[0]
+    chunked = [*tile[red.update.name][:at], f"{depth}*floor(({first})/{depth})",
+               *tile[red.update.name][at:]]
+    shifted = [f"d{k}" for k in range(len(names) + 1)]
+    full_upd = [c.replace(f"d{k} ", f"e{k + (k >= at)} ") for c in full for k in
+                range(len(names)) if c.startswith(f"d{k} ")]
+    isolate_upd = (f"{{ isolate[[] -> [{', '.join(shifted)}]] : "
+                   f"{' and '.join(full_upd).replace('e', 'd')} }}" if ragged else None)
+    init = _with_band(parts[0], _band({red.init.name: tile[red.init.name]}, poly),
+                      isolate=isolate)
+    update = _with_band(parts[1], _band({red.update.name: chunked}, poly), isolate=isolate_upd)
+    return _sequence([init, update])
+
+
+def _reduction_split(red: _Reduction, tiling: Tiling) -> int | None:
+    """The chunk of the first reduction loop when the reduction is longer than the tiling's
+    depth (preferring a divisor of that loop's extent), else None."""
+    if any(not (lp.lower.is_const and lp.upper.is_const) for lp in red.inner):
+        return None
+    extents = [lp.upper.const - lp.lower.const for lp in red.inner]
+    total = int(np.prod(extents))
+    if total <= tiling.depth:
+        return None
+    per = total // extents[0]
+    chunk = max(1, tiling.depth // per)
+    if chunk >= extents[0]:
+        return None
+    divisors = [d for d in range(chunk, max(chunk // 2, 1) - 1, -1) if extents[0] % d == 0]
+    return divisors[0] if divisors else chunk
 
 
 def _extent(loops: Sequence[Loop], name: str) -> int:
