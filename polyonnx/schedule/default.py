@@ -227,7 +227,7 @@ def _strategy(poly: PolyKernel, tiling: Tiling) -> list[isl.Schedule] | None:
                     break
                 epilogue.append(e)
             try:
-                parts.append(_tile_reduction(poly, reduction, epilogue, tiling))
+                parts.extend(_tile_reduction(poly, reduction, epilogue, tiling))
             except _NotApplicable:
                 parts.append(_initial_nest(poly, nest))
                 i += 1
@@ -298,7 +298,7 @@ def _pointwise_consumer(nest: object, red: _Reduction) -> Stmt | None:
 
 
 def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
-                    tiling: Tiling) -> isl.Schedule:
+                    tiling: Tiling) -> list[isl.Schedule]:
     names = [lp.iterator for lp in red.outer]
     vec = names[-1]
     if _extent(red.outer, vec) < 8:
@@ -362,7 +362,7 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
                if ragged else None)
     depth = _reduction_split(red, tiling)
     if depth is None or epilogue:
-        return _with_band(_sequence(parts), _band(tile, poly), isolate=isolate)
+        return [_with_band(_sequence(parts), _band(tile, poly), isolate=isolate)]
     # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
     # after the first loop that really iterates, which stays free to run in parallel.
@@ -378,7 +378,7 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     init = _with_band(parts[0], _band({red.init.name: tile[red.init.name]}, poly),
                       isolate=isolate)
     update = _with_band(parts[1], _band({red.update.name: chunked}, poly), isolate=isolate_upd)
-    return _sequence([init, update])
+    return [init, update]
 
 
 def _reduction_split(red: _Reduction, tiling: Tiling) -> int | None:
