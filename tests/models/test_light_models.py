@@ -7,11 +7,13 @@ relative error = max |polyonnx - onnxruntime| / max |onnxruntime| must be <= 1e-
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 import polyonnx
 
-from .builders import LIGHT_MODELS
+from .builders import LIGHT_MODELS, light_expected_output_path, light_path
 from .conftest import assert_close
 
 
@@ -27,3 +29,17 @@ def test_light_model_matches_onnxruntime(name, light_model, onnxruntime_run):
     got = sess.run(None, {inp.name: x})
     assert [o.name for o in sess.get_outputs()] == names
     assert_close(got, want, names)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "since 6e66a6e (vector tiles for reductions) the 1000 logits of the shipped model, all "
+    "equal (~1.284e19) in onnxruntime, differ by up to 1.5e14 (1.2e-5 relative: different "
+    "summation orders per output column), so the softmax is no longer uniform (max 0.125 "
+    "instead of 0.001) and the ONNX backend tolerance (rtol 1e-3, atol 1e-7) fails"))
+def test_shipped_resnet50_matches_its_expected_output():
+    """The ONNX backend suite's real-model case: placeholder weights, input arange(n) / n."""
+    x = (np.arange(3 * 224 * 224).reshape(1, 3, 224, 224) / (3 * 224 * 224)).astype(np.float32)
+    [got] = polyonnx.InferenceSession(light_path("resnet50")).run(None, {"gpu_0/data_0": x})
+    want = numpy_helper.to_array(onnx.load_tensor(light_expected_output_path("resnet50")))
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-7)
