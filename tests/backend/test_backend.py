@@ -92,3 +92,18 @@ def test_unsupported_op_is_reported_at_prepare() -> None:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedOpError, match="Bernoulli"):
         backend.prepare(m)
+
+
+def test_shape_determining_inputs_are_bound_per_value() -> None:
+    """ReduceSum's axes as a graph input: compiled once per axes value, fed like any input."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                          "rs", [x, axes], [y])
+    rep = backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for axis in (0, 1, 0):
+        (out,) = rep.run([data, np.array([axis], np.int64)])
+        np.testing.assert_array_equal(out, data.sum(axis=axis))
+    assert len(rep._by_value) == 2
