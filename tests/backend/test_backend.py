@@ -98,7 +98,7 @@ def test_shape_determining_inputs_are_bound_per_value() -> None:
     """ReduceSum's axes as a graph input: compiled once per axes value, fed like any input."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
     g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
                           "rs", [x, axes], [y])
     rep = backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
