@@ -1,0 +1,253 @@
+"""ResNet50's convolutions one by one: polyonnx against onnxruntime in the same run.
+
+The distinct Conv shapes are read off the real graph (``light_model("resnet50")`` from
+``tests/models/builders.py``, imported with :func:`polyonnx.pipeline.to_graph`, so BatchNorm is
+already folded and every conv has a bias): (C_in, C_out, H, W, kernel, stride, pads, group) and
+how many times each occurs. Each becomes a one-op Conv model (batch 1, random weights and bias)
+run by polyonnx (``InferenceSession(num_threads=t)``) and by onnxruntime (CPU provider,
+``intra_op_num_threads=t``, ``inter_op_num_threads=1``; t = 1 by default).
+
+Per shape: median ms of both, GFLOP/s of polyonnx (2 FLOP per multiply-add, bias not counted),
+its fraction of the FP32 FMA peak (``--peak`` GFLOP/s per core, else the fastest round of
+``benchmarks/peak.py``'s kernel measured first — other processes only slow rounds down; times
+``t`` cores), the ratio polyonnx / onnxruntime in time
+(> 1: polyonnx is slower), and the shape's count in ResNet50. The last line weights every shape
+by its count: the time ResNet50's convolutions would take. Outputs are compared with
+onnxruntime's (max |difference| / max |onnxruntime|, flagged above ``--rtol``).
+
+The machine is shared and noisy: polyonnx and onnxruntime runs alternate and every time is a
+median.
+
+Usage::
+
+    python benchmarks/resnet50_kernels.py                  # every shape, 1 thread
+    python benchmarks/resnet50_kernels.py --limit 5 --repeat 30
+    python benchmarks/resnet50_kernels.py --threads 2 --peak 165
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import polyonnx
+from polyonnx.pipeline import to_graph
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    """A module imported by path (tests and benchmarks are not installed packages)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it runs
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True, order=True)
+class ConvShape:
+    """One convolution at batch 1 (2-D, NCHW)."""
+
+    c_in: int
+    c_out: int
+    h: int
+    w: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    group: int = 1
+    dilation: tuple[int, int] = (1, 1)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        top, left, bottom, right = self.pads
+        return ((self.h + top + bottom - dh * (kh - 1) - 1) // sh + 1,
+                (self.w + left + right - dw * (kw - 1) - 1) // sw + 1)
+
+    @property
+    def flops(self) -> int:
+        """2 per multiply-add (the bias is not counted)."""
+        oh, ow = self.out_hw
+        return 2 * self.c_out * oh * ow * (self.c_in // self.group) * self.kernel[0] \
+            * self.kernel[1]
+
+    @property
+    def label(self) -> str:
+        kh, kw = self.kernel
+        text = f"{self.c_in}→{self.c_out} {self.h}x{self.w} k{kh}x{kw} s{self.stride[0]}"
+        if any(self.pads):
+            text += f" p{self.pads[0]}" if len(set(self.pads)) == 1 else f" p{self.pads}"
+        if self.group != 1:
+            text += f" g{self.group}"
+        if self.dilation != (1, 1):
+            text += f" d{self.dilation[0]}"
+        return text
+
+
+def resnet50_convs() -> list[tuple[ConvShape, int]]:
+    """Every distinct Conv of ResNet50 with its count, in order of first appearance."""
+    builders = _load(HERE.parent / "tests" / "models" / "builders.py", "polyonnx_test_builders")
+    graph = to_graph(builders.light_model("resnet50"))
+    counts: Counter[ConvShape] = Counter()
+    for node in graph.nodes:
+        if node.op_type != "Conv":
+            continue
+        x, w = graph.value(node.inputs[0]).shape, graph.value(node.inputs[1]).shape
+        if len(x) != 4 or x[0] != 1:
+            raise SystemExit(f"unexpected Conv input {x} at node {node.name}")
+        kernel = tuple(node.attr("kernel_shape", w[2:]))
+        counts[ConvShape(int(x[1]), int(w[0]), int(x[2]), int(x[3]),
+                         (int(kernel[0]), int(kernel[1])),
+                         tuple(node.attr("strides", (1, 1))),  # type: ignore[arg-type]
+                         tuple(node.attr("pads", (0, 0, 0, 0))),  # type: ignore[arg-type]
+                         int(node.attr("group", 1)),
+                         tuple(node.attr("dilations", (1, 1))))] += 1  # type: ignore[arg-type]
+        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+            raise SystemExit(f"Conv {node.name}: auto_pad is not handled here")
+    return list(counts.items())
+
+
+def conv_model(s: ConvShape, seed: int = 0) -> onnx.ModelProto:
+    """A one-op Conv model of shape ``s`` with random weights (scaled by 1/sqrt(fan-in)) and
+    bias as initializers."""
+    rng = np.random.default_rng(seed)
+    fan_in = s.c_in // s.group * s.kernel[0] * s.kernel[1]
+    weight = (rng.standard_normal((s.c_out, s.c_in // s.group, *s.kernel)) / np.sqrt(fan_in)
+              ).astype(np.float32)
+    bias = rng.standard_normal(s.c_out).astype(np.float32)
+    oh, ow = s.out_hw
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=list(s.kernel),
+                            strides=list(s.stride), pads=list(s.pads), group=s.group,
+                            dilations=list(s.dilation))
+    graph = helper.make_graph(
+        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                       [1, s.c_in, s.h, s.w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, s.c_out, oh, ow])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float
+                ) -> tuple[list[float], int]:
+    """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
+    round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds)."""
+    t = time.perf_counter()
+    for run in runs:
+        run()
+    first = time.perf_counter() - t
+    n = max(3, min(repeat, int(budget_s / max(first, 1e-9))))
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(n):
+        for run, out in zip(runs, times, strict=True):
+            t = time.perf_counter()
+            run()
+            out.append(time.perf_counter() - t)
+    return [statistics.median(x) for x in times], n
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    shape: ConvShape
+    count: int
+    polyonnx_s: float
+    ort_s: float
+    runs: int
+    rel_err: float
+
+
+def measure(s: ConvShape, count: int, threads: int, repeat: int, budget_s: float) -> Row:
+    """Compile the one-op model with polyonnx and onnxruntime and time both, interleaved."""
+    model = conv_model(s)
+    sess = polyonnx.InferenceSession(model, num_threads=threads)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, s.c_in, s.h, s.w),
+                                                           dtype=np.float32)}
+    got, want = sess.run(None, feeds)[0], ref.run(None, feeds)[0]
+    err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+    (poly_s, ort_s), runs = interleaved(
+        [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s)
+    return Row(s, count, poly_s, ort_s, runs, err)
+
+
+def table(rows: Sequence[Row], peak: float, threads: int, rtol: float) -> str:
+    """The rows as a Markdown table, with the count-weighted total."""
+    lines = ["| conv (C_in→C_out HxW kernel stride pads) | count | GFLOP | polyonnx ms | "
+             "GFLOP/s | of peak | onnxruntime ms | polyonnx / ort | runs | rel err |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        gflops = r.shape.flops / r.polyonnx_s / 1e9
+        flag = " **MISMATCH**" if not r.rel_err <= rtol else ""
+        lines.append(f"| {r.shape.label} | {r.count} | {r.shape.flops / 1e9:.3f} | "
+                     f"{r.polyonnx_s * 1e3:.3f} | {gflops:.1f} | "
+                     f"{gflops / (peak * threads):.0%} | {r.ort_s * 1e3:.3f} | "
+                     f"{r.polyonnx_s / r.ort_s:.2f} | {r.runs} | {r.rel_err:.1e}{flag} |")
+    flops = sum(r.count * r.shape.flops for r in rows)
+    poly = sum(r.count * r.polyonnx_s for r in rows)
+    ref = sum(r.count * r.ort_s for r in rows)
+    lines.append(f"| **total, weighted by count** ({len(rows)} shapes) | "
+                 f"{sum(r.count for r in rows)} | {flops / 1e9:.3f} | {poly * 1e3:.2f} | "
+                 f"{flops / poly / 1e9:.1f} | {flops / poly / 1e9 / (peak * threads):.0%} | "
+                 f"{ref * 1e3:.2f} | {poly / ref:.2f} | | |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for polyonnx and onnxruntime (default 1)")
+    p.add_argument("--repeat", type=int, default=30,
+                   help="timed rounds per shape (default 30; at least 3)")
+    p.add_argument("--budget", type=float, default=3.0,
+                   help="seconds of timed rounds per shape before --repeat is cut")
+    p.add_argument("--limit", type=int, default=None, help="only the first N distinct shapes")
+    p.add_argument("--peak", type=float, default=None,
+                   help="FP32 peak GFLOP/s per core (default: measured with peak.py's kernel)")
+    p.add_argument("--rtol", type=float, default=1e-3,
+                   help="largest accepted max|polyonnx - ort| / max|ort| (default 1e-3)")
+    args = p.parse_args(argv)
+    print(f"polyonnx {polyonnx.__version__}, onnxruntime {ort.__version__}; threads "
+          f"{args.threads} (polyonnx num_threads, ort intra_op; inter_op 1)")
+    peak = args.peak
+    if peak is None:
+        peak_module = _load(HERE / "peak.py", "polyonnx_bench_peak")
+        peak = peak_module.measure_peak(threads=1, repeat=20, best=True)
+        print(f"peak: {peak:.1f} GFLOP/s per core (fastest of 20 rounds of benchmarks/peak.py's "
+              "kernel, 1 thread, measured now; pass --peak to fix it)")
+    else:
+        print(f"peak: {peak:.1f} GFLOP/s per core (--peak)")
+    print("Shared, noisy machine: polyonnx and onnxruntime runs interleaved, medians; "
+          "polyonnx / ort > 1 means polyonnx is slower.\n", flush=True)
+    shapes = resnet50_convs()[:args.limit]
+    rows = []
+    for shape, count in shapes:
+        rows.append(measure(shape, count, args.threads, args.repeat, args.budget))
+        print(f"  done: {shape.label}", file=sys.stderr, flush=True)
+    print(table(rows, peak, args.threads, args.rtol))
+    bad = [r.shape.label for r in rows if not r.rel_err <= args.rtol]
+    if bad:
+        print(f"\nMISMATCH vs onnxruntime (rel err > {args.rtol:g}): {', '.join(bad)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
