@@ -32,11 +32,6 @@ def test_light_model_matches_onnxruntime(name, light_model, onnxruntime_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "since 6e66a6e (vector tiles for reductions) the 1000 logits of the shipped model, all "
-    "equal (~1.284e19) in onnxruntime, differ by up to 1.5e14 (1.2e-5 relative: different "
-    "summation orders per output column), so the softmax is no longer uniform (max 0.125 "
-    "instead of 0.001) and the ONNX backend tolerance (rtol 1e-3, atol 1e-7) fails"))
 def test_shipped_resnet50_matches_its_expected_output():
     """The ONNX backend suite's real-model case: placeholder weights, input arange(n) / n."""
     x = (np.arange(3 * 224 * 224).reshape(1, 3, 224, 224) / (3 * 224 * 224)).astype(np.float32)
