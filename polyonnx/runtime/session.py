@@ -63,9 +63,12 @@ class Executable:
 
     @staticmethod
     def from_compiled(compiled: Any) -> Executable:
-        from polyonnx.codegen.jit import jit
+        from polyonnx.codegen.jit import jit_with_objects
+        from polyonnx.codegen.objects import compile_objects
 
-        address, module = jit(compiled.module(), compiled.entry, compiled.options)
+        objects = compile_objects(compiled.kernel_modules(), compiled.options, jit=True)
+        address, module = jit_with_objects(compiled.entry_module(), objects, compiled.entry,
+                                           compiled.options)
         program = compiled.program
         return Executable(
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.inputs],
