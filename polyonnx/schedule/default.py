@@ -317,9 +317,18 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     v = tiling.vector
     update_its = list(poly.stmts[red.update.name].iterators)
     inner_names = update_its[len(names):]
-    # Tile loops in the kernel's own order (measured: sweeping pixels inside a weight tile
-    # was slower for 3x3 convolutions and no faster for 1x1 ones).
+    # Loop order of the tiles: sweeping the other loops inside a vector tile re-reads the
+    # other operands once per vector tile; the kernel's own order re-reads the moving operand
+    # (conv weights) once per outer iteration. Take the smaller traffic (measured on ResNet50's
+    # convolutions: 512->2048 at 7x7 goes from 37 to 54 GF/s, 256->128 at 56x56 stays).
     order = list(range(len(names)))
+    sizes = {b.name: b.nbytes for b in poly.kernel.buffers}
+    moving_bytes = sum(sizes[b] for b in {ld.buffer for ld in moving})
+    other_bytes = sum(sizes[b] for b in {ld.buffer for ld in loads(red.update.body)}
+                      if b != red.update.write.buffer and b not in {ld.buffer for ld in moving})
+    sweeps = int(np.prod([_extent(red.outer, n) for n in names if n not in (vec, row)]))
+    if other_bytes * -(-_extent(red.outer, vec) // v) < moving_bytes * sweeps:
+        order = [len(names) - 1, *range(len(names) - 1)]
 
     def its_of(stmt: Stmt) -> list[str]:
         return list(poly.stmts[stmt.name].iterators)
@@ -366,7 +375,7 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
     # after the first loop that really iterates, which stays free to run in parallel.
-    at = next((k + 1 for k in order if _extent(red.outer, names[k]) > 1), 1)
+    at = next((pos + 1 for pos, k in enumerate(order) if _extent(red.outer, names[k]) > 1), 1)
     first = inner_names[0]
     chunked = [*tile[red.update.name][:at], f"{depth}*floor(({first})/{depth})",
                *tile[red.update.name][at:]]
