@@ -193,36 +193,52 @@ class KernelEmitter:
         for k, v in enumerate(values):
             b.store(v, slot(b, ctx, k))
 
-        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
-                               name=f"{self.fn.name}.parallel{self._parallel_count}")
+        # The chunk body is a function of its own whose buffer arguments are ``noalias`` (as
+        # the kernel's are): read back from ``ctx`` they would lose that, and with it the
+        # register tiles (LLVM could no longer keep accumulators in registers).
+        base = f"{self.fn.name}.parallel{self._parallel_count}"
         self._parallel_count += 1
-        outlined.attributes.add("nounwind")
+        body_fn = ir.Function(self.module, ir.FunctionType(
+            I32, [PTR] * len(buffers) + [I64] * (2 + len(names))), name=f"{base}.body")
+        body_fn.attributes.add("nounwind")
+        body_fn.linkage = "internal"
         saved = (self.fn, self.builder, dict(self.buffers), self.fail_block)
         try:
-            self.fn, self._in_parallel = outlined, True
-            arg, begin, end = outlined.args
-            self.builder = ob = ir.IRBuilder(outlined.append_basic_block("entry"))
-            self.fail_block = outlined.append_basic_block("index_out_of_range")
-            fail = ir.IRBuilder(self.fail_block)
-            fail.store(ir.Constant(I64, STATUS_INDEX_OUT_OF_RANGE), slot(fail, arg, 0))
-            fail.ret_void()
-            loaded = [ob.load(slot(ob, arg, k), typ=I64) for k in range(slots)]
-            lo, hi = loaded[1], loaded[2]
-            inner_env = dict(zip(names, loaded[3:3 + len(names)], strict=True))
-            for name, raw in zip(buffers, loaded[3 + len(names):], strict=True):
-                self.buffers[name] = (self.buffers[name][0], ob.inttoptr(raw, PTR))
-            del hi  # the caller turned the bounds into the iteration count
-            inc = ir.Constant(I64, node.inc)
-            inner_env["parallel.lo"] = ob.add(lo, ob.mul(begin, inc))
-            inner_env["parallel.hi"] = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
+            self.fn, self._in_parallel = body_fn, True
+            args = list(body_fn.args)
+            for name, a in zip(buffers, args[:len(buffers)], strict=True):
+                a.add_attribute("noalias")
+                self.buffers[name] = (self.buffers[name][0], a)
+            first, last = args[len(buffers)], args[len(buffers) + 1]
+            inner_env = dict(zip(names, args[len(buffers) + 2:], strict=True))
+            inner_env["parallel.lo"], inner_env["parallel.hi"] = first, last
+            self.builder = ir.IRBuilder(body_fn.append_basic_block("entry"))
+            self.fail_block = body_fn.append_basic_block("index_out_of_range")
+            ir.IRBuilder(self.fail_block).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
             bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
             self._for(la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
                              node.body), inner_env)
-            ob = self.builder
-            ob.ret_void()
+            self.builder.ret(ir.Constant(I32, STATUS_OK))
         finally:
             self.fn, self.builder, self.buffers, self.fail_block = saved
             self._in_parallel = False
+
+        # The wrapper the pool calls: chunk [begin, end) of the iterations.
+        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
+                               name=base)
+        outlined.attributes.add("nounwind")
+        arg, begin, end = outlined.args
+        ob = ir.IRBuilder(outlined.append_basic_block("entry"))
+        loaded = [ob.load(slot(ob, arg, k), typ=I64) for k in range(slots)]
+        lo = loaded[1]
+        inc = ir.Constant(I64, node.inc)
+        first = ob.add(lo, ob.mul(begin, inc))
+        last = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
+        pointers = [ob.inttoptr(raw, PTR) for raw in loaded[3 + len(names):]]
+        status = ob.call(body_fn, [*pointers, first, last, *loaded[3:3 + len(names)]])
+        with ob.if_then(ob.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
+            ob.store(ob.zext(status, I64), slot(ob, arg, 0))
+        ob.ret_void()
         count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
                       ir.Constant(I64, 1))
         pool = self._runtime(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
