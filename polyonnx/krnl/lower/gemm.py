@@ -13,6 +13,8 @@ has no ``i`` (or ``j``) loop.
 
 from __future__ import annotations
 
+import numpy as np
+
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
@@ -25,11 +27,11 @@ from polyonnx.krnl.lower.common import (
     var,
     zero,
 )
-from polyonnx.krnl.lower.registry import LowerContext, register
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
 @register("Gemm")
-def lower_gemm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+def lower_gemm(node: Node, ctx: LowerContext) -> Lowered:
     """Gemm: ``Y = alpha * op(A) @ op(B) + beta * C`` with ``C`` broadcast to ``[M, N]``."""
     a, b, c, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     dtype = require_float(node, ctx, a)
@@ -50,13 +52,23 @@ def lower_gemm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         init_value = bias if beta == 1.0 else bias * beta
     else:
         init_value = zero(dtype)
-    product = load(ctx, a, (k, i) if trans_a else (i, k)) \
-        * load(ctx, b, (j, k) if trans_b else (k, j))
+    weights = ctx.constant(b)
+    constants: tuple[tuple[str, np.ndarray], ...] = ()
+    if trans_b and weights is not None:
+        # Constant B^T (a fully connected layer): transposed at compile time, so the output
+        # columns the vector loops run along read B contiguously.
+        b, trans_b = f"{b}__transposed", False
+        constants = ((b, np.ascontiguousarray(weights.T)),)
+        b_load: ir.Expr = ir.Load(b, (k, j), dtype)
+    else:
+        b_load = load(ctx, b, (j, k) if trans_b else (k, j))
+    product = load(ctx, a, (k, i) if trans_a else (i, k)) * b_load
     if alpha != 1.0:
         product = product * alpha
     update = ir.Stmt("S", out, ir.Load(y, out.index, dtype) + product)
-    return nest([("i", y_shape[0]), ("j", y_shape[1])],
-                (ir.Stmt("S", out, init_value), *nest([("k", k_extent)], (update,))))
+    return Lowered(nest([("i", y_shape[0]), ("j", y_shape[1])],
+                        (ir.Stmt("S", out, init_value), *nest([("k", k_extent)], (update,)))),
+                   (), constants)
 
 
 @register("MatMul")
