@@ -79,21 +79,28 @@ def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
 
 
 def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str],
-                 constants: dict[str, np.ndarray] | None = None) -> ir.Kernel:
+                 constants: dict[str, np.ndarray] | None = None,
+                 views: dict[str, str] | None = None) -> ir.Kernel:
     """Lower the nodes of one fusion group into one kernel.
 
     ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
-    Constants the lowerings derive (repacked weights) are added to ``constants``.
+    Constants the lowerings derive (repacked weights) are added to ``constants``, read-only
+    views (view name -> value) to ``views``.
     """
     ctx = LowerContext(graph)
     body: list[ir.Node] = []
     temps: dict[str, ir.Buffer] = {}
     derived: dict[str, np.ndarray] = {}
+    view_buffers: dict[str, ir.Buffer] = {}
     for node in nodes:
         lowered = lower_node(node, ctx)
         body.extend(lowered.nests)
         temps.update({t.name: t for t in lowered.temps})
         derived.update(lowered.constants)
+        for buffer, value in lowered.views:
+            view_buffers[buffer.name] = buffer
+            if views is not None:
+                views[buffer.name] = value
     if constants is not None:
         constants.update(derived)
     read, written = _buffer_names(body)
@@ -106,6 +113,11 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
         if b in derived:
             c = derived[b]
             buffers.append(ir.Buffer(b, c.dtype.name, c.shape, "input"))
+            continue
+        if b in view_buffers:
+            if b in written:
+                raise ValueError(f"kernel {name}: view {b} is written (views are read-only)")
+            buffers.append(view_buffers[b])
             continue
         v = graph.value(b)
         if b in written:
@@ -146,6 +158,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     consumers = graph.consumers()
     kernels: list[ir.Kernel] = []
     derived: dict[str, np.ndarray] = {}
+    views: dict[str, str] = {}
     for gi, group in enumerate(groups):
         group = list(group)
         if all(n.op_type in VIEW_OPS for n in group):
@@ -158,7 +171,9 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
         kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
-                              derived)
+                              derived, views)
+        for view, value in views.items():
+            storage.setdefault(view, storage.get(value, value))
         if kernel.statements():  # zero-size outputs lower to nothing
             kernels.append(kernel)
 

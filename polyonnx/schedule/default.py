@@ -326,7 +326,9 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     moving_bytes = sum(sizes[b] for b in {ld.buffer for ld in moving})
     other_bytes = sum(sizes[b] for b in {ld.buffer for ld in loads(red.update.body)}
                       if b != red.update.write.buffer and b not in {ld.buffer for ld in moving})
+    # The moving operand is swept once per row tile of every outer iteration.
     sweeps = int(np.prod([_extent(red.outer, n) for n in names if n not in (vec, row)]))
+    sweeps *= -(-_extent(red.outer, row) // u) if row else 1
     if other_bytes * -(-_extent(red.outer, vec) // v) < moving_bytes * sweeps:
         order = [len(names) - 1, *range(len(names) - 1)]
 

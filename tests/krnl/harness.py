@@ -87,6 +87,8 @@ def node_kernel(graph: Graph, node: Node) -> ir.Kernel:
         buffers[t.name] = t
     for name, value in lowered.constants:
         buffers[name] = ir.Buffer(name, value.dtype.name, value.shape, "input")
+    for view, _ in lowered.views:
+        buffers[view.name] = view
     body, _ = renumber(lowered.nests)
     kernel = ir.Kernel(node.name, tuple(buffers.values()), body, (node.name,))
     verify(kernel)
@@ -99,7 +101,10 @@ def run_krnl(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     arrays.update({k: np.array(v) for k, v in feeds.items()})
     for node in graph.nodes:
         kernel = node_kernel(graph, node)
-        arrays.update(lower_node(node, LowerContext(graph)).constants)
+        lowered = lower_node(node, LowerContext(graph))
+        arrays.update(lowered.constants)
+        for view, value in lowered.views:
+            arrays[view.name] = arrays[value].reshape(view.shape)
         for b in kernel.buffers:
             if b.kind == "output":
                 # NaN-filled, so an element the lowering forgets to write fails the comparison.

@@ -51,19 +51,27 @@ class Lowered:
     ``temps`` are scratch buffers private to this node (not ONNX values); the kernel builder
     declares them in the kernel with exactly this name, dtype and shape. ``constants`` are
     compile-time tensors the lowering derived from constant inputs (e.g. weights repacked into
-    the layout its loops read best); they join the model's weights.
+    the layout its loops read best); they join the model's weights. ``views`` are read-only
+    reshapes of an input value — ``(buffer, value)`` pairs, the buffer having the value's
+    element count — that share the value's memory (e.g. ``[N, C, H*W]`` for an NCHW input, so
+    the pixels form one contiguous loop). Only reads go through a view, so no dependence hides
+    behind the second name.
     """
 
     nests: tuple[ir.Node, ...]
     temps: tuple[ir.Buffer, ...] = ()
     constants: tuple[tuple[str, np.ndarray], ...] = ()
+    views: tuple[tuple[ir.Buffer, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nests", tuple(self.nests))
         object.__setattr__(self, "temps", tuple(self.temps))
         object.__setattr__(self, "constants", tuple(self.constants))
+        object.__setattr__(self, "views", tuple(self.views))
         if any(t.kind != "temp" for t in self.temps):
             raise ValueError("Lowered.temps must be buffers of kind 'temp'")
+        if any(b.kind != "input" for b, _ in self.views):
+            raise ValueError("Lowered.views must be buffers of kind 'input'")
 
 
 Lowering = Callable[[Node, LowerContext], "tuple[ir.Node, ...] | Lowered"]
