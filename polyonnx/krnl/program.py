@@ -115,8 +115,10 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
             buffers.append(ir.Buffer(b, c.dtype.name, c.shape, "input"))
             continue
         if b in view_buffers:
-            if b in written:
-                raise ValueError(f"kernel {name}: view {b} is written (views are read-only)")
+            # A view is a second name for memory: isl would not see a dependence through it.
+            if b in written or (views or {}).get(b) in written:
+                raise ValueError(f"kernel {name}: view {b} or its value is written in the "
+                                 "kernel (views are read-only inputs)")
             buffers.append(view_buffers[b])
             continue
         v = graph.value(b)
