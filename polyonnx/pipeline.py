@@ -179,8 +179,14 @@ def compile_graph(graph: Graph, options: Options | None = None,
                   schedules: Mapping[str, TraceLike] | None = None) -> Compiled:
     options = options or Options()
     program = lower(graph)
-    plan = plan_memory(program)
     scheduled = schedule(program, options, schedules)
+    # A trace's staging verbs (cache_read, pack ...) change its kernel (new temp buffers): the
+    # program runs the scheduled kernels, so memory is planned after scheduling.
+    kernels = tuple(s.kernel if s is not None else k
+                    for k, (s, _) in zip(program.kernels, scheduled, strict=True))
+    if any(a is not b for a, b in zip(kernels, program.kernels, strict=True)):
+        program = dataclasses.replace(program, kernels=kernels)
+    plan = plan_memory(program)
     asts = tuple((k, loops) for k, (_, loops) in zip(program.kernels, scheduled, strict=True))
     digest = hashlib.sha1(graph.name.encode()).hexdigest()[:6]
     return Compiled(graph, program, plan, tuple(s for s, _ in scheduled), asts, options,

@@ -118,3 +118,15 @@ def _reduction(carried: isl.UnionMap, poly: PolyKernel) -> str:
            for ld in loads(stmt.body)):
         return f"{src} (into {stmt.write.buffer})"
     return ""
+
+
+def dependences_in(poly: PolyKernel, schedule: isl.Schedule) -> Dependences:
+    """RAW, WAR and WAW dependences of ``poly`` with its statements run in ``schedule`` (the
+    meaning of a kernel changed by a staging verb is the schedule that verb produced)."""
+    def flow(sink: isl.UnionMap, source: isl.UnionMap, must: bool) -> isl.UnionMap:
+        info = isl.UnionAccessInfo.from_sink(sink)
+        info = info.set_must_source(source) if must else info.set_may_source(source)
+        return info.set_schedule(schedule).compute_flow().get_may_dependence().coalesce()
+
+    return Dependences(flow(poly.reads, poly.writes, True), flow(poly.writes, poly.reads, False),
+                       flow(poly.writes, poly.writes, True))

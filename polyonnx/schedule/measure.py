@@ -57,6 +57,9 @@ def run(schedule: Schedule, arrays: Mapping[str, np.ndarray] | None = None,
     return every buffer afterwards."""
     work = {k: np.array(v, copy=True) for k, v in
             (arrays or random_arrays(schedule.kernel)).items()}
+    for b in schedule.kernel.buffers:  # temps a staging verb added
+        if b.name not in work and b.kind == "temp":
+            work[b.name] = np.zeros(b.shape, b.dtype)
     build(schedule, options)(work)
     return work
 
@@ -90,7 +93,7 @@ def measure(schedule: Schedule, *, options: Options | None = None, min_runs: int
         work = {k: v.copy() for k, v in arrays.items()}
         fn(work)
         expected = (reference if reference is not None
-                    else run(Schedule.from_kernel(schedule.kernel), arrays, options))
+                    else run(Schedule.from_kernel(schedule.original), arrays, options))
         for b in schedule.kernel.buffers:
             if b.kind != "output":
                 continue

@@ -29,7 +29,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.default import ScheduledKernel
-from polyonnx.schedule.legality import check_not_carried, check_order
+from polyonnx.schedule.legality import check_not_carried, check_order, dependences_in
 from polyonnx.schedule.poly import Dependences, PolyKernel
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import Trace
@@ -48,11 +48,14 @@ from polyonnx.schedule.tree import (
 )
 from polyonnx.schedule.verbs import (
     VERBS,
+    CacheRead,
+    CacheWrite,
     ComputeAt,
     Directive,
     Distribute,
     Fuse,
     Isolate,
+    Pack,
     Parallel,
     Reorder,
     Reverse,
@@ -69,16 +72,26 @@ VECTOR_BYTES = 32
 
 
 class _Model:
-    """What every schedule of one kernel shares: its polyhedral model and dependences."""
+    """What every schedule of one kernel shares: its polyhedral model and dependences.
 
-    def __init__(self, kernel: Kernel) -> None:
+    A staging verb (``cache_read``, ``cache_write``, ``pack``) makes a new kernel; its meaning
+    is its statements run in the schedule tree the verb produced (``order``), so its
+    dependences are computed in that order, and the trace still belongs to the ``original``
+    kernel (signature included)."""
+
+    def __init__(self, kernel: Kernel, original: _Model | None = None,
+                 order: Node | None = None) -> None:
         self.kernel = kernel
         self.poly = PolyKernel.build(kernel)
-        self.signature = kernel_signature(kernel)
+        self.original = original.original if original else kernel
+        self.signature = original.signature if original else kernel_signature(kernel)
+        self._order = order
 
     @functools.cached_property
     def deps(self) -> Dependences:
-        return self.poly.dependences()
+        if self._order is None:
+            return self.poly.dependences()
+        return dependences_in(self.poly, to_isl(self._order, self.poly))
 
 
 class Schedule:
@@ -110,6 +123,11 @@ class Schedule:
     @property
     def kernel(self) -> Kernel:
         return self._model.kernel
+
+    @property
+    def original(self) -> Kernel:
+        """The kernel the trace starts from (``kernel`` differs after a staging verb)."""
+        return self._model.original
 
     @property
     def poly(self) -> PolyKernel:
@@ -173,7 +191,12 @@ class Schedule:
             raise ScheduleError(f"not a schedule directive: {d!r}")
         _, check, apply = entry
         check(self.tree, self.poly, d)
-        new = Schedule(self._model, apply(self.tree, self.poly, d), self.directives + (d,))
+        result = apply(self.tree, self.poly, d)
+        if isinstance(result, tuple):  # a staging verb: a new kernel
+            kernel, tree = result
+            new = Schedule(_Model(kernel, self._model, tree), tree, self.directives + (d,))
+        else:
+            new = Schedule(self._model, result, self.directives + (d,))
         new._verify(str(d))
         new._created = tuple(n for n in new.loops if n not in self.loops)
         return new
@@ -251,6 +274,23 @@ class Schedule:
     def isolate(self, loop: str) -> Schedule:
         """Generate the full tiles of the loop inside ``loop`` separately."""
         return self.apply(Isolate(loop))
+
+    def cache_read(self, buffer: str, loop: str) -> Schedule:
+        """Copy the part of ``buffer`` read under ``loop`` into a new temp buffer at the start of
+        each iteration of ``loop``; the reads under ``loop`` read the copy."""
+        return self.apply(CacheRead(buffer, loop))
+
+    def cache_write(self, buffer: str, loop: str) -> Schedule:
+        """The statements under ``loop`` write ``buffer``'s tile into a new temp buffer, copied
+        back after each iteration of ``loop``."""
+        return self.apply(CacheWrite(buffer, loop))
+
+    def pack(self, buffer: str, loop: str, order: Sequence[int] = (),
+             factors: Sequence[int] = ()) -> Schedule:
+        """``cache_read`` into a temp laid out by ``factors`` (split tile dimension ``d`` by
+        ``factors[d]`` when > 1) and ``order`` (a permutation of the resulting dimensions):
+        ``pack("B", "k_o", (1, 0, 2), (0, 8))`` is the BLIS B panel ``[j/8, k, j%8]``."""
+        return self.apply(Pack(buffer, loop, tuple(order), tuple(factors)))
 
     def vector_width(self, loop: str) -> int:
         """Lanes of one vector register for the widest element the loop's statements write."""

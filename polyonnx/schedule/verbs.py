@@ -19,7 +19,9 @@ from typing import ClassVar
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.poly import PolyKernel
+from polyonnx.schedule.staging import Layout, stage
 from polyonnx.schedule.tree import (
     Band,
     Leaf,
@@ -717,11 +719,114 @@ def apply_isolate(tree: Node, poly: PolyKernel, d: Isolate) -> Node:
     return put(tree, path, replace(band, isolate=True))
 
 
+# --------------------------------------------------------------------------- staging
+
+
+@dataclass(frozen=True)
+class CacheRead(Directive):
+    """Stage the part of ``buffer`` the statements under ``loop`` read in a new temp buffer: a
+    copy statement fills it at the start of each iteration of ``loop``, and the reads under
+    ``loop`` read the temp (indices relative to the tile). Changes the kernel (see
+    :mod:`polyonnx.schedule.staging`); refused if ``buffer`` is written under ``loop``.
+
+    Before / after ``cache_read(B, k_o)`` (after ``tile((k, j), (4, 16))``)::
+
+        for i in [0, 16):              for i in [0, 16):
+          for k_o in [0, 4):             for k_o in [0, 4):
+            for j_o in [0, 1):             S2: B_cache[t0, t1] = B[4*k_o + t0, t1]
+              for k_i in [0, 4):           for j_o in [0, 1):
+                for j_i in [0, 16):          for k_i in [0, 4):
+                  S1: ... B[k, j]              for j_i in [0, 16):
+                                                 S1: ... B_cache[k - 4*k_o, j]
+    """
+
+    verb: ClassVar[str] = "cache_read"
+    buffer: str
+    loop: str
+
+
+@dataclass(frozen=True)
+class CacheWrite(Directive):
+    """The statements under ``loop`` write (and read back) a temp tile instead of ``buffer``;
+    a copy statement after the loop's body writes the tile back. Refused if a read under
+    ``loop`` needs a value of ``buffer`` the same iteration did not write.
+
+    Before / after ``cache_write(C, j)``::
+
+        for i in [0, 16):              for i in [0, 16):
+          for j in [0, 16):              for j in [0, 16):
+            S0: C[i, j] = 0.0              S0: C_cache[i - i, j - j] ... = 0.0
+            for k in [0, 16):              for k in [0, 16):
+              S1: C[i, j] += ...             S1: C_cache[...] += ...
+                                           S2: C[i, j] = C_cache[0, 0]
+    """
+
+    verb: ClassVar[str] = "cache_write"
+    buffer: str
+    loop: str
+
+
+@dataclass(frozen=True)
+class Pack(Directive):
+    """``cache_read`` with a chosen layout of the temp: ``factors[d] > 1`` splits tile
+    dimension ``d`` into (outer, inner of ``factors[d]``), then ``order`` permutes the
+    dimensions. The BLIS B panel of a ``kc x nc`` tile of ``B[k, j]`` is
+    ``pack(B, k_o, order=(1, 0, 2), factors=(0, nr))``: ``B_pack[j / nr, k, j % nr]``.
+
+    Before / after ``pack(B, k_o, (1, 0, 2), (0, 8))``::
+
+        for k_o in [0, 4):             for k_o in [0, 4):
+          ...                            S2: B_pack[t0, t1, t2] = B[4*k_o + t1, 8*t0 + t2]
+            S1: ... B[k, j]              ...
+                                           S1: ... B_pack[u1, k - 4*k_o, j - 8*u1]
+    """
+
+    verb: ClassVar[str] = "pack"
+    buffer: str
+    loop: str
+    order: tuple[int, ...] = ()
+    factors: tuple[int, ...] = ()
+
+
+def _check_stage(tree: Node, d: CacheRead | CacheWrite | Pack) -> None:
+    if not isinstance(d.buffer, str) or not isinstance(d.loop, str):
+        raise ScheduleError(f"{d}: give a buffer name and a loop name")
+    find(tree, d.loop, str(d))
+
+
+def check_cache_read(tree: Node, poly: PolyKernel, d: CacheRead) -> None:
+    _check_stage(tree, d)
+
+
+def apply_cache_read(tree: Node, poly: PolyKernel, d: CacheRead) -> tuple[Kernel, Node]:
+    return stage(tree, poly, d.buffer, d.loop, str(d), write=False)
+
+
+def check_cache_write(tree: Node, poly: PolyKernel, d: CacheWrite) -> None:
+    _check_stage(tree, d)
+
+
+def apply_cache_write(tree: Node, poly: PolyKernel, d: CacheWrite) -> tuple[Kernel, Node]:
+    return stage(tree, poly, d.buffer, d.loop, str(d), write=True)
+
+
+def check_pack(tree: Node, poly: PolyKernel, d: Pack) -> None:
+    _check_stage(tree, d)
+    if not all(isinstance(x, int) for x in d.order + d.factors):
+        raise ScheduleError(f"{d}: order and factors are integers")
+
+
+def apply_pack(tree: Node, poly: PolyKernel, d: Pack) -> tuple[Kernel, Node]:
+    return stage(tree, poly, d.buffer, d.loop, str(d), write=False,
+                 layout=Layout(d.factors, d.order))
+
+
 # --------------------------------------------------------------------------- registry
 
 
 Check = Callable[[Node, PolyKernel, Directive], None]
-Apply = Callable[[Node, PolyKernel, Directive], Node]
+Apply = Callable[[Node, PolyKernel, Directive], Node | tuple[Kernel, Node]]
+"""An apply returns the new tree, or (for the staging verbs) the new kernel and tree."""
 
 VERBS: dict[str, tuple[type[Directive], Check, Apply]] = {
     cls.verb: (cls, check, apply)  # type: ignore[misc]
@@ -735,6 +840,8 @@ VERBS: dict[str, tuple[type[Directive], Check, Apply]] = {
         (Unroll, check_unroll, apply_unroll), (Skew, check_skew, apply_skew),
         (Reverse, check_reverse, apply_reverse),
         (Isolate, check_isolate, apply_isolate),
+        (CacheRead, check_cache_read, apply_cache_read),
+        (CacheWrite, check_cache_write, apply_cache_write), (Pack, check_pack, apply_pack),
     )
 }
 """verb name -> (directive record, check_<verb>, apply_<verb>)."""

@@ -187,6 +187,9 @@ ROUND_TRIPS = {
     "skew": (stencil, lambda s: s.skew("t", "i", 2)),
     "reverse": (chain, lambda s: s.reverse("j")),
     "isolate": (chain, lambda s: s.split("j", 2).isolate("j_o")),
+    "cache_read": (matmul, lambda s: s.split("k", 2).cache_read("B", "k_o")),
+    "cache_write": (matmul, lambda s: s.split("j", 2).cache_write("C", "j_o")),
+    "pack": (matmul, lambda s: s.split("k", 2).pack("B", "k_o", (1, 0), ())),
 }
 
 
