@@ -751,14 +751,15 @@ class CacheWrite(Directive):
     a copy statement after the loop's body writes the tile back. Refused if a read under
     ``loop`` needs a value of ``buffer`` the same iteration did not write.
 
-    Before / after ``cache_write(C, j)``::
+    Before / after ``cache_write(C, j_o)`` (after ``split(j, 4)``)::
 
         for i in [0, 16):              for i in [0, 16):
-          for j in [0, 16):              for j in [0, 16):
-            S0: C[i, j] = 0.0              S0: C_cache[i - i, j - j] ... = 0.0
-            for k in [0, 16):              for k in [0, 16):
-              S1: C[i, j] += ...             S1: C_cache[...] += ...
-                                           S2: C[i, j] = C_cache[0, 0]
+          for j_o in [0, 4):             for j_o in [0, 4):
+            for j_i in [0, 4):             for j_i in [0, 4):
+              S0: C[i, j] = 0.0              S0: C_cache[0, j - 4*j_o] = 0.0
+              for k in [0, 16):              for k in [0, 16):
+                S1: C[i, j] += ...             S1: C_cache[0, j - 4*j_o] += ...
+                                           S2: C[i + t0, 4*j_o + t1] = C_cache[t0, t1]
     """
 
     verb: ClassVar[str] = "cache_write"
