@@ -132,10 +132,9 @@ class KernelEmitter:
             elif isinstance(node, la.Mark) and node.name == "unroll" and len(node.body) == 1 \
                     and isinstance(node.body[0], la.For):
                 self._unrolled_for(node.body[0], env)
-            elif isinstance(node, la.Mark) and node.name == "parallel" and self.threads > 1 \
-                    and len(node.body) == 1 and isinstance(node.body[0], la.For) \
-                    and not self._in_parallel and self._lanes is None:
-                self._parallel_for(node.body[0], env)
+            elif isinstance(node, la.Mark) and node.name.split()[0] == "parallel" \
+                    and self.threads > 1 and not self._in_parallel and self._lanes is None:
+                self._parallel_mark(node, env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
             else:
@@ -160,6 +159,18 @@ class KernelEmitter:
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
+
+    def _parallel_mark(self, mark: la.Mark, env: dict[str, ir.Value]) -> None:
+        """``parallel c1 c3``: the loops named (AST iterators) that the schedule proved free of
+        carried dependences run on the thread pool when they come first under the mark; a
+        bare ``parallel`` mark means its single loop."""
+        allowed = set(mark.name.split()[1:])
+        for node in mark.body:
+            if isinstance(node, la.For) and (node.iterator in allowed or (
+                    not allowed and len(mark.body) == 1)):
+                self._parallel_for(node, env)
+            else:
+                self._nodes((node,), env)
 
     def _parallel_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         """A loop under a ``parallel`` mark: its iterations run in contiguous chunks on

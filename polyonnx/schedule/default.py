@@ -107,28 +107,34 @@ MIN_PARALLEL_INSTANCES = 32768
 
 
 def _parallel_outer(poly: PolyKernel, part: isl.Schedule, deps: isl.UnionMap) -> isl.Schedule:
-    """Mark the outermost band member of ``part`` parallel if it carries no dependence and
-    the nest has enough work."""
+    """Mark the top band of ``part`` ``parallel c<d> ...``, naming the AST loops (by schedule
+    depth) that may run in parallel, when the nest has enough work.
+
+    The loop of band member ``m`` is parallel when every dependence that has distance 0 on
+    the members before it has distance 0 on ``m`` too: under the mark, a loop that codegen
+    meets first has all the members before it fixed (isl made no loop for them), so the
+    dependences among its iterations are exactly those.
+    """
     node = part.get_root().child(0)
     if node.get_type() != isl.schedule_node_type.band:
         return part
     domain = node.get_domain()
     if _instances(poly, domain) < MIN_PARALLEL_INSTANCES:
         return part
-    # The loop that runs in parallel is the first member that is not a single value (isl
-    # generates no loop for those): every member up to it must carry no dependence.
     inner = deps.intersect_domain(domain).intersect_range(domain)
-    partial = node.band_get_partial_schedule()
-    for m in range(node.band_n_member()):
-        member = isl.UnionMap.from_union_pw_aff(partial.get_at(m))
-        if not inner.is_empty():
-            distances = inner.apply_domain(member).apply_range(member).deltas()
-            if not distances.is_subset(isl.UnionSet("{ [0] }")):
-                return part
-        values = member.intersect_domain(domain).range()
-        if not (values.n_set() == 1 and isl.Set.from_union_set(values).is_singleton()):
-            return node.insert_mark(isl.Id(PARALLEL_MARK)).get_schedule()
-    return part
+    n = node.band_n_member()
+    band = node.band_get_partial_schedule_union_map()
+    distances = inner.apply_domain(band).apply_range(band).deltas()
+    dims = [f"x{k}" for k in range(n)]
+    safe = []
+    for m in range(n):
+        prefix = " and ".join(f"{d} = 0" for d in dims[:m]) or "true"
+        carried = isl.UnionSet(f"{{ [{', '.join(dims)}] : {prefix} and {dims[m]} != 0 }}")
+        if distances.intersect(carried).is_empty():
+            safe.append(f"c{node.get_schedule_depth() + m}")
+    if not safe:
+        return part
+    return node.insert_mark(isl.Id(" ".join([PARALLEL_MARK, *safe]))).get_schedule()
 
 
 def _instances(poly: PolyKernel, domain: isl.UnionSet) -> int:
