@@ -144,7 +144,8 @@ class InferenceSession:
     """Compile a model and run it, with onnxruntime's ``run`` semantics.
 
     ``model`` is a path to an ``.onnx`` file or to a library written by ``polyonnx compile -o``,
-    the model's bytes, or an ``onnx.ModelProto``.
+    the model's bytes, or an ``onnx.ModelProto``. ``schedules`` maps kernel names or signatures
+    to schedule traces (see :mod:`polyonnx.schedule.trace`) that replace the default schedules.
 
     Example:
         >>> sess = InferenceSession("mnist.onnx", num_threads=1)      # doctest: +SKIP
@@ -154,8 +155,10 @@ class InferenceSession:
 
     def __init__(self, model: str | os.PathLike | bytes | onnx.ModelProto,
                  num_threads: int | None = None, options: Options | None = None,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 schedules: Mapping[str, Any] | None = None) -> None:
         options = options or Options()
+        self._schedules = dict(schedules or {})
         if num_threads is not None:
             options = replace(options, num_threads=num_threads)
         self.options = options
@@ -180,7 +183,8 @@ class InferenceSession:
     def _compile(self, input_shapes: Mapping[str, Sequence[int]] | None) -> Executable:
         from polyonnx.pipeline import compile as compile_model
 
-        exe = Executable.from_compiled(compile_model(self._proto, self.options, input_shapes))
+        exe = Executable.from_compiled(compile_model(self._proto, self.options, input_shapes,
+                                                     self._schedules or None))
         self._by_shapes[self._key_of(exe.inputs)] = exe
         return exe
 

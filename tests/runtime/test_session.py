@@ -162,3 +162,17 @@ def test_many_sessions_in_one_process():
     sessions = [polyonnx.InferenceSession(m) for _ in range(3)]
     for s in sessions + sessions[::-1]:
         np.testing.assert_allclose(s.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_sessions_take_schedule_traces():
+    m = _model()
+    [info] = [k for k in polyonnx.list_kernels(m) if "Mul" in k.op_types]
+    loops = polyonnx.Schedule.from_kernel(info.kernel).loops
+    trace = polyonnx.Schedule.from_kernel(info.kernel).split(loops[-1], 2).trace
+    feed = _feed()
+    got = polyonnx.InferenceSession(m, schedules={info.name: trace.to_json()}).run(None, feed)
+    want = polyonnx.InferenceSession(m).run(None, feed)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(polyonnx.ScheduleError):
+        polyonnx.InferenceSession(m, schedules={"no_such_kernel": trace.to_json()})
