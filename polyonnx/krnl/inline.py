@@ -16,21 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from polyonnx.krnl.ir import (
-    Aff,
-    Binary,
-    Cast,
-    Expr,
-    Iter,
-    Kernel,
-    Load,
-    Loop,
-    Node,
-    Select,
-    Stmt,
-    Unary,
-    loads,
-)
+from polyonnx.krnl.ir import Aff, Expr, Iter, Kernel, Load, Loop, Node, Stmt, loads, map_children
 
 
 def _chain(node: Node) -> tuple[list[Loop], Stmt] | None:
@@ -55,16 +41,7 @@ def _rewrite(e: Expr, names: dict[str, str], temp: str, producer: Expr | None) -
         return replace(e, index=index)
     if isinstance(e, Iter):
         return replace(e, name=names.get(e.name, e.name))
-    if isinstance(e, Unary | Cast):
-        return replace(e, x=_rewrite(e.x, names, temp, producer))
-    if isinstance(e, Binary):
-        return replace(e, a=_rewrite(e.a, names, temp, producer),
-                       b=_rewrite(e.b, names, temp, producer))
-    if isinstance(e, Select):
-        return replace(e, cond=_rewrite(e.cond, names, temp, producer),
-                       a=_rewrite(e.a, names, temp, producer),
-                       b=_rewrite(e.b, names, temp, producer))
-    return e
+    return map_children(e, lambda c: _rewrite(c, names, temp, producer))
 
 
 def _readers(kernel: Kernel, buffer: str) -> int:

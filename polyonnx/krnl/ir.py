@@ -22,8 +22,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -325,6 +325,20 @@ def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Select):
         return (e.cond, e.a, e.b)
     return ()
+
+
+def map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
+    """``e`` with each direct sub-expression (see :func:`children`) replaced by ``f(sub)``:
+    the one place rewrites of expression trees recurse through."""
+    if isinstance(e, Load):
+        return replace(e, index=tuple(f(i) if isinstance(i, Expr) else i for i in e.index))
+    if isinstance(e, Unary | Cast):
+        return replace(e, x=f(e.x))
+    if isinstance(e, Binary):
+        return replace(e, a=f(e.a), b=f(e.b))
+    if isinstance(e, Select):
+        return replace(e, cond=f(e.cond), a=f(e.a), b=f(e.b))
+    return e
 
 
 def walk(e: Expr) -> Iterator[Expr]:

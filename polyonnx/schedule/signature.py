@@ -27,31 +27,20 @@ from polyonnx.krnl.ir import (
     Access,
     Aff,
     Binary,
-    Cast,
     Expr,
     Kernel,
     Load,
     Node,
-    Select,
     Stmt,
     Unary,
+    map_children,
     walk,
 )
 
 
 def _rename(e: Expr, names: Mapping[str, str]) -> Expr:
-    if isinstance(e, Load):
-        return replace(e, buffer=names[e.buffer],
-                       index=tuple(_rename(i, names) if isinstance(i, Expr) else i
-                                   for i in e.index))
-    if isinstance(e, Unary | Cast):
-        return replace(e, x=_rename(e.x, names))
-    if isinstance(e, Binary):
-        return replace(e, a=_rename(e.a, names), b=_rename(e.b, names))
-    if isinstance(e, Select):
-        return replace(e, cond=_rename(e.cond, names), a=_rename(e.a, names),
-                       b=_rename(e.b, names))
-    return e
+    renamed = map_children(e, lambda c: _rename(c, names))
+    return replace(renamed, buffer=names[e.buffer]) if isinstance(e, Load) else renamed
 
 
 def _rename_nodes(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:

@@ -35,18 +35,15 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import (
     Access,
     Aff,
-    Binary,
     Buffer,
-    Cast,
     Cond,
     Expr,
     Kernel,
     Load,
     Loop,
-    Select,
     Stmt,
-    Unary,
     loads,
+    map_children,
 )
 from polyonnx.krnl.ir import Node as KNode
 from polyonnx.schedule.poly import PolyKernel
@@ -440,16 +437,7 @@ def _redirect_loads(e: Expr, buffer: str, temp: str, redirect) -> Expr:
         if e.buffer == buffer:
             return Load(temp, redirect(e.index), e.dtype)
         return e
-    if isinstance(e, Unary | Cast):
-        return replace(e, x=_redirect_loads(e.x, buffer, temp, redirect))
-    if isinstance(e, Binary):
-        return replace(e, a=_redirect_loads(e.a, buffer, temp, redirect),
-                       b=_redirect_loads(e.b, buffer, temp, redirect))
-    if isinstance(e, Select):
-        return replace(e, cond=_redirect_loads(e.cond, buffer, temp, redirect),
-                       a=_redirect_loads(e.a, buffer, temp, redirect),
-                       b=_redirect_loads(e.b, buffer, temp, redirect))
-    return e
+    return map_children(e, lambda c: _redirect_loads(c, buffer, temp, redirect))
 
 
 def _rewrite_body(nodes: tuple[KNode, ...], rewritten: dict) -> tuple[KNode, ...]:
