@@ -28,10 +28,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import polyonnx
+from polyonnx.bench.timing import interleaved
 
 try:
     import threadpoolctl
@@ -104,24 +104,6 @@ def blas_threads(threads: int) -> Iterator[None]:
         return
     with threadpoolctl.threadpool_limits(limits=threads, user_api="blas"):
         yield
-
-
-def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float
-                ) -> tuple[list[float], int]:
-    """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
-    round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds)."""
-    t = time.perf_counter()
-    for run in runs:
-        run()
-    first = time.perf_counter() - t
-    n = max(3, min(repeat, int(budget_s / max(first, 1e-9))))
-    times: list[list[float]] = [[] for _ in runs]
-    for _ in range(n):
-        for run, out in zip(runs, times, strict=True):
-            t = time.perf_counter()
-            run()
-            out.append(time.perf_counter() - t)
-    return [statistics.median(x) for x in times], n
 
 
 @dataclass(frozen=True)

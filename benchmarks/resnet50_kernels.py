@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +42,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
+from polyonnx.bench.timing import interleaved
 from polyonnx.pipeline import to_graph
 
 HERE = Path(__file__).resolve().parent
@@ -141,24 +140,6 @@ def conv_model(s: ConvShape, seed: int = 0) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, s.c_out, oh, ow])],
         [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float
-                ) -> tuple[list[float], int]:
-    """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
-    round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds)."""
-    t = time.perf_counter()
-    for run in runs:
-        run()
-    first = time.perf_counter() - t
-    n = max(3, min(repeat, int(budget_s / max(first, 1e-9))))
-    times: list[list[float]] = [[] for _ in runs]
-    for _ in range(n):
-        for run, out in zip(runs, times, strict=True):
-            t = time.perf_counter()
-            run()
-            out.append(time.perf_counter() - t)
-    return [statistics.median(x) for x in times], n
 
 
 @dataclass(frozen=True)

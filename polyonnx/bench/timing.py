@@ -1,0 +1,31 @@
+"""Timing for benchmarks: interleaved medians, so a noisy machine hurts every contender alike."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+
+def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float
+                ) -> tuple[list[float], int]:
+    """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
+    round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds).
+
+    Example:
+        >>> (a, b), n = interleaved([lambda: None, lambda: None], repeat=5, budget_s=1.0)
+        >>> n
+        5
+    """
+    t = time.perf_counter()
+    for run in runs:
+        run()
+    first = time.perf_counter() - t
+    n = max(3, min(repeat, int(budget_s / max(first, 1e-9))))
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(n):
+        for run, out in zip(runs, times, strict=True):
+            t = time.perf_counter()
+            run()
+            out.append(time.perf_counter() - t)
+    return [statistics.median(x) for x in times], n
