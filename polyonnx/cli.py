@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _options(args: argparse.Namespace) -> Options:
     return Options(opt_level=args.opt_level, target=args.target, cpu=args.cpu,
                    checked=args.checked or Options().checked,
-                   num_threads=getattr(args, "threads", None))
+                   num_threads=getattr(args, "threads", None),
+                   verbose=getattr(args, "verbose", False))
 
 
 def _shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:
