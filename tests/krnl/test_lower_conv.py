@@ -64,32 +64,47 @@ def test_conv_loop_structure() -> None:
     kernel = node_kernel(graph, graph.nodes[0])
     assert kernel.buffer("w__packed_ic_k_oc").shape == (3, 3, 3, 4)
     assert str(kernel).splitlines()[1:] == [
+        # the zero border, slab by slab, each element written once
         "  for n in [0, 1):",
         "    for c in [0, 3):",
-        "      for p0 in [0, 7):",
+        "      for p0 in [0, 1):",
         "        for p1 in [0, 7):",
         "          S0: conv_0__pad[n, c, p0, p1] = 0.0",
         "  for n in [0, 1):",
         "    for c in [0, 3):",
-        "      for p0 in [0, 7):",
+        "      for p0 in [6, 7):",
         "        for p1 in [0, 7):",
-        "          S1: conv_0__pad[n, c, p0, p1] = x[n, c, p0 - 1, p1 - 1]  if p0 - 1 >= 0 and "
-        "-p0 + 5 >= 0 and p1 - 1 >= 0 and -p1 + 5 >= 0",
+        "          S1: conv_0__pad[n, c, p0, p1] = 0.0",
+        "  for n in [0, 1):",
+        "    for c in [0, 3):",
+        "      for p0 in [1, 6):",
+        "        for p1 in [0, 1):",
+        "          S2: conv_0__pad[n, c, p0, p1] = 0.0",
+        "  for n in [0, 1):",
+        "    for c in [0, 3):",
+        "      for p0 in [1, 6):",
+        "        for p1 in [6, 7):",
+        "          S3: conv_0__pad[n, c, p0, p1] = 0.0",
+        "  for n in [0, 1):",
+        "    for c in [0, 3):",
+        "      for p0 in [1, 6):",
+        "        for p1 in [1, 6):",
+        "          S4: conv_0__pad[n, c, p0, p1] = x[n, c, p0 - 1, p1 - 1]",
         "  for n in [0, 1):",
         "    for oh in [0, 5):",
         "      for ow in [0, 5):",
         "        for oc in [0, 4):",
-        "          S2: conv_0__acc[n, oh, ow, oc] = b[oc]",
+        "          S5: conv_0__acc[n, oh, ow, oc] = b[oc]",
         "          for ic in [0, 3):",
         "            for kh in [0, 3):",
         "              for kw in [0, 3):",
-        "                S3: conv_0__acc[n, oh, ow, oc] = (conv_0__acc[n, oh, ow, oc] + "
+        "                S6: conv_0__acc[n, oh, ow, oc] = (conv_0__acc[n, oh, ow, oc] + "
         "(conv_0__pad[n, ic, kh + oh, kw + ow] * w__packed_ic_k_oc[ic, kh, kw, oc]))",
         "  for n in [0, 1):",
         "    for oc in [0, 4):",
         "      for oh in [0, 5):",
         "        for ow in [0, 5):",
-        "          S4: y[n, oc, oh, ow] = conv_0__acc[n, oh, ow, oc]",
+        "          S7: y[n, oc, oh, ow] = conv_0__acc[n, oh, ow, oc]",
         "}",
     ]
 
@@ -105,11 +120,11 @@ def test_conv_loop_structure_runtime_weights() -> None:
         "    for oc in [0, 4):",
         "      for oh in [0, 4):",
         "        for ow in [0, 4):",
-        "          S2: y[n, oc, oh, ow] = 0.0",
+        "          S3: y[n, oc, oh, ow] = 0.0",
         "          for ic in [0, 3):",
         "            for kh in [0, 3):",
         "              for kw in [0, 3):",
-        "                S3: y[n, oc, oh, ow] = (y[n, oc, oh, ow] + (conv_0__pad[n, ic, kh + oh, "
+        "                S4: y[n, oc, oh, ow] = (y[n, oc, oh, ow] + (conv_0__pad[n, ic, kh + oh, "
         "kw + ow] * w[oc, ic, kh, kw]))",
         "}",
     ]

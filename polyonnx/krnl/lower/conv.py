@@ -186,14 +186,27 @@ def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
 def _pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: int,
                channels: int, in_spatial: tuple[int, ...], padded: tuple[int, ...],
                begin: tuple[int, ...]) -> tuple[ir.Node, ...]:
-    """``padded = 0`` on the border, ``padded[.., i + begin] = x[.., i]`` inside."""
+    """``padded[.., i + begin] = x[.., i]`` inside and 0 on the border, each element written
+    once: along each axis ``k`` the slabs before and after the input (with the axes before
+    ``k`` inside), then the copy."""
     names = [f"p{k}" for k in range(len(padded))]
     point = (var("n"), var("c"), *(var(p) for p in names))
-    inside = tuple(g for k, p in enumerate(names)
-                   for g in (ir.ge(var(p), begin[k]), ir.lt(var(p), begin[k] + in_spatial[k])))
-    border = ir.Stmt("S", ir.Access(padded_name, point), zero(dtype))
+    inner = [(begin[k], begin[k] + in_spatial[k]) for k in range(len(padded))]
+    full = [(0, size) for size in padded]
+
+    def box(ranges: list[tuple[int, int]], stmt: ir.Stmt) -> ir.Node:
+        node: ir.Node = stmt
+        for name, (lo, hi) in reversed(list(zip(names, ranges, strict=True))):
+            node = ir.Loop(name, lo, hi, (node,))
+        return ir.Loop("n", 0, n_batch, (ir.Loop("c", 0, channels, (node,)),))
+
+    zero_fill = ir.Stmt("S", ir.Access(padded_name, point), zero(dtype))
+    nests = []
+    for k in range(len(padded)):
+        for slab in ((0, begin[k]), (begin[k] + in_spatial[k], padded[k])):
+            if slab[0] < slab[1]:
+                nests.append(box([*inner[:k], slab, *full[k + 1:]], zero_fill))
     copy = ir.Stmt("S", ir.Access(padded_name, point),
                    load(ctx, x, (var("n"), var("c"),
-                                 *(var(p) - begin[k] for k, p in enumerate(names)))), inside)
-    dims = [("n", n_batch), ("c", channels), *pairs(names, padded)]
-    return (*nest(dims, (border,)), *nest(dims, (copy,)))
+                                 *(var(p) - begin[k] for k, p in enumerate(names)))))
+    return (*nests, box(inner, copy))
