@@ -39,3 +39,10 @@ def test_matmul_int() -> None:
     a = np.arange(6, dtype=np.int32).reshape(2, 3)
     b = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
     check_op("MatMul", [("a", a), ("b", b)])
+
+
+def test_matmul_through_packed_panels() -> None:
+    # N >= 64 and K >= 32: B is read through 32-column panels (packed by a nest, or at
+    # compile time when constant), including a ragged last panel and batch dimensions.
+    check_op("MatMul", [("a", rand(5, 40)), ("b", rand(40, 70, seed=1))])
+    check_op("MatMul", [("a", rand(2, 3, 40)), ("b", rand(40, 96, seed=2))], constants=("b",))

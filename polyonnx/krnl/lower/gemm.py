@@ -19,6 +19,7 @@ from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
+    Aff,
     broadcast_index,
     load,
     nest,
@@ -72,7 +73,7 @@ def lower_gemm(node: Node, ctx: LowerContext) -> Lowered:
 
 
 @register("MatMul")
-def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered:
     """MatMul with numpy semantics (batch broadcasting, 1-D operands)."""
     a, b, y = node.input(0), node.input(1), node.outputs[0]
     dtype = ctx.dtype(a)
@@ -98,6 +99,9 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         iters.append(("j", y_shape[-1]))
         out_index.append(var("j"))
     k = var("k")
+    if len(b_shape) == 2 and not a_vector and dtype in ("float32", "float64") \
+            and b_shape[1] >= 2 * PANEL and k_extent >= PANEL:
+        return _panelled(node, ctx, dtype, iters, out_index, k_extent)
     a_index = (k,) if a_vector else (
         *broadcast_index(a_shape[:-2], batch_shape, batch_names), var("i"), k)
     b_index = (k,) if b_vector else (
@@ -106,3 +110,62 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     update = ir.Stmt("S", out, ir.Load(y, out.index, dtype)
                      + load(ctx, a, a_index) * load(ctx, b, b_index))
     return nest(iters, (ir.Stmt("S", out, zero(dtype)), *nest([("k", k_extent)], (update,))))
+
+
+PANEL = 32
+"""Columns of B per packed panel: two AVX-512 (four AVX2) float32 vectors."""
+
+
+def _panelled(node: Node, ctx: LowerContext, dtype: str, iters: list[tuple[str, int]],
+              out_index: list[Aff], k_extent: int) -> Lowered:
+    """``Y = A @ B`` for a 2-D ``B`` read through panels ``Bp[jt, k, jj] = B[k, PANEL*jt + jj]``:
+    the columns a register tile needs are contiguous for every ``k`` (a row of B is ``N``
+    floats apart, and with ``N`` a power of two those rows fight for the same cache sets).
+    A constant ``B`` is packed (zero-padded) at compile time, another by a first nest of the
+    kernel. The product accumulates into ``acc[..., i, jt, jj]`` over whole panels; a last
+    nest writes ``Y``.
+    """
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    n_cols = ctx.shape(b)[1]
+    panels = -(-n_cols // PANEL)
+    packed = f"{b}__panels"
+    j = var("jt") * PANEL + var("jj")
+    weights = ctx.constant(b)
+    nests: tuple[ir.Node, ...] = ()
+    temps: list[ir.Buffer] = []
+    constants: tuple[tuple[str, np.ndarray], ...] = ()
+    if weights is not None:
+        padded = np.zeros((k_extent, panels * PANEL), weights.dtype)
+        padded[:, :n_cols] = weights
+        constants = ((packed, np.ascontiguousarray(
+            padded.reshape(k_extent, panels, PANEL).transpose(1, 0, 2))),)
+    else:
+        temps.append(ir.Buffer(packed, dtype, (panels, k_extent, PANEL), "temp"))
+        point = (var("jt"), var("k"), var("jj"))
+        pack = ir.Stmt("S", ir.Access(packed, point), load(ctx, b, (var("k"), j)),
+                       (ir.lt(j, n_cols),) if n_cols % PANEL else ())
+        nests = nest([("jt", panels), ("k", k_extent), ("jj", PANEL)], (pack,))
+        if n_cols % PANEL:
+            tail = ir.Stmt("S", ir.Access(packed, (Aff.lift(panels - 1), var("k"), var("jj"))),
+                           zero(dtype))
+            nests = (*nests, ir.Loop("k", 0, k_extent, (
+                ir.Loop("jj", n_cols % PANEL, PANEL, (tail,)),)))
+    n_batch = len(iters) - 2
+    batch = iters[:n_batch]
+    acc = f"{node.name}__acc"
+    temps.append(ir.Buffer(acc, dtype, (*(e for _, e in batch), iters[n_batch][1], panels,
+                                        PANEL), "temp"))
+    acc_point = (*(var(n) for n, _ in batch), var("i"), var("jt"), var("jj"))
+    a_index = (*broadcast_index(ctx.shape(a)[:-2], tuple(e for _, e in batch),
+                                [n for n, _ in batch]), var("i"), var("k"))
+    product = load(ctx, a, a_index) * ir.Load(packed, (var("jt"), var("k"), var("jj")), dtype)
+    init = ir.Stmt("S", ir.Access(acc, acc_point), zero(dtype))
+    update = ir.Stmt("S", ir.Access(acc, acc_point), ir.Load(acc, acc_point, dtype) + product)
+    body = nest([*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)],
+                (init, *nest([("k", k_extent)], (update,))))
+    out = ir.Access(y, tuple(j if isinstance(x, Aff) and x == var("j") else x
+                             for x in out_index))
+    copy = ir.Stmt("S", out, ir.Load(acc, acc_point, dtype),
+                   (ir.lt(j, n_cols),) if n_cols % PANEL else ())
+    final = nest([*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)], (copy,))
+    return Lowered((*nests, *body, *final), tuple(temps), constants)
