@@ -166,11 +166,30 @@ class Compiled:
         return list(out.items())
 
     def metadata(self) -> str:
-        """JSON description of the entry point (inputs, outputs, sizes)."""
+        """JSON description of the entry point (inputs, outputs, sizes).
+
+        An output with a data-dependent extent (a str dim in ``shape``) also has
+        ``max_shape``, the shape of the buffer the caller passes, and ``counts``: per dim,
+        null or the index ``k`` of the extra output (after the graph's outputs, an int64[1]
+        the caller passes too) that holds the dim's extent after the run. ``count_outputs``
+        says how many such extra outputs the entry point takes.
+        """
+        program = self.program
+        slot = {c: k for k, c in enumerate(program.counts)}
+
         def describe(vs: Sequence) -> list[dict]:
-            return [{"name": v.name, "dtype": v.dtype, "shape": list(v.shape)} for v in vs]
-        return json.dumps({"name": self.graph.name, "inputs": describe(self.program.inputs),
-                           "outputs": describe(self.program.outputs),
+            out = []
+            for v in vs:
+                d: dict = {"name": v.name, "dtype": v.dtype, "shape": list(v.shape)}
+                dyn = program.dynamic.get(v.name)
+                if dyn is not None:
+                    d["max_shape"] = list(dyn.shape)
+                    d["counts"] = [slot[c] if c else None for c in dyn.counts]
+                out.append(d)
+            return out
+        return json.dumps({"name": self.graph.name, "inputs": describe(program.inputs),
+                           "outputs": describe(program.outputs),
+                           "count_outputs": len(program.counts),
                            "workspace_bytes": self.plan.workspace_size,
                            "weights_bytes": self.plan.weights_size})
 

@@ -64,9 +64,22 @@ def header(compiled: Compiled) -> str:
         "#endif",
         "/* Run the model. inputs[i] / outputs[j] point to dense row-major tensors:",
     ]
-    for kind, values in (("input", compiled.program.inputs), ("output", compiled.program.outputs)):
+    program = compiled.program
+    for kind, values in (("input", program.inputs), ("output", program.outputs)):
         for i, v in enumerate(values):
             lines.append(f" *   {kind} {i}: {v.name!r} {v.dtype}[{', '.join(map(str, v.shape))}]")
+            dyn = program.dynamic.get(v.name)
+            if dyn is not None:  # data-dependent extent: a maximal buffer plus its count
+                first = len(values)
+                where = ", ".join(
+                    f"dim {d} = *(int64_t *)outputs[{first + program.counts.index(c)}]"
+                    for d, c in enumerate(dyn.counts) if c)
+                shape = ", ".join(map(str, dyn.shape))
+                lines.append(f" *     pass a buffer of [{shape}]; after the run {where}; the "
+                             "valid part is the leading corner of the buffer")
+    for k, c in enumerate(program.counts):
+        lines.append(f" *   output {len(program.outputs) + k}: {c!r} int64[1] (an extent, "
+                     "written by the run)")
     lines += [
         " * Returns 0 on success, non-zero when a run-time check failed or memory ran out. */",
         "int polyonnx_run(void *const *inputs, void *const *outputs);",

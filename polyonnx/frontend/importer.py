@@ -24,6 +24,13 @@ from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.load import ModelSource, default_opset, load_model
+from polyonnx.graph.dynamic import (
+    DYNAMIC_OPS,
+    check_inputs,
+    dynamic_outputs,
+    is_dynamic,
+    refuse_dynamic_inputs,
+)
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes.fold import evaluate_node, to_attribute
 from polyonnx.graph.shapes import infer_outputs
@@ -81,12 +88,18 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
             values[v.name] = v
     for name, arr in constants.items():
         values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+    # Ops with data-dependent output extents are typed by polyonnx's own rule (or from their
+    # value when it is known at compile time), whatever extent the model declares.
+    for n in nodes:
+        if n.op_type in DYNAMIC_OPS and not n.domain:
+            for o in n.outputs:
+                values.pop(o, None)
     if any(o and o not in values for n in nodes for o in n.outputs):
         _type_the_rest(nodes, values, constants, default_opset(proto))
     for vi in gp.output:
         if vi.name not in values:
             raise ModelError(f"graph output {vi.name!r} is not produced by any node")
-    return Graph(
+    return refuse_dynamic_inputs(Graph(
         name=gp.name or "main",
         inputs=tuple(values[vi.name] for vi in inputs),
         outputs=tuple(values[vi.name] for vi in gp.output),
@@ -94,7 +107,7 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
         values=values,
         constants=constants,
         opset=default_opset(proto),
-    )
+    ))
 
 
 #: Tensors up to this many elements are evaluated while typing the values ONNX inference left
@@ -113,6 +126,10 @@ def _type_the_rest(nodes: list[Node], values: dict[str, Value],
     """
     known = {k: v for k, v in constants.items() if v.size <= _SMALL}
     for n in nodes:
+        check_inputs(n, values, opset)
+        if n.op_type in DYNAMIC_OPS and not n.domain and any(o and o not in values
+                                                              for o in n.outputs):
+            _type_dynamic(n, values, {**constants, **known}, opset)
         if any(o and o not in values for o in n.outputs):
             validate_node(n, values)  # a bad attribute is the likely reason inference failed
             for v in _infer_alone(n, values, known, opset) or infer_outputs(n, values):
@@ -130,6 +147,20 @@ def _type_the_rest(nodes: list[Node], values: dict[str, Value],
               and all(int(np.prod(values[o].shape)) <= _SMALL for o in n.outputs if o)
               and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)):
             known.update(evaluate_node(n, known, opset) or {})
+
+
+def _type_dynamic(n: Node, values: dict[str, Value], known: Mapping[str, np.ndarray],
+                  opset: int) -> None:
+    """Types the outputs of NonZero, Compress, Unique or TopK: symbolic extents when they
+    depend on run-time data (:mod:`polyonnx.graph.dynamic`), else the shapes of their value."""
+    if is_dynamic(n, known):
+        for v in dynamic_outputs(n, values, opset):
+            values[v.name] = v
+    elif all(i in known for i in n.inputs if i) and n.op_type != "TopK":
+        for name, arr in (evaluate_node(n, known, opset) or {}).items():
+            arr = np.asarray(arr)
+            values.setdefault(name, Value(name, arr.dtype.name,
+                                          tuple(int(d) for d in arr.shape)))
 
 
 def _infer_alone(n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray],

@@ -61,6 +61,9 @@ def plan_memory(program: Program) -> MemoryPlan:
         slots[v.name] = Slot("input", i)
     for j, v in enumerate(program.outputs):
         slots[program.root(v.name)] = Slot("output", j)
+    # The extents of data-dependent outputs come back as extra outputs after the graph's.
+    for k, name in enumerate(program.counts):
+        slots[name] = Slot("output", len(program.outputs) + k)
     offset = 0
     for name, value in program.constants.items():
         slots[name] = Slot("weights", offset)

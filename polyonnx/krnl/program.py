@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from polyonnx.errors import ModelError
+from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
 from polyonnx.krnl.inline import inline_pointwise
-from polyonnx.krnl.lower.registry import LowerContext, lower_node
+from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, lower_node
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
@@ -34,6 +34,11 @@ class Program:
     constants: Mapping[str, np.ndarray]
     storage: Mapping[str, str]
     """buffer name -> root value name whose memory it uses (itself when not a view)."""
+    dynamic: Mapping[str, DynamicOutput] = field(default_factory=dict)
+    """Graph outputs with data-dependent extents: their maximal buffer and count buffers."""
+    counts: tuple[str, ...] = ()
+    """The count buffers of ``dynamic``: extra entry-point outputs after the graph outputs
+    (output slot ``len(outputs) + k``), each one int64 holding an extent after the run."""
 
     def root(self, name: str) -> str:
         return self.storage.get(name, name)
@@ -80,20 +85,24 @@ def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
 
 def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str],
                  constants: dict[str, np.ndarray] | None = None,
-                 views: dict[str, str] | None = None) -> ir.Kernel:
+                 views: dict[str, str] | None = None,
+                 dynamic: dict[str, DynamicOutput] | None = None) -> ir.Kernel:
     """Lower the nodes of one fusion group into one kernel.
 
     ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
     Constants the lowerings derive (repacked weights) are added to ``constants``, read-only
-    views (view name -> value) to ``views``.
+    views (view name -> value) to ``views``, outputs with data-dependent extents to
+    ``dynamic`` (their buffers get the maximal shape; their count buffers are kernel outputs).
     """
     ctx = LowerContext(graph)
     body: list[ir.Node] = []
     temps: dict[str, ir.Buffer] = {}
     derived: dict[str, np.ndarray] = {}
     view_buffers: dict[str, ir.Buffer] = {}
+    maximal: dict[str, DynamicOutput] = {}
     for node in nodes:
         lowered = lower_node(node, ctx)
+        maximal.update({d.value: d for d in lowered.dynamic})
         body.extend(lowered.nests)
         temps.update({t.name: t for t in lowered.temps})
         derived.update(lowered.constants)
@@ -103,12 +112,17 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
                 views[buffer.name] = value
     if constants is not None:
         constants.update(derived)
+    if dynamic is not None:
+        dynamic.update(maximal)
+    count_names = {c for d in maximal.values() for c in d.counts if c}
     read, written = _buffer_names(body)
     buffers = []
     for b in read + [w for w in written if w not in read]:
         if b in temps:
             t = temps[b]
-            buffers.append(ir.Buffer(t.name, t.dtype, t.shape, "temp"))
+            # A count outlives the kernel: the runtime reads it to size the output.
+            kind = "output" if b in count_names else "temp"
+            buffers.append(ir.Buffer(t.name, t.dtype, t.shape, kind))
             continue
         if b in derived:
             c = derived[b]
@@ -126,7 +140,8 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
             kind = "output" if b in live_out else "temp"
         else:
             kind = "input"
-        buffers.append(ir.Buffer(b, v.dtype, tuple(int(d) for d in v.shape), kind))
+        shape = maximal[b].shape if b in maximal else tuple(int(d) for d in v.shape)
+        buffers.append(ir.Buffer(b, v.dtype, shape, kind))
     kernel = inline_pointwise(ir.Kernel(_identifier(name), tuple(buffers), tuple(body),
                                         tuple(n.name for n in nodes)))
     return replace(kernel, body=_renumber(kernel.body, [0]))
@@ -161,6 +176,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     kernels: list[ir.Kernel] = []
     derived: dict[str, np.ndarray] = {}
     views: dict[str, str] = {}
+    dynamic: dict[str, DynamicOutput] = {}
     for gi, group in enumerate(groups):
         group = list(group)
         if all(n.op_type in VIEW_OPS for n in group):
@@ -173,7 +189,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
         kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
-                              derived, views)
+                              derived, views, dynamic)
         for view, value in views.items():
             storage.setdefault(view, storage.get(value, value))
         if kernel.statements():  # zero-size outputs lower to nothing
@@ -186,6 +202,15 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     roots_taken: set[str] = set()
     for out in graph.outputs:
         root = storage.get(out.name, out.name)
+        if not out.is_static:
+            # Data-dependent extents exist only as outputs of the op that sizes them (the
+            # graph refuses them as inputs of other nodes, so no view or copy reaches them).
+            if out.name not in dynamic or root != out.name or root in roots_taken:
+                raise UnsupportedOpError("graph output", graph.opset, out.name,
+                                         f"shape {list(out.shape)} is data-dependent and the "
+                                         "output is not the sole result of the op computing it")
+            roots_taken.add(root)
+            continue
         if root in input_names or root in graph.constants or root in roots_taken:
             src = graph.value(out.name) if out.name not in storage else graph.value(root)
             if root == out.name and root in all_constants:
@@ -209,9 +234,12 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
     # An output with no elements needs no kernel.
     missing = [o.name for o in graph.outputs if storage.get(o.name, o.name) not in used
-               and o.name not in used and int(np.prod(o.shape, dtype=np.int64)) != 0]
+               and o.name not in used and not (o.is_static and
+                                               int(np.prod(o.shape, dtype=np.int64)) == 0)]
     if missing:
         raise ModelError(f"graph outputs {missing} are not computed by any node")
     constants = {n: c for n, c in all_constants.items() if n in used}
+    out_dynamic = {o.name: dynamic[o.name] for o in graph.outputs if not o.is_static}
+    counts = tuple(dict.fromkeys(c for d in out_dynamic.values() for c in d.counts if c))
     return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
-                   constants, storage)
+                   constants, storage, out_dynamic, counts)

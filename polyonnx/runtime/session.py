@@ -48,17 +48,33 @@ _RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes
                         ctypes.c_void_p)
 
 
+@dataclass(frozen=True)
+class DynamicShape:
+    """How to size an output with data-dependent extents (NonZero, Unique ...): the native
+    code fills a buffer of ``max_shape``; ``counts[d]`` is None for a static dim, else the
+    index of the extra int64 output (after the graph's outputs) holding dim ``d``'s extent."""
+
+    max_shape: tuple[int, ...]
+    counts: tuple[int | None, ...]
+
+
 class Executable:
-    """A compiled model with static shapes: its native entry point and the memory it needs."""
+    """A compiled model with static input shapes: its native entry point and the memory it
+    needs. Outputs listed in ``dynamic`` (by output index) are returned with the extents the
+    run computed; ``count_outputs`` int64 extents follow the outputs in the entry's table."""
 
     def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg],
                  call: Any, weights: np.ndarray | None, workspace_bytes: int,
-                 kernel_ops: Sequence[Sequence[str]], keep_alive: Any = None) -> None:
+                 kernel_ops: Sequence[Sequence[str]], keep_alive: Any = None,
+                 dynamic: Mapping[int, DynamicShape] | None = None,
+                 count_outputs: int = 0) -> None:
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self._call, self._weights = call, weights
         self._workspace_bytes = workspace_bytes
         self._kernel_ops = kernel_ops
         self._keep_alive = keep_alive
+        self._dynamic = dict(dynamic or {})
+        self._count_outputs = count_outputs
         self._local = threading.local()
 
     @staticmethod
@@ -70,11 +86,13 @@ class Executable:
         address, module = jit_with_objects(compiled.entry_module(), objects, compiled.entry,
                                            compiled.options)
         program = compiled.program
+        meta = json.loads(compiled.metadata())
         return Executable(
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.inputs],
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.outputs],
             _RUN(address), compiled.plan.weights_blob(program), compiled.plan.workspace_size,
-            [k.ops for k in program.kernels], keep_alive=module)
+            [k.ops for k in program.kernels], keep_alive=module,
+            dynamic=_dynamic_shapes(meta), count_outputs=meta["count_outputs"])
 
     @staticmethod
     def from_library(path: str | os.PathLike) -> Executable:
@@ -89,7 +107,8 @@ class Executable:
         return Executable(
             [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["inputs"]],
             [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["outputs"]],
-            lambda ins, outs, _w, _ws: run(ins, outs), None, 0, [], keep_alive=lib)
+            lambda ins, outs, _w, _ws: run(ins, outs), None, 0, [], keep_alive=lib,
+            dynamic=_dynamic_shapes(meta), count_outputs=meta.get("count_outputs", 0))
 
     def _workspace(self) -> int:
         # One workspace per thread, so one session can run on several threads at once.
@@ -99,14 +118,36 @@ class Executable:
         return ws.ctypes.data
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-        outs = [np.empty(tuple(o.shape), dtype=o.dtype) for o in self.outputs]
+        outs = [np.empty(self._dynamic[j].max_shape if j in self._dynamic else tuple(o.shape),
+                         dtype=o.dtype) for j, o in enumerate(self.outputs)]
+        counts = [np.zeros(1, dtype=np.int64) for _ in range(self._count_outputs)]
+        table = outs + counts
         in_ptrs = (ctypes.c_void_p * max(len(feeds), 1))(*[f.ctypes.data for f in feeds])
-        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        out_ptrs = (ctypes.c_void_p * max(len(table), 1))(*[o.ctypes.data for o in table])
         weights = self._weights.ctypes.data if self._weights is not None else None
         rc = self._call(in_ptrs, out_ptrs, weights, self._workspace())
         if rc != 0:
             raise InputError(self._describe_failure(rc))
+        for j, dyn in self._dynamic.items():
+            outs[j] = self._valid_part(j, outs[j], dyn, counts)
         return outs
+
+    def _valid_part(self, j: int, buf: np.ndarray, dyn: DynamicShape,
+                    counts: Sequence[np.ndarray]) -> np.ndarray:
+        """The leading corner of a maximal output buffer that the run filled, C-contiguous
+        (a copy: data movement only, the values were computed by the native code)."""
+        index = []
+        for d, (extent, k) in enumerate(zip(dyn.max_shape, dyn.counts, strict=True)):
+            if k is None:
+                index.append(slice(None))
+                continue
+            n = int(counts[k][0])
+            if not 0 <= n <= extent:
+                raise InputError(f"output {self.outputs[j].name!r}: the run computed extent {n} "
+                                 f"for dim {d}, outside [0, {extent}] (for TopK: is K in "
+                                 "range?)")
+            index.append(slice(0, n))
+        return np.ascontiguousarray(buf[tuple(index)])
 
     def _describe_failure(self, rc: int) -> str:
         if rc < 0:
@@ -117,6 +158,13 @@ class Executable:
         what = "an index computed from the input data is out of range" if status == 1 \
             else f"run-time check failed (status {status})"
         return f"{what} in {nodes}"
+
+
+def _dynamic_shapes(meta: Mapping[str, Any]) -> dict[int, DynamicShape]:
+    """The data-dependent outputs a model's metadata describes (see
+    :meth:`polyonnx.pipeline.Compiled.metadata`), by output index."""
+    return {j: DynamicShape(tuple(o["max_shape"]), tuple(o["counts"]))
+            for j, o in enumerate(meta["outputs"]) if "max_shape" in o}
 
 
 def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:

@@ -102,12 +102,13 @@ def test_one_hot_runtime_depth_unsupported() -> None:
         node_kernel(graph, graph.nodes[0])
 
 
-def test_data_dependent_shapes_are_refused() -> None:
+def test_data_dependent_shapes_lower_to_a_maximal_buffer() -> None:
+    # NonZero's extent is data-dependent: see tests/krnl/test_lower_dynamic.py.
     from polyonnx.graph.ir import Graph, Node, Value
     from polyonnx.krnl.lower.registry import LowerContext, lower_node
     x = Value("x", "float32", (4,))
-    y = Value("y", "int64", (1, 2))
+    y = Value("y", "int64", (1, "nz_count"))
     graph = Graph("g", (x,), (y,), (Node("nz", "NonZero", ("x",), ("y",)),),
                   {"x": x, "y": y}, {}, 13)
-    with pytest.raises(UnsupportedOpError, match="depends on the input data"):
-        lower_node(graph.nodes[0], LowerContext(graph))
+    [dyn] = lower_node(graph.nodes[0], LowerContext(graph)).dynamic
+    assert (dyn.value, dyn.shape, dyn.counts) == ("y", (1, 4), ("", "nz__count"))

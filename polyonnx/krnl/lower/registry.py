@@ -36,12 +36,39 @@ class LowerContext:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(int(d) for d in self.graph.value(name).shape)
 
+    def is_static(self, name: str) -> bool:
+        """False for a value with a data-dependent (symbolic) dimension."""
+        return self.graph.value(name).is_static
+
     def dtype(self, name: str) -> str:
         return self.graph.value(name).dtype
 
     def constant(self, name: str) -> np.ndarray | None:
         """The compile-time value of ``name`` (an initializer), or None."""
         return self.graph.constants.get(name) if name else None
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicOutput:
+    """An output whose extent along some dimensions is known only after running (NonZero,
+    Compress, Unique, TopK with a run-time K).
+
+    The lowering writes ``value`` into a buffer of the maximal ``shape``; ``counts[d]`` names,
+    for each dynamic dimension ``d``, a one-element int64 buffer (declared in the lowering's
+    ``temps``) that holds the dimension's real extent when the kernel returns, and is ``""``
+    for a static dimension. The runtime returns ``value[:counts[0], :counts[1], ...]``.
+    """
+
+    value: str
+    shape: tuple[int, ...]
+    counts: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "counts", tuple(self.counts))
+        if len(self.counts) != len(self.shape) or not any(self.counts):
+            raise ValueError(f"DynamicOutput {self.value}: one count name (or '') per "
+                             "dimension, at least one dynamic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +82,22 @@ class Lowered:
     reshapes of an input value — ``(buffer, value)`` pairs, the buffer having the value's
     element count — that share the value's memory (e.g. ``[N, C, H*W]`` for an NCHW input, so
     the pixels form one contiguous loop). Only reads go through a view, so no dependence hides
-    behind the second name.
+    behind the second name. ``dynamic`` lists the outputs with data-dependent extents (see
+    :class:`DynamicOutput`).
     """
 
     nests: tuple[ir.Node, ...]
     temps: tuple[ir.Buffer, ...] = ()
     constants: tuple[tuple[str, np.ndarray], ...] = ()
     views: tuple[tuple[ir.Buffer, str], ...] = ()
+    dynamic: tuple[DynamicOutput, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nests", tuple(self.nests))
         object.__setattr__(self, "temps", tuple(self.temps))
         object.__setattr__(self, "constants", tuple(self.constants))
         object.__setattr__(self, "views", tuple(self.views))
+        object.__setattr__(self, "dynamic", tuple(self.dynamic))
         if any(t.kind != "temp" for t in self.temps):
             raise ValueError("Lowered.temps must be buffers of kind 'temp'")
         if any(b.kind != "input" for b, _ in self.views):
