@@ -116,3 +116,17 @@ def test_shared_library_reports_the_extent(tmp_path) -> None:
     sess = polyonnx.InferenceSession(path)
     x = np.array([[0, 1, 0, 2], [0, 0, 0, 0], [3, 0, 0, 4]], np.float32)
     _check(sess.run(None, {"x": x}), _ort(model, {"x": x}))
+
+
+def test_top_k_with_k_fed_at_run_time() -> None:
+    x = np.array([[3.0, 1.0, 4.0, 1.0, 5.0], [9.0, 2.0, 6.0, 5.0, 3.0]], np.float32)
+    model = _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)],
+                   {"x": x, "k": np.array([2], np.int64)},
+                   [("v", TensorProto.FLOAT, 2), ("i", TensorProto.INT64, 2)])
+    sess = polyonnx.InferenceSession(model)
+    assert sess.get_outputs()[0].shape == [2, "TopK_0_count"]
+    for k in (0, 2, 5):
+        feeds = {"x": x, "k": np.array([k], np.int64)}
+        _check(sess.run(None, feeds), _ort(model, feeds))
+    with pytest.raises(polyonnx.InputError, match="extent 6"):
+        sess.run(None, {"x": x, "k": np.array([6], np.int64)})

@@ -1,4 +1,6 @@
-"""TopK with a constant K (its output shape is then static).
+"""TopK. With a constant K the output shape is static; with K computed at run time the row is
+ranked in full into buffers of the axis's length and K is the output's data-dependent extent
+(see :mod:`polyonnx.krnl.lower.dynamic`).
 
 A rank per element — how many elements of its row come before it in the order (larger first
 for ``largest=1``, ties broken by the lower index) — goes to the temp ``<node>__rank``; the
@@ -26,7 +28,7 @@ from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import nest, normalize_axis, opset, unsupported, var, zero
-from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
+from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, register
 
 I64 = "int64"
 
@@ -41,15 +43,22 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
     if dtype == "bool":
         raise unsupported(node, ctx, "bool input")
     axis = normalize_axis(node, int(node.attr("axis", -1)), len(xs))
+    count: ir.Buffer | None = None
     if opset(ctx) < 10:
         k = int(node.attr("k"))
     else:
         kv = ctx.constant(node.input(1))
         if kv is None:
-            raise unsupported(node, ctx, "K computed at run time (the output shape depends "
-                                         "on it)")
-        k = int(np.asarray(kv).reshape(-1)[0])
-    if not 0 <= k <= xs[axis] or ctx.shape(values)[axis] != k:
+            # K known only at run time: the whole row is ranked into a buffer of the axis's
+            # length and K is the extent the runtime returns (it checks 0 <= K <= length).
+            if ctx.is_static(values):
+                raise unsupported(node, ctx, "K computed at run time for a statically "
+                                             "typed output")
+            k = xs[axis]
+            count = ir.Buffer(f"{node.name}__count", I64, (1,), "temp")
+        else:
+            k = int(np.asarray(kv).reshape(-1)[0])
+    if not 0 <= k <= xs[axis] or (count is None and ctx.shape(values)[axis] != k):
         raise ShapeError(f"node {node.name!r} (TopK): K = {k} does not fit axis {axis} of "
                          f"{xs}")
     largest = bool(node.attr("largest", 1))
@@ -79,7 +88,15 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
         picks.append(ir.Stmt("S", i_at, ir.Const(0, I64)))
         updates.append(ir.Stmt("S", i_at, ir.Select(hit, ir.Iter("i"),
                                                     ir.Load(indices, at("p"), I64))))
+    dynamic: tuple[DynamicOutput, ...] = ()
+    counting: tuple[ir.Node, ...] = ()
+    if count is not None:
+        k_ld = ir.Load(node.input(1), (ir.Aff.lift(0),) * len(ctx.shape(node.input(1))), I64)
+        counting = (ir.Stmt("S", ir.Access(count.name, (0,)), k_ld),)
+        counts = tuple(count.name if d == axis else "" for d in range(len(xs)))
+        dynamic = tuple(DynamicOutput(o, xs, counts) for o in (values, indices) if o)
     if k == 0 or any(e == 0 for _, e in outer):
-        return Lowered(())
+        return Lowered(counting, (count,) if count else (), dynamic=dynamic)
     selecting = nest(outer + [("p", k)], (*picks, *nest([("i", xs[axis])], updates)))
-    return Lowered(ranking + selecting, (rank,))
+    return Lowered(counting + ranking + selecting, (rank,) + ((count,) if count else ()),
+                   dynamic=dynamic)
