@@ -10,20 +10,45 @@ Each top-level loop nest of a kernel gets a strategy by its shape:
   reduction's output point for point (bias, ReLU, residual Add) are fused into the same tile.
 * any other nest gets its innermost loop vectorized.
 
-Every result is checked against the kernel's exact dependences; a strategy whose schedule does
-not respect them is dropped for the kernel's own loop structure, which always does.
+The strategies are written with the schedule verbs users script with
+(:class:`~polyonnx.schedule.schedule.Schedule`: ``fuse``, ``split(..., floor=True)``,
+``reorder``, ``distribute``, ``unroll(..., mark=True)``, ``vectorize(..., mark=True)``,
+``isolate(..., through=, tiles=)``, ``parallel(..., named=)``), applied with
+:meth:`~polyonnx.schedule.schedule.Schedule.apply_all`: every result is checked against the
+kernel's exact dependences, and its trace (``ScheduledKernel.trace``) replays it. A strategy
+whose schedule does not respect them is dropped for the kernel's own loop structure, which
+always does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import islpy as isl
 import numpy as np
 
+from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
-from polyonnx.schedule.poly import PolyKernel, StmtInfo, initial_schedule
+from polyonnx.schedule.poly import PolyKernel, initial_schedule
+from polyonnx.schedule.trace import Trace
+from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
+from polyonnx.schedule.tree import Sequence as TreeSequence
+from polyonnx.schedule.verbs import (
+    Directive,
+    Distribute,
+    Fuse,
+    Isolate,
+    Parallel,
+    Reorder,
+    Split,
+    Unroll,
+    Vectorize,
+)
+
+if TYPE_CHECKING:
+    from polyonnx.schedule.schedule import Schedule
 
 VECTOR_MARK = "vector"
 UNROLL_MARK = "unroll"
@@ -36,6 +61,8 @@ class ScheduledKernel:
     kernel: Kernel
     poly: PolyKernel
     schedule: isl.Schedule
+    trace: Trace | None = None
+    """The verbs that made ``schedule`` from the kernel's own loops (None: not made by verbs)."""
 
 
 @dataclass(frozen=True)
@@ -67,24 +94,20 @@ def default_schedule(kernel: Kernel, tiling: Tiling | None = None,
     """The kernel's schedule: the strategies above when legal, else its own loop structure.
 
     With ``parallel``, the outermost loop of each nest with enough work is marked ``parallel``
-    when it carries no dependence.
+    (naming the loops of its band that carry no dependence).
     """
-    poly = PolyKernel.build(kernel)
+    from polyonnx.schedule.schedule import Schedule
+
+    start = Schedule.from_kernel(kernel)
     tiling = tiling or Tiling()
-    deps = poly.dependences().all
     try:
-        parts = _strategy(poly, tiling)
-    except _NotApplicable:
-        parts = None
-    if parts is None:
-        parts = [_initial_nest(poly, n) if isinstance(n, Loop) else _leaf(poly, [n.name])
-                 for n in kernel.body]
-    if parallel:
-        parts = [_parallel_outer(poly, p, deps) for p in parts]
-    sched = _sequence(parts)
-    if respects(poly, sched, deps):
-        return ScheduledKernel(kernel, poly, sched)
-    return ScheduledKernel(kernel, poly, initial_schedule(poly))
+        s, bands = _strategy(start, tiling)
+        if parallel:
+            s = _parallel_outer(s, bands)
+        s._verify("default schedule: " + "; ".join(str(d) for d in s.directives))
+    except (_NotApplicable, ScheduleError):
+        return plain_schedule(kernel)
+    return s.scheduled()
 
 
 def plain_schedule(kernel: Kernel) -> ScheduledKernel:
@@ -106,35 +129,46 @@ MIN_PARALLEL_INSTANCES = 32768
 """Statement instances below which a nest stays on one thread (waking a team costs µs)."""
 
 
-def _parallel_outer(poly: PolyKernel, part: isl.Schedule, deps: isl.UnionMap) -> isl.Schedule:
-    """Mark the top band of ``part`` ``parallel c<d> ...``, naming the AST loops (by schedule
-    depth) that may run in parallel, when the nest has enough work.
+def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
+    """``parallel(band[0], loops=...)`` for the outer band (loop names) of each nest with
+    enough work, naming the band's loops that may run in parallel.
 
     The loop of band member ``m`` is parallel when every dependence that has distance 0 on
     the members before it has distance 0 on ``m`` too: under the mark, a loop that codegen
     meets first has all the members before it fixed (isl made no loop for them), so the
-    dependences among its iterations are exactly those.
+    dependences among its iterations are exactly those. (The verb checks each named loop
+    again; this finds them with one distance computation per nest.)
     """
-    node = part.get_root().child(0)
-    if node.get_type() != isl.schedule_node_type.band:
-        return part
-    domain = node.get_domain()
-    if _instances(poly, domain) < MIN_PARALLEL_INSTANCES:
-        return part
-    inner = deps.intersect_domain(domain).intersect_range(domain)
-    n = node.band_n_member()
-    band = node.band_get_partial_schedule_union_map()
-    distances = inner.apply_domain(band).apply_range(band).deltas()
-    dims = [f"x{k}" for k in range(n)]
-    safe = []
-    for m in range(n):
-        prefix = " and ".join(f"{d} = 0" for d in dims[:m]) or "true"
-        carried = isl.UnionSet(f"{{ [{', '.join(dims)}] : {prefix} and {dims[m]} != 0 }}")
-        if distances.intersect(carried).is_empty():
-            safe.append(f"c{node.get_schedule_depth() + m}")
-    if not safe:
-        return part
-    return node.insert_mark(isl.Id(" ".join([PARALLEL_MARK, *safe]))).get_schedule()
+    steps: list[Directive] = []
+    deps = s.dependences.all
+    paths = band_paths(s.tree)
+    for names in bands:
+        if not names:
+            continue
+        nodes = [get(s.tree, paths[n]) for n in names]
+        assert all(isinstance(b, Band) for b in nodes)
+        top = nodes[0]
+        assert isinstance(top, Band)
+        below = instances(s.poly, stmts(top))
+        if _instances(s.poly, below) < MIN_PARALLEL_INSTANCES:
+            continue
+        inner = deps.intersect_domain(below).intersect_range(below)
+        band = isl.UnionMap.from_domain(below)
+        for b in nodes:
+            assert isinstance(b, Band)
+            band = band.flat_range_product(isl.UnionMap.from_union_pw_aff(b.sched)
+                                           .intersect_domain(below))
+        distances = inner.apply_domain(band).apply_range(band).deltas()
+        dims = [f"x{k}" for k in range(len(names))]
+        safe = []
+        for m in range(len(names)):
+            prefix = " and ".join(f"{d} = 0" for d in dims[:m]) or "true"
+            carried = isl.UnionSet(f"{{ [{', '.join(dims)}] : {prefix} and {dims[m]} != 0 }}")
+            if distances.intersect(carried).is_empty():
+                safe.append(names[m])
+        if safe:
+            steps.append(Parallel(names[0], tuple(safe)))
+    return _apply(s, steps)
 
 
 def _instances(poly: PolyKernel, domain: isl.UnionSet) -> int:
@@ -154,51 +188,17 @@ class _NotApplicable(Exception):
     pass
 
 
-# ------------------------------------------------------------------------ schedule-tree pieces
+def _apply(s: Schedule, steps: Sequence[Directive]) -> Schedule:
+    """``steps`` checked and applied, legality left to the caller (one check at the end)."""
+    for d in steps:
+        s = s._step(d)
+    return s
 
 
-def _space(info: StmtInfo) -> str:
-    return f"{info.stmt.name}[{', '.join(info.iterators)}]"
-
-
-def _band(stmts: dict[str, Sequence[str]], poly: PolyKernel) -> isl.MultiUnionPwAff:
-    """A band: for each statement, its list of schedule expressions (same length for all)."""
-    dims = {len(v) for v in stmts.values()}
-    if len(dims) != 1:
-        raise _NotApplicable
-    n = dims.pop()
-    pieces = []
-    for d in range(n):
-        parts = "; ".join(f"{_space(poly.stmts[s])} -> [({exprs[d]})]" for s, exprs in
-                          stmts.items())
-        pieces.append(f"{{ {parts} }}")
-    return isl.MultiUnionPwAff(f"[{', '.join(pieces)}]")
-
-
-def _leaf(poly: PolyKernel, names: Sequence[str]) -> isl.Schedule:
-    spaces = "; ".join(_space(poly.stmts[s]) for s in names)
-    return isl.Schedule.from_domain(poly.domain.intersect(isl.UnionSet(f"{{ {spaces} }}")))
-
-
-def _with_band(sched: isl.Schedule, band: isl.MultiUnionPwAff, *, mark: str | None = None,
-               unroll: bool = False, isolate: str | None = None) -> isl.Schedule:
-    sched = sched.insert_partial_schedule(band)
-    node = sched.get_root().child(0)
-    if unroll:
-        # Codegen unrolls loops under this mark (isl's own unrolling makes AST generation slow).
-        node = node.insert_mark(isl.Id(UNROLL_MARK)).child(0)
-    if isolate:
-        node = node.band_set_ast_build_options(isl.UnionSet(isolate))
-    if mark:
-        node = node.insert_mark(isl.Id(mark))
-    return node.get_schedule()
-
-
-def _sequence(parts: Sequence[isl.Schedule]) -> isl.Schedule:
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.sequence(p)
-    return out
+def _created(s: Schedule, d: Directive) -> tuple[Schedule, tuple[str, ...]]:
+    """``s`` after ``d`` and the loops ``d`` made."""
+    s = s._step(d)
+    return s, s.created
 
 
 # ------------------------------------------------------------------------ strategies
@@ -212,15 +212,22 @@ def _chain(node: Loop) -> tuple[list[Loop], tuple]:
     return loops, loops[-1].body
 
 
-def _strategy(poly: PolyKernel, tiling: Tiling) -> list[isl.Schedule] | None:
+def _strategy(start: Schedule, tiling: Tiling) -> tuple[Schedule, list[list[str]]]:
+    """The strategies applied to ``start`` (the kernel's own loops), and for each top-level
+    nest the loops of its outer band (the candidates for ``parallel``)."""
+    poly = start.poly
     nests = list(poly.kernel.body)
-    parts: list[isl.Schedule] = []
+    # The initial tree has one top-level node per kernel body node; verbs keep loop names.
+    tree = start.tree
+    top = tree.children if isinstance(tree, TreeSequence) else (tree,)
+    names = [_band_chain(t) for t in top]
+    s = start
+    bands: list[list[str]] = []
     i = 0
     changed = False
     while i < len(nests):
         nest = nests[i]
         if not isinstance(nest, Loop):
-            parts.append(_leaf(poly, [nest.name]))
             i += 1
             continue
         reduction = _reduction_nest(nest)
@@ -233,28 +240,41 @@ def _strategy(poly: PolyKernel, tiling: Tiling) -> list[isl.Schedule] | None:
                     break
                 epilogue.append(e)
             try:
-                parts.extend(_tile_reduction(poly, reduction, epilogue, tiling))
+                s, outer = _tile_reduction(s, reduction, names[i],
+                                           [names[i + 1 + k] for k in range(len(epilogue))],
+                                           tiling)
             except _NotApplicable:
-                parts.append(_initial_nest(poly, nest))
+                bands.append(names[i][:1])
                 i += 1
                 continue
+            bands.extend(outer)
             i += 1 + len(epilogue)
             changed = True
             continue
-        vec = _vector_nest(poly, nest)
-        changed = changed or vec is not None
-        parts.append(vec if vec is not None else _initial_nest(poly, nest))
+        vec = _vector_nest(s, nest, names[i])
+        if vec is None:
+            bands.append(names[i][:1])
+        else:
+            s, outer = vec
+            bands.append(outer)
+            changed = True
         i += 1
-    return parts if changed else None
+    if not changed:
+        return start, [n[:1] for n in names if n]
+    return s, bands
 
 
-def _initial_nest(poly: PolyKernel, nest: Loop) -> isl.Schedule:
-    sub = PolyKernel(Kernel(poly.kernel.name, poly.kernel.buffers, (nest,)), poly.stmts,
-                     poly.buffer_ids, poly.domain, poly.writes, poly.reads)
-    stmts = [s.name for _, s in sub.kernel.statements()]
-    spaces = "; ".join(_space(poly.stmts[s]) for s in stmts)
-    sched = initial_schedule(sub)
-    return sched.intersect_domain(isl.UnionSet(f"{{ {spaces} }}"))
+def _band_chain(node: object) -> list[str]:
+    """The loops perfectly nested from ``node`` down (empty for a statement), then, below a
+    statement followed by a loop (a reduction's init and update), that loop's chain."""
+    out = []
+    while isinstance(node, Band):
+        out.append(node.name)
+        node = node.child
+    if isinstance(node, TreeSequence) and len(node.children) == 2 and \
+            isinstance(node.children[1], Band):
+        out += _band_chain(node.children[1])
+    return out
 
 
 @dataclass(frozen=True)
@@ -303,8 +323,12 @@ def _pointwise_consumer(nest: object, red: _Reduction) -> Stmt | None:
     return stmt
 
 
-def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
-                    tiling: Tiling) -> list[isl.Schedule]:
+def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
+                    epilogue_loops: list[list[str]], tiling: Tiling
+                    ) -> tuple[Schedule, list[list[str]]]:
+    """Register-tile the reduction nest whose loops (in ``s``) are ``loops`` (outer loops, then
+    the reduction loops), fusing the epilogue nests (their loops ``epilogue_loops``)."""
+    poly = s.poly
     names = [lp.iterator for lp in red.outer]
     vec = names[-1]
     if _extent(red.outer, vec) < 8:
@@ -321,8 +345,6 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     row = candidates[-1] if candidates else None
     u = tiling.rows(_extent(red.outer, row)) if row else 1
     v = tiling.vector
-    update_its = list(poly.stmts[red.update.name].iterators)
-    inner_names = update_its[len(names):]
     # Loop order of the tiles: sweeping the other loops inside a vector tile re-reads the
     # other operands once per vector tile; the kernel's own order re-reads the moving operand
     # (conv weights) once per outer iteration. Take the smaller traffic (measured on ResNet50's
@@ -337,65 +359,75 @@ def _tile_reduction(poly: PolyKernel, red: _Reduction, epilogue: list[Stmt],
     sweeps *= -(-_extent(red.outer, row) // u) if row else 1
     if other_bytes * -(-_extent(red.outer, vec) // v) < moving_bytes * sweeps:
         order = [len(names) - 1, *range(len(names) - 1)]
-
-    def its_of(stmt: Stmt) -> list[str]:
-        return list(poly.stmts[stmt.name].iterators)
-
-    def outer_exprs(its: Sequence[str]) -> list[str]:
-        exprs = []
-        for k in order:
-            n, it = names[k], its[k]
-            size = u if n == row else v if n == vec else 1
-            exprs.append(f"{size}*floor(({it})/{size})" if size > 1 else it)
-        return exprs
-
-    tile = {red.init.name: outer_exprs(its_of(red.init)),
-            red.update.name: outer_exprs(update_its)}
-    for e in epilogue:
-        tile[e.name] = outer_exprs(its_of(e))
-
-    def register_tile(stmt: Stmt, inner: list[str] | None = None) -> isl.Schedule:
-        its = its_of(stmt)
-        sched = _with_band(_leaf(poly, [stmt.name]), _band({stmt.name: [its[names.index(vec)]]},
-                                                           poly), mark=VECTOR_MARK)
-        if row:
-            sched = _with_band(sched, _band({stmt.name: [its[names.index(row)]]}, poly),
-                               unroll=True)
-        if inner:
-            sched = _with_band(sched, _band({stmt.name: inner}, poly))
-        return sched
-
-    parts = [register_tile(red.init), register_tile(red.update, inner_names),
-             *(register_tile(e) for e in epilogue)]
-    # Isolate the full tiles, so their inner loops have constant trip counts (the partial tiles
-    # at the edges get their own, general code).
-    dims = [f"d{k}" for k in range(len(names))]
-    full = [f"{dims[order.index(names.index(vec))]} <= {_extent(red.outer, vec) - v}"]
-    ragged = _extent(red.outer, vec) % v
-    if row:
-        full.append(f"{dims[order.index(names.index(row))]} <= {_extent(red.outer, row) - u}")
-        ragged = ragged or _extent(red.outer, row) % u
-    isolate = (f"{{ isolate[[] -> [{', '.join(dims)}]] : {' and '.join(full)} }}"
-               if ragged else None)
+    ragged = bool(_extent(red.outer, vec) % v or (row and _extent(red.outer, row) % u))
     depth = _reduction_split(red, tiling)
-    if depth is None or epilogue:
-        return [_with_band(_sequence(parts), _band(tile, poly), isolate=isolate)]
+    n_outer = len(names)
+    # The register tile: the row loop (unrolled) by u, the vector loop by v.
+    splits = [(names.index(row), u)] if row else []
+    splits.append((n_outer - 1, v))
+
+    def tile(s: Schedule, outer: list[str], reduction: list[str],
+             at: int | None = None) -> tuple[Schedule, list[str], list[str], list[str]]:
+        """Floor-split the row and vector loops of the perfect nest ``outer`` (the reduction
+        loops inside it; their first cut in chunks of ``depth`` at tile position ``at`` when
+        given) and order the tile loops before the reduction loops and the points:
+        (schedule, tile loops, point loops: row, vector, tile loops: vector, row)."""
+        current, tiles, points = list(outer), list(outer), []
+        made = {}
+        for k, size in splits:
+            s, (t, p) = _created(s, Split(outer[k], size, floor=True))
+            tiles[k] = made[k] = t
+            current[current.index(outer[k]):current.index(outer[k]) + 1] = [t, p]
+            points.append(p)
+        tiles = [tiles[k] for k in order]
+        inner = list(reduction)
+        current += inner
+        if at is not None:
+            s, (chunk, first) = _created(s, Split(reduction[0], depth or 1, floor=True))
+            tiles.insert(at, chunk)
+            inner[0] = first
+            current[current.index(reduction[0]):current.index(reduction[0]) + 1] = [chunk,
+                                                                                    first]
+        full = [made[k] for k, _ in reversed(splits)]
+        want = tiles + inner + points
+        if want != current:
+            s = s._step(Reorder(tuple(want)))
+        return s, tiles, points, full
+
+    def finish(s: Schedule, tiles: list[str], full: list[str],
+               groups: list[list[str]]) -> Schedule:
+        for points in groups:
+            if row:
+                s = s._step(Unroll(points[0], 0, mark=True))
+            s = s._step(Vectorize(points[-1], 0, mark=True))
+        # Isolate the full tiles, so their inner loops have constant trip counts (the partial
+        # tiles at the edges get their own, general code).
+        if ragged:  # (the full tiles of the vector loop first, then of the row loop)
+            s = s._step(Isolate(tiles[0], tiles[-1], tuple(full)))
+        return s
+
+    outer, reduction = loops[:n_outer], loops[n_outer:]
+    if depth is None or epilogue_loops:
+        for e in epilogue_loops:
+            s = s._step(Fuse(outer[0], e[0], n_outer))
+        s, tiles, points, full = tile(s, outer, [])
+        # The point loops over the init, the reduction loops and each epilogue statement.
+        s, copies = _created(s, Distribute(points[0]))
+        groups = [points] + [list(copies[k:k + len(points)])
+                             for k in range(0, len(copies), len(points))]
+        s = s._step(Reorder((*reduction, *groups[1])))
+        return finish(s, tiles, full, groups), [tiles]
     # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
     # after the first loop that really iterates, which stays free to run in parallel.
     at = next((pos + 1 for pos, k in enumerate(order) if _extent(red.outer, names[k]) > 1), 1)
-    first = inner_names[0]
-    chunked = [*tile[red.update.name][:at], f"{depth}*floor(({first})/{depth})",
-               *tile[red.update.name][at:]]
-    shifted = [f"d{k}" for k in range(len(names) + 1)]
-    full_upd = [c.replace(f"d{k} ", f"e{k + (k >= at)} ") for c in full for k in
-                range(len(names)) if c.startswith(f"d{k} ")]
-    isolate_upd = (f"{{ isolate[[] -> [{', '.join(shifted)}]] : "
-                   f"{' and '.join(full_upd).replace('e', 'd')} }}" if ragged else None)
-    init = _with_band(parts[0], _band({red.init.name: tile[red.init.name]}, poly),
-                      isolate=isolate)
-    update = _with_band(parts[1], _band({red.update.name: chunked}, poly), isolate=isolate_upd)
-    return [init, update]
+    s, copies = _created(s, Distribute(outer[0]))
+    update = list(copies[:n_outer])
+    s, init_tiles, init_points, full = tile(s, outer, [])
+    s = finish(s, init_tiles, full, [init_points])
+    s, upd_tiles, upd_points, full = tile(s, update, reduction, at)
+    s = finish(s, upd_tiles, full, [upd_points])
+    return s, [init_tiles, upd_tiles]
 
 
 def _reduction_split(red: _Reduction, tiling: Tiling) -> int | None:
@@ -422,33 +454,30 @@ def _extent(loops: Sequence[Loop], name: str) -> int:
     raise KeyError(name)
 
 
-def _vector_nest(poly: PolyKernel, nest: Loop) -> isl.Schedule | None:
-    """The nest's own loops, with its innermost loop marked for vector code."""
-    loops, body = _chain(nest)
-    if len(body) != 1 or not isinstance(body[0], Stmt) or len(loops) < 1:
+def _vector_nest(s: Schedule, nest: Loop, loops: list[str]
+                 ) -> tuple[Schedule, list[str]] | None:
+    """The nest's own loops (named ``loops`` in ``s``) with its innermost loop marked for
+    vector code, and the loops of its outer band; None if it does not fit."""
+    chain, body = _chain(nest)
+    if len(body) != 1 or not isinstance(body[0], Stmt) or len(chain) < 1:
         return None
     stmt = body[0]
-    its = list(poly.stmts[stmt.name].iterators)
+    its = list(s.poly.stmts[stmt.name].iterators)
     if stmt.write.index and stmt.write.index[-1] != Aff.var(its[-1]):
         return None
-    inner = its[-1]
-    transposed = _transposing_loop(stmt, its, loops)
+    transposed = _transposing_loop(stmt, its, chain)
     if transposed is not None:
         # A transpose: lanes run along ``inner`` but a load's contiguous dimension follows
         # ``transposed``. Cut ``inner`` into tiles and run ``transposed`` inside a tile, so the
         # lines the strided loads touch are reused by the next values of ``transposed``.
         width = 16
-        sched = _with_band(_leaf(poly, [stmt.name]), _band({stmt.name: [inner]}, poly),
-                           mark=VECTOR_MARK)
-        sched = _with_band(sched, _band({stmt.name: [transposed]}, poly))
-        outer = [f"{width}*floor(({it})/{width})" if it == inner else it
-                 for it in its[:-1] if it != transposed] + [f"{width}*floor(({inner})/{width})"]
-        return _with_band(sched, _band({stmt.name: outer}, poly))
-    sched = _with_band(_leaf(poly, [stmt.name]), _band({stmt.name: [inner]}, poly),
-                       mark=VECTOR_MARK)
-    if len(its) > 1:
-        sched = _with_band(sched, _band({stmt.name: its[:-1]}, poly))
-    return sched
+        across = loops[its.index(transposed)]
+        s, (tile, point) = _created(s, Split(loops[-1], width, floor=True))
+        outer = [n for n in loops[:-1] if n != across] + [tile]
+        if [*outer, across, point] != [*loops[:-1], tile, point]:
+            s = s._step(Reorder((*outer, across, point)))
+        return s._step(Vectorize(point, 0, mark=True)), outer
+    return s._step(Vectorize(loops[-1], 0, mark=True)), loops[:-1]
 
 
 def _transposing_loop(stmt: Stmt, its: list[str], loops: list[Loop]) -> str | None:

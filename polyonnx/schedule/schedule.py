@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import islpy as isl
 import numpy as np
@@ -174,7 +174,7 @@ class Schedule:
 
     def scheduled(self) -> ScheduledKernel:
         """The kernel, its model and this schedule's isl tree, as the pipeline takes them."""
-        return ScheduledKernel(self.kernel, self.poly, self.isl_schedule)
+        return ScheduledKernel(self.kernel, self.poly, self.isl_schedule, self.trace)
 
     def __str__(self) -> str:
         return render(self.tree, self.poly)
@@ -186,6 +186,28 @@ class Schedule:
 
     def apply(self, d: Directive) -> Schedule:
         """Check ``d``, apply it and return the new schedule if it is legal."""
+        new = self._step(d)
+        new._verify(str(d))
+        return new
+
+    def apply_all(self, directives: Iterable[Directive]) -> Schedule:
+        """Check and apply each directive in turn, and accept the result if it is legal: the
+        legality check (the costly part) runs once, for the final schedule, so the schedules in
+        between need not be legal. A refusal names every directive. The default strategies
+        apply their verbs this way.
+
+        Example:
+            >>> s.apply_all([Split("j", 8), Vectorize("j_i", 8)])      # doctest: +SKIP
+        """
+        new = self
+        for d in directives:
+            new = new._step(d)
+        if new is not self:
+            new._verify("; ".join(str(d) for d in new.directives[len(self.directives):]))
+        return new
+
+    def _step(self, d: Directive) -> Schedule:
+        """``d`` checked and applied, its legality not yet verified."""
         entry = VERBS.get(getattr(d, "verb", ""))
         if entry is None or not isinstance(d, entry[0]):
             raise ScheduleError(f"not a schedule directive: {d!r}")
@@ -197,27 +219,34 @@ class Schedule:
             new = Schedule(_Model(kernel, self._model, tree), tree, self.directives + (d,))
         else:
             new = Schedule(self._model, result, self.directives + (d,))
-        new._verify(str(d))
-        new._created = tuple(n for n in new.loops if n not in self.loops)
+        before = set(self.loops)
+        new._created = tuple(n for n in new.loops if n not in before)
         return new
 
     def _verify(self, verb: str) -> None:
         """Refuse this schedule unless it is legal (see the module docstring)."""
         check_order(verb, self.poly, self.dependences, self.isl_schedule)
-        for path, node in walk(self.tree):
-            if isinstance(node, Band) and node.mark:
-                check_not_carried(verb, node.name, self.poly, self.dependences,
-                                  prefix_map(self.tree, path, self.poly, inclusive=False),
-                                  band_map(node, self.poly))
-                if node.mark == "vector" and any(isinstance(n, Band)
-                                                 for _, n in walk(node.child)):
-                    raise ScheduleError(f"{verb}: the vector loop {node.name} would hold loops")
+        paths = band_paths(self.tree)
+        for _, node in walk(self.tree):
+            if not isinstance(node, Band) or node.mark not in ("parallel", "vector"):
+                continue  # an unroll mark runs the iterations in order
+            for name in node.named or (node.name,):
+                band = get(self.tree, paths[name])
+                assert isinstance(band, Band)
+                check_not_carried(verb, name, self.poly, self.dependences,
+                                  prefix_map(self.tree, paths[name], self.poly,
+                                             inclusive=False),
+                                  band_map(band, self.poly))
+            if node.mark == "vector" and any(isinstance(n, Band) for _, n in walk(node.child)):
+                raise ScheduleError(f"{verb}: the vector loop {node.name} would hold loops")
 
     # ------------------------------------------------------------------ verbs
 
-    def split(self, loop: str, factor: int) -> Schedule:
-        """Split ``loop`` into ``{loop}_o`` and ``{loop}_i`` (inner trip count ``factor``)."""
-        return self.apply(Split(loop, factor))
+    def split(self, loop: str, factor: int, floor: bool = False) -> Schedule:
+        """Split ``loop`` into ``{loop}_o`` and ``{loop}_i`` (inner trip count ``factor``);
+        with ``floor``, ``{loop}_o`` is the tile's first value and ``{loop}_i`` is ``loop``
+        (see :class:`~polyonnx.schedule.verbs.Split`)."""
+        return self.apply(Split(loop, factor, floor))
 
     def tile(self, loops: Sequence[str], *levels: Sequence[int]) -> Schedule:
         """Tile adjacent nested ``loops``; one size per loop per level, outermost level first:
@@ -250,18 +279,24 @@ class Schedule:
         """Compute the consumer ``block`` inside producer loop ``loop``."""
         return self.apply(ReverseComputeAt(block, loop))
 
-    def vectorize(self, loop: str, width: int | None = None) -> Schedule:
+    def vectorize(self, loop: str, width: int | None = None, mark: bool = False) -> Schedule:
         """Run innermost ``loop`` in vector lanes (width: the target's, for the statements'
-        element type)."""
+        element type); with ``mark``, only mark it ``vector`` and leave the strip-mining to
+        codegen."""
+        if mark:
+            return self.apply(Vectorize(loop, 0, True))
         return self.apply(Vectorize(loop, width or self.vector_width(loop)))
 
-    def parallel(self, loop: str) -> Schedule:
-        """Run the iterations of ``loop`` on several threads."""
-        return self.apply(Parallel(loop))
+    def parallel(self, loop: str, named: Sequence[str] = ()) -> Schedule:
+        """Run the iterations of ``loop`` on several threads; with ``named``, mark ``loop``
+        ``parallel`` naming the loops (``loop`` or perfectly nested in it) that may run in
+        parallel: codegen runs the first of them that isl generates."""
+        return self.apply(Parallel(loop, tuple(named)))
 
-    def unroll(self, loop: str, factor: int = 0) -> Schedule:
-        """Unroll ``loop`` fully (``factor`` 0) or by ``factor``."""
-        return self.apply(Unroll(loop, factor))
+    def unroll(self, loop: str, factor: int = 0, mark: bool = False) -> Schedule:
+        """Unroll ``loop`` fully (``factor`` 0) or by ``factor``; with ``mark``, codegen
+        unrolls it (where its trip count is constant) instead of isl."""
+        return self.apply(Unroll(loop, factor, mark))
 
     def skew(self, outer: str, inner: str, factor: int = 1) -> Schedule:
         """``inner += factor * outer``."""
@@ -271,9 +306,11 @@ class Schedule:
         """Run ``loop`` backwards."""
         return self.apply(Reverse(loop))
 
-    def isolate(self, loop: str) -> Schedule:
-        """Generate the full tiles of the loop inside ``loop`` separately."""
-        return self.apply(Isolate(loop))
+    def isolate(self, loop: str, through: str = "", tiles: Sequence[str] = ()) -> Schedule:
+        """Generate the full tiles of the loop inside ``loop`` separately; with ``through``
+        and ``tiles``, the full tiles of the floor-split ``tiles`` of the one isl band
+        ``loop`` .. ``through``."""
+        return self.apply(Isolate(loop, through, tuple(tiles)))
 
     def cache_read(self, buffer: str, loop: str) -> Schedule:
         """Copy the part of ``buffer`` read under ``loop`` into a new temp buffer at the start of

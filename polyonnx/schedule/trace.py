@@ -34,7 +34,10 @@ def _tupled(v: Any) -> Any:
 
 def directive_to_dict(d: Directive) -> dict[str, Any]:
     out: dict[str, Any] = {"verb": d.verb}
-    out.update({f.name: _jsonable(getattr(d, f.name)) for f in fields(d)})  # type: ignore[arg-type]
+    for f in fields(d):  # type: ignore[arg-type]
+        value = getattr(d, f.name)
+        if not (f.metadata.get("optional") and value == f.default):
+            out[f.name] = _jsonable(value)
     return out
 
 

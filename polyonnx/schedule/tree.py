@@ -30,7 +30,9 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Loop, Stmt
 from polyonnx.schedule.poly import PolyKernel
 
-MARKS = ("parallel", "vector")
+MARKS = ("parallel", "vector", "unroll")
+"""Marks a band can carry: ``unroll`` is codegen's (it unrolls a loop with a constant trip
+count), unlike :attr:`Band.unroll`, isl's own unrolling."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,10 +43,24 @@ class Band:
     sched: isl.UnionPwAff
     child: Node
     mark: str = ""
-    """``""``, ``"parallel"`` or ``"vector"``: an isl mark node directly above this band."""
+    """``""`` or one of :data:`MARKS`: an isl mark node directly above this band."""
     unroll: bool = False
     isolate: bool = False
-    """Separate the iterations whose child loop runs its full trip count (full tiles)."""
+    """Separate the iterations whose child loop runs its full trip count (full tiles); with
+    ``members > 1``, the iterations of the whole isl band given by ``full``."""
+    named: tuple[str, ...] = ()
+    """With mark ``parallel``: the loops (this one or loops perfectly nested in it) proved free
+    of carried dependences; the mark names their AST iterators (``parallel c1 c3``)."""
+    tile: tuple[int, int] = ()
+    """A loop made by a floor split (values ``size * floor(x / size)``): (size, end of the range
+    of the split loop ``x``)."""
+    members: int = 1
+    """This band and the ``members - 1`` bands directly inside it are one isl band."""
+    full: tuple[tuple[int, int], ...] = ()
+    """With ``members > 1`` and ``isolate``: (member, bound) pairs; the full tiles are the
+    iterations with every such member ``<= bound``."""
+    grouped: bool = False
+    """A member (not the first) of the isl band of a band above it."""
 
 
 @dataclass(frozen=True)
@@ -233,16 +249,49 @@ def _build(at: isl.ScheduleNode, node: Node, poly: PolyKernel) -> isl.ScheduleNo
         for i, c in enumerate(node.children):
             at = _build(at.child(i).child(0), c, poly).parent().parent()
         return at
-    at = at.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(
-        node.sched.intersect_domain(instances(poly, stmts(node)))))
+    depth = at.get_schedule_depth()
+    below = instances(poly, stmts(node))
+    chain = [node]
+    while len(chain) < node.members:
+        assert isinstance(chain[-1].child, Band)
+        chain.append(chain[-1].child)
+    band = isl.MultiUnionPwAff.from_union_pw_aff(node.sched.intersect_domain(below))
+    for member in chain[1:]:
+        band = band.flat_range_product(isl.MultiUnionPwAff.from_union_pw_aff(
+            member.sched.intersect_domain(below)))
+    at = at.insert_partial_schedule(band)
     if node.unroll:
         at = at.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
-    if node.isolate:
+    if node.isolate and node.members > 1:
+        at = at.band_set_ast_build_options(_isolate_band(depth, len(chain), node.full))
+    elif node.isolate:
         at = at.band_set_ast_build_options(_full_tiles(at, node, poly))
-    at = _build(at.child(0), node.child, poly).parent()
+    at = _build(at.child(0), chain[-1].child, poly).parent()
     if node.mark:
-        at = at.insert_mark(isl.Id(node.mark))
+        at = at.insert_mark(isl.Id(_mark_text(node, depth)))
     return at
+
+
+def _mark_text(band: Band, depth: int) -> str:
+    """The isl mark above ``band`` (at schedule depth ``depth``): ``parallel c1 c3`` names the
+    AST iterators (``c<schedule depth>``) of the loops in ``band.named``."""
+    if not band.named:
+        return band.mark
+    depths = {}
+    node: Node = band
+    while isinstance(node, Band):
+        depths[node.name] = depth
+        depth, node = depth + 1, node.child
+    return " ".join([band.mark, *(f"c{depths[n]}" for n in band.named)])
+
+
+def _isolate_band(depth: int, members: int, full: tuple[tuple[int, int], ...]) -> isl.UnionSet:
+    """The isl ``isolate`` option of an isl band of ``members`` at schedule depth ``depth``:
+    the iterations with member ``m <= bound`` for each (m, bound) of ``full``."""
+    prefix = ", ".join(f"p{k}" for k in range(depth))
+    dims = [f"d{k}" for k in range(members)]
+    cond = " and ".join(f"{dims[m]} <= {bound}" for m, bound in full)
+    return isl.UnionSet(f"{{ isolate[[{prefix}] -> [{', '.join(dims)}]] : {cond} }}")
 
 
 def _full_tiles(at: isl.ScheduleNode, band: Band, poly: PolyKernel) -> isl.UnionSet:
@@ -293,8 +342,11 @@ def render(tree: Node, poly: PolyKernel) -> str:
         else:
             lo, hi = value_range(node, poly)
             notes = [f"= {expression(node)}"] if expression(node) != node.name else []
-            notes += [t for t, on in ((node.mark, bool(node.mark)), ("unroll", node.unroll),
-                                      ("isolate full tiles", node.isolate)) if on]
+            mark = (f"{node.mark} ({', '.join(node.named)})" if node.named else node.mark)
+            band = (f"isolate full tiles of this and {node.members - 1} loops inside"
+                    if node.members > 1 else "isolate full tiles")
+            notes += [t for t, on in ((mark, bool(node.mark)), ("unroll", node.unroll),
+                                      (band, node.isolate)) if on]
             tail = f"  # {', '.join(notes)}" if notes else ""
             lines.append(f"{pad}for {node.name} in [{lo}, {hi + 1}):{tail}")
             emit(node.child, depth + 1)

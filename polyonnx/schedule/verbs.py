@@ -13,7 +13,7 @@ The loop nests below are for ``C[i, j] += A[i, k] * B[k, j]`` with ``i, j, k`` i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 import islpy as isl
@@ -45,6 +45,14 @@ from polyonnx.schedule.tree import (
 MAX_UNROLL = 64
 """Longest loop ``unroll`` unrolls completely (a longer one needs a factor)."""
 
+OPTIONAL = {"optional": True}
+"""Field metadata: left out of a trace step when it has its default value (so traces written
+before the field existed read the same and stay the same)."""
+
+
+def _flag() -> bool:
+    return field(default=False, metadata=OPTIONAL)  # type: ignore[no-any-return]
+
 
 class Directive:
     """Base of the directive records; ``verb`` is the name in traces and messages."""
@@ -55,6 +63,11 @@ class Directive:
         args = []
         for f in fields(self):  # type: ignore[arg-type]
             v = getattr(self, f.name)
+            if f.metadata.get("optional"):
+                if v != f.default:
+                    text = f"({', '.join(map(str, v))})" if isinstance(v, tuple) else str(v)
+                    args.append(f"{f.name}={text}")
+                continue
             args.append(", ".join(map(str, v)) if isinstance(v, tuple) and f.name == "loops"
                         else str(v))
         return f"{self.verb}({', '.join(args)})"
@@ -71,7 +84,7 @@ def _band(tree: Node, loop: str, verb: str) -> tuple[Path, Band]:
 
 
 def _unmarked(band: Band, verb: str) -> None:
-    if band.mark or band.unroll or band.isolate:
+    if band.mark or band.unroll or band.isolate or band.grouped:
         what = band.mark or ("unrolled" if band.unroll else "isolated")
         raise ScheduleError(f"{verb}: loop {band.name} is already {what}; restructure loops "
                             "before marking them")
@@ -128,18 +141,31 @@ class Split(Directive):
     """Strip-mine ``loop`` into ``{loop}_o`` (``floor(loop / factor)``) and ``{loop}_i``
     (``loop mod factor``). Always legal: the order is unchanged.
 
-    Before / after ``split(j, 4)``::
+    With ``floor``, the loops keep the values of ``loop`` instead (isl's AST then has a
+    stride-``factor`` outer loop and an inner loop from it to ``+ factor - 1``, with no
+    ``mod``): ``{loop}_o`` is ``factor * floor(loop / factor)`` (the tile's first value) and
+    ``{loop}_i`` is ``loop``. The default strategies tile this way; only floor-split loops can
+    be named as tiles of :class:`Isolate`.
+
+    Before / after ``split(j, 4)`` and ``split(j, 4, floor=True)``::
 
         for i in [0, 16):              for i in [0, 16):
           for j in [0, 16):              for j_o in [0, 4):  # = floor(j/4)
             for k in [0, 16):              for j_i in [0, 4):  # = j mod 4
               S1                             for k in [0, 16):
                                                S1
+
+                                       for i in [0, 16):
+                                         for j_o in [0, 13):  # = 4*floor(j/4)  (0, 4, 8, 12)
+                                           for j_i in [0, 16):  # = j  (j_o .. j_o + 3)
+                                             for k in [0, 16):
+                                               S1
     """
 
     verb: ClassVar[str] = "split"
     loop: str
     factor: int
+    floor: bool = _flag()
 
 
 def check_split(tree: Node, poly: PolyKernel, d: Split) -> None:
@@ -150,6 +176,13 @@ def check_split(tree: Node, poly: PolyKernel, d: Split) -> None:
 def apply_split(tree: Node, poly: PolyKernel, d: Split) -> Node:
     path, band = _band(tree, d.loop, str(d))
     taken = _taken(tree)
+    if d.floor:
+        f = isl.Val(d.factor)
+        _, hi = value_range(band, poly)
+        outer = Band(fresh(f"{d.loop}_o", taken), band.sched.scale_down_val(f).floor()
+                     .scale_val(f), band.child, tile=(d.factor, hi + 1))
+        inner = Band(fresh(f"{d.loop}_i", taken), band.sched, band.child)
+        return put(tree, path, replace(outer, child=inner))
     outer, inner = _split_bands(band, d.factor, fresh(f"{d.loop}_o", taken),
                                 fresh(f"{d.loop}_i", taken))
     return put(tree, path, replace(outer, child=inner))
@@ -515,20 +548,51 @@ class Parallel(Directive):
     """Run the iterations of ``loop`` in parallel (an isl ``parallel`` mark above the loop;
     codegen outlines it to the thread pool). Refused if the loop carries a dependence.
 
-    Before / after ``parallel(i)``::
+    With ``named`` (``loop`` and/or loops perfectly nested in it), the mark names those loops
+    instead: ``parallel c1 c3``, their AST iterators (``c<schedule depth>``). Codegen runs in
+    parallel the first loop under the mark that isl generates, if it is named: when isl makes
+    no loop for an outer loop of one value, the next one may still run in parallel. Each named
+    loop is refused if it carries a dependence once the loops outside it are fixed. This is
+    the form the default strategies use.
+
+    Before / after ``parallel(i)`` and ``parallel(t, named=(i,))``::
 
         for i in [0, 16):              for i in [0, 16):  # parallel
           for j in [0, 16):              for j in [0, 16):
+            ...                            ...
+
+        for t in [0, 4):               for t in [0, 4):  # parallel (i)   (mark: parallel c1)
+          for i in [0, 16):              for i in [0, 16):
             ...                            ...
     """
 
     verb: ClassVar[str] = "parallel"
     loop: str
+    named: tuple[str, ...] = field(default=(), metadata=OPTIONAL)
+
+
+def _perfect_chain(band: Band) -> list[str]:
+    """``band`` and the loops perfectly nested in it, outermost first."""
+    out = [band.name]
+    while isinstance(band.child, Band):
+        band = band.child
+        out.append(band.name)
+    return out
 
 
 def check_parallel(tree: Node, poly: PolyKernel, d: Parallel) -> None:
     path, band = _band(tree, d.loop, str(d))
-    _unmarked(band, str(d))
+    if band.isolate and not (band.mark or band.grouped):
+        pass  # a mark above an isolated band is fine
+    else:
+        _unmarked(band, str(d))
+    if not isinstance(d.named, tuple) or not all(isinstance(n, str) for n in d.named):
+        raise ScheduleError(f"{d}: named is a list of loop names")
+    chain = _perfect_chain(band)
+    for name in d.named:
+        if name not in chain:
+            raise ScheduleError(f"{d}: {name} is not {d.loop} or a loop perfectly nested in it "
+                                f"({', '.join(chain)})")
     for p, node in walk(tree):
         if isinstance(node, Band) and node.mark == "parallel" and (
                 p[:len(path)] == path or path[:len(p)] == p):
@@ -538,7 +602,7 @@ def check_parallel(tree: Node, poly: PolyKernel, d: Parallel) -> None:
 
 def apply_parallel(tree: Node, poly: PolyKernel, d: Parallel) -> Node:
     path, band = _band(tree, d.loop, str(d))
-    return put(tree, path, replace(band, mark="parallel"))
+    return put(tree, path, replace(band, mark="parallel", named=d.named))
 
 
 @dataclass(frozen=True)
@@ -548,27 +612,41 @@ class Vectorize(Directive):
     iterations; the remainder stays scalar) and mark the inner loop ``vector``. A loop of exactly
     ``width`` iterations is marked directly. Refused if the loop carries a dependence.
 
-    Before / after ``vectorize(j, 8)``::
+    With ``mark`` (width 0), only the ``vector`` mark is put on the loop, whatever its trip
+    count: codegen runs it in vectors of the target's width, full vectors straight-line when
+    the trip count is constant, with a scalar remainder. The default strategies vectorize this
+    way.
+
+    Before / after ``vectorize(j, 8)`` and ``vectorize(j, 0, mark=True)``::
 
         for i in [0, 16):              for i in [0, 16):
           for j in [0, 16):              for j_o in [0, 2):  # = floor(j/8), isolate full tiles
             S                              for j_i in [0, 8):  # = j mod 8, vector
                                              S
+
+                                       for i in [0, 16):
+                                         for j in [0, 16):  # vector
+                                           S
     """
 
     verb: ClassVar[str] = "vectorize"
     loop: str
     width: int
+    mark: bool = _flag()
 
 
 def check_vectorize(tree: Node, poly: PolyKernel, d: Vectorize) -> None:
-    if not isinstance(d.width, int) or d.width < 2:
+    if d.mark and d.width != 0:
+        raise ScheduleError(f"{d}: a vector mark leaves the width to codegen; give width 0")
+    if not d.mark and (not isinstance(d.width, int) or d.width < 2):
         raise ScheduleError(f"{d}: the vector width must be an integer >= 2")
     _, band = _band(tree, d.loop, str(d))
     _unmarked(band, str(d))
     if any(isinstance(n, Band) for _, n in walk(band.child)):
         raise ScheduleError(f"{d}: only an innermost loop can be vectorized; {d.loop} holds "
                             "loops")
+    if d.mark:
+        return
     lo, hi = value_range(band, poly)
     if hi - lo + 1 < d.width:
         raise ScheduleError(f"{d}: loop {d.loop} has {hi - lo + 1} iterations, fewer than the "
@@ -577,6 +655,8 @@ def check_vectorize(tree: Node, poly: PolyKernel, d: Vectorize) -> None:
 
 def apply_vectorize(tree: Node, poly: PolyKernel, d: Vectorize) -> Node:
     path, band = _band(tree, d.loop, str(d))
+    if d.mark:
+        return put(tree, path, replace(band, mark="vector"))
     lo, hi = value_range(band, poly)
     if hi - lo + 1 == d.width:
         tree = put(tree, path, replace(band, mark="vector"))
@@ -596,23 +676,37 @@ class Unroll(Directive):
     iteration; at most ``MAX_UNROLL`` iterations), or by ``factor``: split it and unroll the
     inner loop.
 
-    Before / after ``unroll(k, 4)``::
+    With ``mark`` (factor 0), the loop gets codegen's ``unroll`` mark instead of isl's unroll
+    loop type: isl generates an ordinary loop (much faster than unrolling it in the AST) and
+    codegen emits its body once per iteration wherever its trip count is constant (the full
+    tiles of a register tile), else the loop. The default strategies unroll this way.
+
+    Before / after ``unroll(k, 4)`` and ``unroll(k_i, mark=True)``::
 
         for k in [0, 16):              for k_o in [0, 4):  # = floor(k/4)
           S1                             for k_i in [0, 4):  # = k mod 4, unroll
+                                           S1
+
+                                       for k_o in [0, 4):  # = floor(k/4)
+                                         for k_i in [0, 4):  # = k mod 4, unroll (mark)
                                            S1
     """
 
     verb: ClassVar[str] = "unroll"
     loop: str
     factor: int = 0
+    mark: bool = _flag()
 
 
 def check_unroll(tree: Node, poly: PolyKernel, d: Unroll) -> None:
     if not isinstance(d.factor, int) or d.factor < 0:
         raise ScheduleError(f"{d}: factor must be 0 (full) or a positive integer")
+    if d.mark and d.factor:
+        raise ScheduleError(f"{d}: an unroll mark unrolls the whole loop; split it first")
     _, band = _band(tree, d.loop, str(d))
     _unmarked(band, str(d))
+    if d.mark:
+        return  # codegen unrolls only constant trip counts up to its own limit
     lo, hi = value_range(band, poly)
     trips = min(hi - lo + 1, d.factor or hi - lo + 1)
     if trips > MAX_UNROLL:
@@ -622,6 +716,8 @@ def check_unroll(tree: Node, poly: PolyKernel, d: Unroll) -> None:
 
 def apply_unroll(tree: Node, poly: PolyKernel, d: Unroll) -> Node:
     path, band = _band(tree, d.loop, str(d))
+    if d.mark:
+        return put(tree, path, replace(band, mark="unroll"))
     if not d.factor:
         return put(tree, path, replace(band, unroll=True))
     taken = _taken(tree)
@@ -702,21 +798,69 @@ class Isolate(Directive):
           for j_i in [0, 8):             for j_i in [0, 8):
             S                              S
         (isl AST: one loop j_o < 2 with j_i in [0, 8), then j_i in [0, 4) for j_o = 2)
+
+    With ``through``, the loops from ``loop`` down to ``through`` (a perfect nest) become one
+    isl band, and its full tiles are isolated: the iterations in which each loop of ``tiles``
+    (loops of that band made by ``split(..., floor=True)``) starts a tile that lies wholly in
+    its loop's range. isl then generates the full tiles of all of them together (the inner
+    loops have constant trip counts there) and the edge tiles apart. The default register
+    tiles are isolated this way.
+
+    ``isolate(ow_o, through=oc_o, tiles=(oc_o, ow_o))`` after floor splits of ``ow`` by 4 and
+    ``oc`` by 16 and a reorder (``ow`` in [0, 14), ``oc`` in [0, 40))::
+
+        for ow_o in [0, 13):  # = 4*floor(ow/4), isolate full tiles of this and 1 loops inside
+          for oc_o in [0, 33):  # = 16*floor(oc/16)
+            for ow_i in [0, 14):  # = ow
+              for oc_i in [0, 40):  # = oc
+        (isl AST: ow_o <= 10 and oc_o <= 24 first, the partial tiles after)
     """
 
     verb: ClassVar[str] = "isolate"
     loop: str
+    through: str = field(default="", metadata=OPTIONAL)
+    tiles: tuple[str, ...] = field(default=(), metadata=OPTIONAL)
+
+
+def _isolated_band(tree: Node, d: Isolate) -> tuple[Path, list[Band]]:
+    path, bands = _chain(tree, (d.loop, d.through), str(d))
+    if bands[0].name != d.loop:
+        raise ScheduleError(f"{d}: {d.through} must be inside {d.loop}")
+    return path, bands
 
 
 def check_isolate(tree: Node, poly: PolyKernel, d: Isolate) -> None:
     _, band = _band(tree, d.loop, str(d))
-    if not isinstance(band.child, Band):
-        raise ScheduleError(f"{d}: loop {d.loop} has no loop directly inside it")
+    if not d.through:
+        if d.tiles:
+            raise ScheduleError(f"{d}: name the band's innermost loop (through) with tiles")
+        if not isinstance(band.child, Band):
+            raise ScheduleError(f"{d}: loop {d.loop} has no loop directly inside it")
+        return
+    if not d.tiles or not isinstance(d.tiles, tuple):
+        raise ScheduleError(f"{d}: name the tile loops whose full tiles are isolated")
+    _, bands = _isolated_band(tree, d)
+    for b in bands:
+        _unmarked(b, str(d))
+    names = {b.name: b for b in bands}
+    for t in d.tiles:
+        if t not in names:
+            raise ScheduleError(f"{d}: {t} is not one of {', '.join(names)}")
+        if not names[t].tile:
+            raise ScheduleError(f"{d}: {t} is not a tile loop (made by split(..., floor=True))")
 
 
 def apply_isolate(tree: Node, poly: PolyKernel, d: Isolate) -> Node:
     path, band = _band(tree, d.loop, str(d))
-    return put(tree, path, replace(band, isolate=True))
+    if not d.through:
+        return put(tree, path, replace(band, isolate=True))
+    path, bands = _isolated_band(tree, d)
+    index = {b.name: k for k, b in enumerate(bands)}
+    full = tuple((index[t], bands[index[t]].tile[1] - bands[index[t]].tile[0])
+                 for t in d.tiles)
+    new = [replace(bands[0], isolate=True, members=len(bands), full=full),
+           *(replace(b, grouped=True) for b in bands[1:])]
+    return put(tree, path, _rebuild(new, bands[-1].child))
 
 
 # --------------------------------------------------------------------------- staging

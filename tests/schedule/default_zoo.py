@@ -1,0 +1,81 @@
+"""The kernels whose default-schedule ASTs are pinned in ``data/default_asts.json``.
+
+Every distinct kernel (by signature) of MNIST and light ResNet50 (``tests/models/builders.py``)
+plus the small kernels of ``tests/schedule/zoo.py``, each under the tilings the pipeline uses for
+AVX2 and AVX-512 hosts; the small kernels also with every nest big enough to be parallel.
+
+Regenerate the fixture (only when a change to the default strategies is *meant* to change
+the loops they produce)::
+
+    .venv/bin/python -m tests.schedule.default_zoo --update
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Iterator
+
+from polyonnx.krnl.ir import Kernel
+from polyonnx.schedule import default
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.signature import kernel_signature
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "data", "default_asts.json")
+TILINGS = {"avx2": default.Tiling.for_vector_bits(256),
+           "avx512": default.Tiling.for_vector_bits(512)}
+
+
+@functools.cache
+def model_kernels() -> tuple[tuple[str, Kernel], ...]:
+    """(model name, kernel) for each distinct kernel of the two models."""
+    from polyonnx.pipeline import lower, to_graph
+    from tests.models.builders import light_model, mnist_model
+
+    out: dict[str, tuple[str, Kernel]] = {}
+    for name, model in (("mnist", mnist_model()), ("resnet50", light_model("resnet50"))):
+        for k in lower(to_graph(model)).kernels:
+            out.setdefault(kernel_signature(k), (name, k))
+    return tuple(out.values())
+
+
+def cases() -> Iterator[tuple[str, Kernel, default.Tiling, int | None]]:
+    """(key, kernel, tiling, MIN_PARALLEL_INSTANCES override or None)."""
+    from tests.schedule.zoo import ZOO, conv, maxpool
+
+    small = dict(ZOO)
+    small["conv_big"] = lambda: conv(relu=True, c=8, oc=20, h=13)
+    small["maxpool_big"] = lambda: maxpool(c=5, h=18)
+    for tname, tiling in TILINGS.items():
+        for model, k in model_kernels():
+            yield f"{model}/{k.name}/{kernel_signature(k)}/{tname}", k, tiling, None
+        for name, build in small.items():
+            k = build()
+            for par in (None, 1):
+                yield f"zoo/{name}/{tname}/par{par or 'default'}", k, tiling, par
+
+
+def default_ast(kernel: Kernel, tiling: default.Tiling, min_parallel: int | None) -> str:
+    saved = default.MIN_PARALLEL_INSTANCES
+    if min_parallel is not None:
+        default.MIN_PARALLEL_INSTANCES = min_parallel
+    try:
+        return build_ast(default.default_schedule(kernel, tiling=tiling).schedule).to_C_str()
+    finally:
+        default.MIN_PARALLEL_INSTANCES = saved
+
+
+def main() -> None:
+    if "--update" not in sys.argv:
+        sys.exit("usage: python -m tests.schedule.default_zoo --update")
+    asts = {key: default_ast(k, t, p) for key, k, t, p in cases()}
+    with open(FIXTURE, "w", encoding="utf-8") as f:
+        json.dump(asts, f, indent=0, sort_keys=True)
+        f.write("\n")
+    print(f"{len(asts)} ASTs -> {FIXTURE}")
+
+
+if __name__ == "__main__":
+    main()
