@@ -419,13 +419,8 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         return finish(s, tiles, full, groups), [tiles]
     # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
-    # after the first tile loop that really iterates (more than one tile), which stays free to
-    # run in parallel.
-    def tiles_of(name: str) -> int:
-        size = u if name == row else v if name == vec else 1
-        return -(-_extent(red.outer, name) // size)
-
-    at = next((pos + 1 for pos, k in enumerate(order) if tiles_of(names[k]) > 1), 1)
+    # after the first loop that really iterates, which stays free to run in parallel.
+    at = next((pos + 1 for pos, k in enumerate(order) if _extent(red.outer, names[k]) > 1), 1)
     s, copies = _created(s, Distribute(outer[0]))
     update = list(copies[:n_outer])
     s, init_tiles, init_points, full = tile(s, outer, [])
