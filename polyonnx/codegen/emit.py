@@ -14,7 +14,7 @@ wrong softmax.) Vector code comes from the schedule's vector loops, which never 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from llvmlite import ir
@@ -169,6 +169,10 @@ class KernelEmitter:
             if isinstance(node, la.For) and (node.iterator in allowed or (
                     not allowed and len(mark.body) == 1)):
                 self._parallel_for(node, env)
+            elif isinstance(node, la.For) and allowed:
+                # A loop that must stay sequential (e.g. over reduction chunks): the named loops
+                # may still come first inside it.
+                self._for(replace(node, body=(replace(mark, body=node.body),)), env)
             else:
                 self._nodes((node,), env)
 
