@@ -166,7 +166,11 @@ class KernelEmitter:
         bare ``parallel`` mark means its single loop."""
         allowed = set(mark.name.split()[1:])
         for node in mark.body:
-            if isinstance(node, la.For) and (node.iterator in allowed or (
+            few = _static_trip(node) if isinstance(node, la.For) else None
+            if few is not None and few < 4 * self.threads and _inner_loop_named(node, allowed):
+                # Too few iterations to share out evenly: an inner named loop runs in parallel.
+                self._for(replace(node, body=(replace(mark, body=node.body),)), env)
+            elif isinstance(node, la.For) and (node.iterator in allowed or (
                     not allowed and len(mark.body) == 1)):
                 self._parallel_for(node, env)
             elif isinstance(node, la.For) and allowed:
@@ -794,6 +798,16 @@ def _linear(e: la.IExpr) -> dict[str, int] | None:
             k = b.get("", 0)
             return {n: v * k for n, v in a.items()}
     return None
+
+
+def _inner_loop_named(node: la.For, names: set[str]) -> bool:
+    """Whether a loop named in ``names`` is nested in ``node`` (through single-loop bodies)."""
+    body = node.body
+    while len(body) == 1 and isinstance(body[0], la.For):
+        if body[0].iterator in names:
+            return True
+        body = body[0].body
+    return False
 
 
 def _static_trip(node: la.For) -> int | None:
