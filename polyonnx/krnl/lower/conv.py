@@ -95,9 +95,8 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
         guards = ()
 
     weights = ctx.constant(w)
-    if group == 1 and weights is not None and source == x and all(k == 1 for k in kernel) \
-            and all(s == 1 for s in win.strides):
-        return _pointwise(node, ctx, dtype, weights, out_spatial)
+    if group == 1 and weights is not None and source == x and all(k == 1 for k in kernel):
+        return _pointwise(node, ctx, dtype, weights, out_spatial, win.strides)
     if group == 1 and weights is not None:
         return _channels_last(node, ctx, source, dtype, weights, positions, o_names, k_names,
                               out_spatial, prologue, temps)
@@ -116,38 +115,52 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
 
 
 def _pointwise(node: Node, ctx: LowerContext, dtype: str, weights: np.ndarray,
-               out_spatial: tuple[int, ...]) -> Lowered:
-    """A 1x1, stride-1, unpadded Conv is a matrix product over the flattened pixels::
+               out_spatial: tuple[int, ...], strides: tuple[int, ...]) -> Lowered:
+    """An unpadded 1x1 Conv is a matrix product over the flattened output pixels::
 
         acc[n, oc, p] = B[oc] + sum_ic W[oc, ic] * X[n, ic, p]     (p = row-major pixel)
 
-    reading X through a ``[N, C, pixels]`` view: pixels are contiguous in both X and the output,
-    so the register tiles run along them with no transpose, and a final nest writes Y.
+    With stride 1, X is read through a ``[N, C, pixels]`` view; with larger strides a first
+    nest gathers the pixels the conv reads into such a buffer (a quarter of X for stride 2).
+    Pixels are then contiguous in both operands and the output, so the register tiles run
+    along them with no transpose, and a final nest writes Y.
     """
     x, b, y = node.input(0), node.input(2), node.outputs[0]
     n_batch, channels = ctx.shape(x)[:2]
     out_channels = weights.shape[0]
     pixels = int(np.prod(out_spatial))
-    view = ir.Buffer(f"{x}__pixels", dtype, (n_batch, channels, pixels), "input")
-    acc = f"{node.name}__acc"
-    acc_buffer = ir.Buffer(acc, dtype, (n_batch, out_channels, pixels), "temp")
-    point = (var("n"), var("oc"), var("p"))
-    init = ir.Stmt("S", ir.Access(acc, point), load(ctx, b, (var("oc"),)) if b else zero(dtype))
-    taps = (Aff.lift(0),) * len(out_spatial)
-    product = load(ctx, node.input(1), (var("oc"), var("ic"), *taps)) \
-        * ir.Load(view.name, (var("n"), var("ic"), var("p")), dtype)
-    update = ir.Stmt("S", ir.Access(acc, point), ir.Load(acc, point, dtype) + product)
-    body = nest([("n", n_batch), ("oc", out_channels), ("p", pixels)],
-                (init, *nest([("ic", channels)], (update,))))
     names = spatial_names(len(out_spatial))
     o_names = [f"o{s}" for s in names]
     flat = Aff.lift(0)
     for o, size in zip(o_names, out_spatial, strict=True):
         flat = flat * size + var(o)
+    columns = ir.Buffer(f"{x}__pixels", dtype, (n_batch, channels, pixels), "input")
+    prologue: tuple[ir.Node, ...] = ()
+    temps = [ir.Buffer(f"{node.name}__acc", dtype, (n_batch, out_channels, pixels), "temp")]
+    views: tuple[tuple[ir.Buffer, str], ...] = ((columns, x),)
+    if any(s != 1 for s in strides):
+        columns = ir.Buffer(f"{node.name}__pixels", dtype, columns.shape, "temp")
+        temps.append(columns)
+        views = ()
+        gather = ir.Stmt("S", ir.Access(columns.name, (var("n"), var("c"), flat)),
+                         load(ctx, x, (var("n"), var("c"), *(var(o) * st for o, st in
+                                                              zip(o_names, strides,
+                                                                  strict=True)))))
+        prologue = nest([("n", n_batch), ("c", channels), *pairs(o_names, out_spatial)],
+                        (gather,))
+    acc = temps[0].name
+    point = (var("n"), var("oc"), var("p"))
+    init = ir.Stmt("S", ir.Access(acc, point), load(ctx, b, (var("oc"),)) if b else zero(dtype))
+    taps = (Aff.lift(0),) * len(out_spatial)
+    product = load(ctx, node.input(1), (var("oc"), var("ic"), *taps)) \
+        * ir.Load(columns.name, (var("n"), var("ic"), var("p")), dtype)
+    update = ir.Stmt("S", ir.Access(acc, point), ir.Load(acc, point, dtype) + product)
+    body = nest([("n", n_batch), ("oc", out_channels), ("p", pixels)],
+                (init, *nest([("ic", channels)], (update,))))
     store = ir.Stmt("S", ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
                     ir.Load(acc, (var("n"), var("oc"), flat), dtype))
     final = nest([("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)], (store,))
-    return Lowered((*body, *final), (acc_buffer,), (), ((view, x),))
+    return Lowered((*prologue, *body, *final), tuple(temps), (), views)
 
 
 def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
