@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx import cache
-from polyonnx.codegen.target import LLVM_LOCK, host_cpu, init_llvm, optimize
+from polyonnx.codegen.target import LLVM_LOCK, create_machine, machine, optimize
 from polyonnx.errors import CodegenError
 from polyonnx.options import Options
 
@@ -24,25 +24,10 @@ from polyonnx.options import Options
 PARALLEL_MIN_BYTES = 200_000
 
 
-def _machine_spec(options: Options, jit: bool) -> tuple[str, str, str, int, bool]:
-    triple, cpu, features = host_cpu()
-    if options.target and options.target != triple:
-        triple, cpu, features = options.target, options.cpu or "", options.features or ""
-    else:
-        cpu, features = options.cpu or cpu, options.features or features
-    return triple, cpu, features, options.opt_level, jit
-
-
 def _compile_text(text: str, spec: tuple[str, str, str, int, bool]) -> bytes:
     """IR text -> optimized object code (runs in the parent or in a worker process)."""
-    triple, cpu, features, opt, jit = spec
-    init_llvm()
-    if triple != host_cpu()[0]:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-    tm = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features=features, opt=opt, reloc="default" if jit else "pic",
-        codemodel="jitdefault" if jit else "default", jit=jit)
+    tm = create_machine(*spec)
+    opt = spec[3]
     ref = llvm.parse_assembly(text)
     ref.verify()
     ref.triple = tm.triple
@@ -63,7 +48,7 @@ def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], opti
     """Object code of each ``(symbol, make_module)``: from the cache, else compiled (in
     parallel when there is enough of it). The symbol names the module's content (see
     :func:`polyonnx.codegen.module.kernel_symbol`), so a cache hit needs no IR at all."""
-    spec = _machine_spec(options, jit)
+    spec = (*machine(options), options.opt_level, jit)
     out: dict[str, bytes] = {}
     todo: list[tuple[str, str, str]] = []  # (symbol, cache key, IR text)
     for symbol, make in modules:

@@ -42,18 +42,13 @@ def thread_count(options: Options) -> int:
     thread pool cannot be built (no C compiler)."""
     from polyonnx.codegen.parallel_runtime import shared_library
 
-    if (options.num_threads or os.cpu_count() or 1) > 1 and shared_library() is None:
-        return 1
-    return options.num_threads or os.cpu_count() or 1
+    wanted = options.num_threads or os.cpu_count() or 1
+    return 1 if wanted > 1 and shared_library() is None else wanted
 
 
 def vector_bits(options: Options) -> int:
     """The widest vector register of the target: 512 (AVX-512), 256 (AVX) or 128 bits."""
-    if options.target and options.target != host_cpu()[0]:
-        features = options.features or ""
-    else:
-        features = options.features or host_cpu()[2]
-    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    enabled = {f[1:] for f in machine(options)[2].split(",") if f.startswith("+")}
     if "avx512f" in enabled:
         return 512
     if "avx" in enabled or "avx2" in enabled:
@@ -61,23 +56,33 @@ def vector_bits(options: Options) -> int:
     return 128
 
 
-def target_machine(options: Options, *, jit: bool = False) -> llvm.TargetMachine:
-    """A target machine for ``options.target`` (the host when None)."""
-    init_llvm()
+def machine(options: Options) -> tuple[str, str, str]:
+    """(triple, cpu, features) ``options`` ask for: the host's, unless another triple is set."""
     triple, cpu, features = host_cpu()
     if options.target and options.target != triple:
+        return options.target, options.cpu or "", options.features or ""
+    return triple, options.cpu or cpu, options.features or features
+
+
+def create_machine(triple: str, cpu: str, features: str, opt_level: int,
+                   jit: bool) -> llvm.TargetMachine:
+    """A target machine; JIT code is not position independent (PIC broke MCJIT modules)."""
+    init_llvm()
+    if triple != host_cpu()[0]:
         _init_all_targets()
-        triple, cpu, features = options.target, options.cpu or "", options.features or ""
-    else:
-        cpu, features = options.cpu or cpu, options.features or features
     try:
         target = llvm.Target.from_triple(triple)
     except RuntimeError as e:
         raise CodegenError(f"unknown target triple {triple!r}: {e}") from None
-    return target.create_target_machine(cpu=cpu, features=features, opt=min(options.opt_level, 3),
+    return target.create_target_machine(cpu=cpu, features=features, opt=min(opt_level, 3),
                                         reloc="default" if jit else "pic",
                                         codemodel="jitdefault" if jit else "default",
                                         jit=jit)
+
+
+def target_machine(options: Options, *, jit: bool = False) -> llvm.TargetMachine:
+    """A target machine for ``options.target`` (the host when None)."""
+    return create_machine(*machine(options), options.opt_level, jit)
 
 
 def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
