@@ -268,6 +268,7 @@ class KernelEmitter:
             b.ret(b.trunc(status, I32))
 
     def _runtime(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """The module's declaration of the external function ``name`` (made on first use)."""
         existing = self.module.globals.get(name)
         if existing is not None:
             return existing
@@ -562,10 +563,7 @@ class KernelEmitter:
         return [v if isinstance(v.type, ir.VectorType) else self._splat(v, w) for v in values]
 
     def _intrinsic(self, name: str, ty: ir.Type, nargs: int = 1) -> ir.Function:
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing
-        return ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name=name)
+        return self._runtime(name, ty, [ty] * nargs)
 
     def _float_call(self, base: str, args: list[ir.Value], dtype: str,
                     libm: bool = False) -> ir.Value:
