@@ -27,6 +27,7 @@ from onnx import helper
 from polyonnx.errors import ModelError, PolyonnxError
 from polyonnx.frontend.load import ModelSource
 from polyonnx.krnl.ir import Kernel
+from polyonnx.options import Options
 from polyonnx.pipeline import lower, to_graph
 from polyonnx.schedule.signature import kernel_flops, kernel_signature
 
@@ -65,19 +66,21 @@ class KernelInfo:
 
 
 def list_kernels(model: ModelSource | onnx.ModelProto,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None
-                 ) -> tuple[KernelInfo, ...]:
-    """The kernels the compiler makes of ``model``, in execution order."""
-    graph = to_graph(model, input_shapes)
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 options: Options | None = None) -> tuple[KernelInfo, ...]:
+    """The kernels the compiler makes of ``model`` with ``options``, in execution order."""
+    graph = to_graph(model, input_shapes, options)
     op_type = {n.name: n.op_type for n in graph.nodes}
     return tuple(KernelInfo(k, tuple(op_type.get(n, "?") for n in k.ops), kernel_flops(k),
                             kernel_signature(k)) for k in lower(graph).kernels)
 
 
 def get_kernel(model: ModelSource | onnx.ModelProto, which: str,
-               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Kernel:
-    """The kernel named ``which`` (``k3_Conv``), or the kernel computing ONNX node ``which``."""
-    infos = list_kernels(model, input_shapes)
+               input_shapes: Mapping[str, Sequence[int]] | None = None,
+               options: Options | None = None) -> Kernel:
+    """The kernel named ``which`` (``k3_Conv``), or the kernel computing ONNX node ``which``,
+    as :func:`polyonnx.compile` makes it with ``options``."""
+    infos = list_kernels(model, input_shapes, options)
     for info in infos:
         if which == info.name or which in info.nodes:
             return info.kernel
@@ -117,7 +120,8 @@ def op_kernel(op_type: str, input_shapes: Sequence[Sequence[int]],
         raise ModelError(f"op_kernel({op_type}): {e}") from None
     del model.graph.output[:]
     model.graph.output.extend(inferred.graph.output)
-    kernels = lower(to_graph(model)).kernels
+    # In ONNX's own layout: a channel-blocked Conv would be three kernels.
+    kernels = lower(to_graph(model, options=Options(channel_blocks=False))).kernels
     if len(kernels) != 1:
         raise PolyonnxError(f"op_kernel({op_type}) made {len(kernels)} kernels")
     return kernels[0]

@@ -41,6 +41,9 @@ class Options:
                         .lower() not in {"0", "false", "no", "off"})
     """Reuse compiled kernels (loop ASTs and object code) from the on-disk cache
     (:mod:`polyonnx.cache`); ``POLYONNX_CACHE=0`` turns it off."""
+    channel_blocks: bool = True
+    """Run eligible convolutions, and the element-wise ops between them, on channel-blocked
+    tensors (:mod:`polyonnx.graph.passes.layout`); False keeps every tensor in ONNX's layout."""
     isl_max_operations: int = 20_000_000
     """isl operations one kernel's scheduling (or AST generation) may take, about a microsecond
     each; past it the kernel falls back to its own loop order (see

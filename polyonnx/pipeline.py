@@ -3,7 +3,7 @@
 Each stage is a function of the previous stage's result plus options, and every stage prints::
 
     onnx   load, check, upgrade opset, infer shapes           (frontend)
-    graph  import, fold, simplify, fold BN, DCE               (graph passes)
+    graph  import, fold, simplify, fold BN, DCE, blocked layout (graph passes)
     krnl   fusion groups lowered to loop-nest kernels         (krnl)
     isl    domains, accesses, dependences, schedule trees     (schedule)
     ast    isl's AST of each schedule tree                    (schedule + codegen)
@@ -44,6 +44,7 @@ from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes import optimize
 from polyonnx.graph.passes.fuse import fuse
+from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.validate import validate
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import MemoryPlan, plan_memory
@@ -64,8 +65,12 @@ def to_graph(model: ModelSource | onnx.ModelProto,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              options: Options | None = None) -> Graph:
     """Frontend, validation and graph passes: an optimized graph with static shapes."""
-    limit = (options or Options()).max_tensor_bytes
-    return optimize(validate(import_model(model, input_shapes), limit))
+    options = options or Options()
+    graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
+    if options.channel_blocks:
+        # Two vectors of float32 per block: the register tile's width (Tiling.for_vector_bits).
+        graph = blocked_layout(graph, block=2 * vector_bits(options) // 32)
+    return graph
 
 
 def lower(graph: Graph) -> Program:

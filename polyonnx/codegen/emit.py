@@ -101,6 +101,12 @@ class KernelEmitter:
     _parallel_count: int = field(init=False, default=0)
     _lanes: tuple[int, dict[str, int]] | None = field(init=False, default=None)
     """Inside a vector loop: (width, element step of each statement iterator per lane)."""
+    _registers: dict[tuple[str, int, int], ir.Value] | None = field(init=False, default=None)
+    """Inside a promoted reduction (see :meth:`_promoted_for`): the stack slot that holds the
+    accumulator of each (statement, unrolled row, vector step) of the register tile."""
+    _tile_position: tuple[int, int] = field(init=False, default=(0, 0))
+    _slot: tuple[ir.Value, str, ir.Type] | None = field(init=False, default=None)
+    """While emitting a promoted accumulator's statement: (its slot, buffer, vector type)."""
 
     def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
         fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
@@ -141,6 +147,14 @@ class KernelEmitter:
                 self._call(node, env)
 
     def _for(self, node: la.For, env: dict[str, ir.Value]) -> None:
+        if self._registers is None and self._lanes is None:
+            tile = self._register_tile(node)
+            if tile is not None:
+                self._promoted_for(node, env, *tile)
+                return
+        self._plain_for(node, env)
+
+    def _plain_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         b = self.builder
         init = self._iexpr(node.init, env)
         pre = b.block
@@ -267,6 +281,97 @@ class KernelEmitter:
         with b.if_then(failed, likely=False):
             b.ret(b.trunc(status, I32))
 
+    # ------------------------------------------------------------------ register tiles
+
+    def _register_tile(self, node: la.For) -> tuple[la.For, la.For, la.Call] | None:
+        """(row loop, vector loop, statement) when ``node`` is a reduction around a register
+        tile: a chain of loops down to ``unroll`` rows of ``vector`` steps of one statement
+        that reads and writes one element per tile point, at an index none of the chain's
+        loops moves (``acc[r, v] += ...`` under ``for ic, kh, kw``)."""
+        chain, cur = [node.iterator], node
+        while len(cur.body) == 1 and isinstance(cur.body[0], la.For):
+            cur = cur.body[0]
+            chain.append(cur.iterator)
+        if not (len(cur.body) == 1 and isinstance(cur.body[0], la.Mark)
+                and cur.body[0].name == "unroll" and len(cur.body[0].body) == 1
+                and isinstance(cur.body[0].body[0], la.For)):
+            return None
+        rows = cur.body[0].body[0]
+        trip = _static_trip(rows)
+        if trip is None or trip > MAX_UNROLL or rows.inc != 1 or len(rows.body) != 1:
+            return None
+        mark = rows.body[0]
+        if not (isinstance(mark, la.Mark) and mark.name == "vector" and len(mark.body) == 1
+                and isinstance(mark.body[0], la.For)):
+            return None
+        vec = mark.body[0]
+        if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
+            return None
+        starts = [_linear(rows.init), _linear(vec.init)]
+        if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
+            return None  # the tile moves with the reduction (skewed or triangular loops)
+        call = vec.body[0]
+        iterators, stmt = self.stmts[call.stmt]
+        width = self._width((call,))
+        vtrip = _static_trip(vec)
+        if (vtrip is None or vtrip % width or vtrip > MAX_VECTOR_STEPS * width
+                or self._lane_steps(call, vec.iterator) is None or stmt.guards
+                or self.buffers[stmt.write.buffer][0].dtype == "bool"):
+            return None
+        args = dict(zip(iterators, call.args, strict=True))
+        for ix in stmt.write.index:
+            if not isinstance(ix, Aff):
+                return None
+            for name, _ in ix.terms:
+                lin = _linear(args[name])
+                if lin is None or any(lin.get(c, 0) for c in chain):
+                    return None
+        same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
+        if len(same) != 1 or same[0].index != stmt.write.index:
+            return None
+        return rows, vec, call
+
+    def _promoted_for(self, node: la.For, env: dict[str, ir.Value], rows: la.For,
+                      vec: la.For, call: la.Call) -> None:
+        """Emit the reduction ``node`` with the tile's accumulators in stack slots: loaded
+        before the loop, stored after it. LLVM turns the slots into registers (they alias
+        nothing), which it does not reliably do for the buffer itself once other loads and
+        stores of it follow the loop (a fused epilogue)."""
+        b = self.builder
+        iterators, stmt = self.stmts[call.stmt]
+        width = self._width((call,))
+        steps = self._lane_steps(call, vec.iterator)
+        buf = self.buffers[stmt.write.buffer][0]
+        vty = ir.VectorType(memory_type(buf.dtype), width)
+        align = np.dtype(buf.dtype).itemsize
+        row0 = self._iexpr(rows.init, env)
+        places = []
+        for k in range(_static_trip(rows) or 0):
+            row_env = {**env, rows.iterator: b.add(row0, ir.Constant(I64, k), flags=["nsw"])}
+            vec0 = self._iexpr(vec.init, row_env)
+            for j in range(_static_trip(vec) // width):
+                lane_env = {**row_env, vec.iterator: b.add(vec0, ir.Constant(I64, j * width),
+                                                           flags=["nsw"])}
+                used = {n for ix in stmt.write.index for n, _ in ix.terms}
+                point = {it: self._iexpr(arg, lane_env)
+                         for it, arg in zip(iterators, call.args, strict=True) if it in used}
+                self._lanes = (width, steps)
+                try:
+                    ptr, _ = self._address(stmt.write.buffer, stmt.write.index, point)
+                finally:
+                    self._lanes = None
+                with b.goto_entry_block():
+                    slot = b.alloca(vty)
+                b.store(b.load(ptr, typ=vty, align=align), slot)
+                places.append(((call.stmt, k, j), slot, ptr))
+        self._registers = {key: slot for key, slot, _ in places}
+        try:
+            self._plain_for(node, env)
+        finally:
+            self._registers = None
+        for _, slot, ptr in places:
+            b.store(b.load(slot, typ=vty), ptr, align=align)
+
     def _runtime(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         """The module's declaration of the external function ``name`` (made on first use)."""
         existing = self.module.globals.get(name)
@@ -285,7 +390,9 @@ class KernelEmitter:
         init = self._iexpr(node.init, env)
         for k in range(trip):
             value = self.builder.add(init, ir.Constant(I64, k), flags=["nsw"]) if k else init
+            self._tile_position = (k, 0)
             self._nodes(node.body, {**env, node.iterator: value})
+        self._tile_position = (0, 0)
 
     def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
         cond = self._iexpr(node.cond, env)
@@ -357,9 +464,12 @@ class KernelEmitter:
         trip = _static_trip(node)
         if trip is not None and trip <= MAX_VECTOR_STEPS * width:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
+            row = self._tile_position[0]
             for k in range(trip // width):
                 base = b.add(init, ir.Constant(I64, k * width), flags=["nsw"])
+                self._tile_position = (row, k)
                 self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
+            self._tile_position = (row, 0)
             if trip % width:
                 rest = la.IOp("add", (node.init, la.IConst(trip // width * width)))
                 self._for(la.For(node.iterator, rest, node.cond, 1, node.body), env)
@@ -435,6 +545,21 @@ class KernelEmitter:
             raise CodegenError(f"{call.stmt}: {len(call.args)} AST args for "
                                f"{len(iterators)} iterators")
         point = {it: self._iexpr(arg, env) for it, arg in zip(iterators, call.args, strict=True)}
+        slot = None
+        if self._registers is not None and self._lanes is not None:
+            slot = self._registers.get((call.stmt, *self._tile_position))
+        if slot is not None:  # an accumulator of a promoted register tile
+            buf = self.buffers[stmt.write.buffer][0]
+            vty = ir.VectorType(memory_type(buf.dtype), self._lanes[0])
+            self._slot = (slot, stmt.write.buffer, vty)
+            try:
+                value = self._expr(stmt.body, point)
+            finally:
+                self._slot = None
+            if not isinstance(value.type, ir.VectorType):
+                value = self._splat(value, self._lanes[0])
+            self.builder.store(value, slot)
+            return
         value = self._expr(stmt.body, point)
         ptr, step = self._address(stmt.write.buffer, stmt.write.index, point)
         buf = self.buffers[stmt.write.buffer][0]
@@ -509,6 +634,8 @@ class KernelEmitter:
     def _load(self, e: Load, point: Mapping[str, ir.Value]) -> ir.Value:
         b = self.builder
         buf = self.buffers[e.buffer][0]
+        if self._slot is not None and e.buffer == self._slot[1]:
+            return b.load(self._slot[0], typ=self._slot[2])
         ptr, step = self._address(e.buffer, e.index, point)
         mty, align = memory_type(buf.dtype), np.dtype(buf.dtype).itemsize
         if step == 0:

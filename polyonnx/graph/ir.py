@@ -22,6 +22,9 @@ import numpy as np
 
 from polyonnx.errors import ModelError
 
+INTERNAL_DOMAIN = "polyonnx"
+"""The domain of the operators polyonnx's graph passes introduce (never in a user's model)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Value:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from polyonnx.errors import ModelError
-from polyonnx.graph.ir import Graph, Node
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node
 
 #: Elementwise ops (one output, shaped like the broadcast of the inputs) that may join a group.
 ELEMENTWISE = frozenset({
@@ -36,6 +36,8 @@ ELEMENTWISE = frozenset({
 #: Ops whose group elementwise consumers may join. View ops are in neither set, so they always
 #: form a group of their own.
 ANCHORS = ELEMENTWISE | {"Conv", "Gemm", "MatMul"}
+#: polyonnx's own operators (see :mod:`polyonnx.graph.passes.layout`) that may anchor a group.
+INTERNAL_ANCHORS = frozenset({"ConvBlocked"})
 
 @dataclass(frozen=True)
 class Group:
@@ -100,7 +102,9 @@ def _join_target(n: Node, graph: Graph, consumers: dict[str, list[Node]],
             continue
         k = group_of[i]
         producer, anchor = members[k][-1], members[k][0]
-        if producer.op_type not in ANCHORS or producer.domain or i not in producer.outputs:
+        anchors = INTERNAL_ANCHORS if producer.domain == INTERNAL_DOMAIN else (
+            ANCHORS if not producer.domain else frozenset())
+        if producer.op_type not in anchors or i not in producer.outputs:
             continue
         if graph.value(anchor.outputs[0]).shape == shape:
             return k

@@ -5,6 +5,7 @@ Add a family by appending its module to the list below (one name per line, kept 
 
 from polyonnx.krnl.lower import (  # noqa: F401
     attention,
+    blocked,
     cast,
     conv,
     convtranspose,

@@ -89,7 +89,7 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
         padded = tuple(size + lo + hi for size, lo, hi in
                        zip(in_spatial, win.pads_begin, win.pads_end, strict=True))
         temps = (ir.Buffer(source, dtype, (n_batch, channels, *padded), "temp"),)
-        prologue = _pad_input(ctx, x, source, dtype, n_batch, channels, in_spatial, padded,
+        prologue = pad_input(ctx, x, source, dtype, n_batch, channels, in_spatial, padded,
                               win.pads_begin)
         positions = [pos + lo for pos, lo in zip(positions, win.pads_begin, strict=True)]
         guards = ()
@@ -196,7 +196,7 @@ def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
                    ((packed, packed_value),))
 
 
-def _pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: int,
+def pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: int,
                channels: int, in_spatial: tuple[int, ...], padded: tuple[int, ...],
                begin: tuple[int, ...]) -> tuple[ir.Node, ...]:
     """``padded[.., i + begin] = x[.., i]`` inside and 0 on the border, each element written

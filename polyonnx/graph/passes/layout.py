@@ -1,0 +1,134 @@
+"""Channel-blocked layout: convolutions and the element-wise ops between them on ``NC[HW]c``.
+
+ONNX tensors are NCHW, but a convolution's inner loop wants output channels contiguous (one
+vector of them per weight load) and its epilogue (bias, Relu, the residual Add) wants to run
+on the tile it just computed. This pass rewrites every eligible ``Conv`` (2-D spatial or more,
+``group == 1``, constant weights, float32, input and output channels multiples of ``block``)
+to ``polyonnx.ConvBlocked`` over tensors ``[N, C/block, spatial..., block]``, and moves the
+element-wise ops whose tensor inputs are all blocked into the blocked domain with it. Layout
+changes (``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value
+crosses between the domains, and at most once per value: in ResNet50 that is once after the
+stem's MaxPool and once before the final pooling, instead of a transpose per convolution.
+
+Weights are repacked once, at compile time, to ``[OC/block, IC/block, kernel..., block_in,
+block_out]``: the block of output channels is contiguous for each input channel and tap.
+
+Example:
+    >>> g = blocked_layout(optimize(import_model("resnet50.onnx")), block=32)  # doctest: +SKIP
+    >>> sorted({n.op_type for n in g.nodes if n.domain})                       # doctest: +SKIP
+    ['ConvBlocked', 'FromBlocked', 'ToBlocked']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from polyonnx.graph.ir import INTERNAL_DOMAIN as DOMAIN
+from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.passes.dce import eliminate_dead_code
+from polyonnx.graph.passes.fuse import ELEMENTWISE
+
+
+def blocked_layout(graph: Graph, block: int) -> Graph:
+    """``graph`` with its eligible convolutions (see the module docstring) on blocked tensors.
+
+    A graph with no eligible Conv is returned unchanged.
+    """
+    if block < 2 or not any(_eligible(graph, n, block) for n in graph.nodes):
+        return graph
+    values = dict(graph.values)
+    constants = dict(graph.constants)
+    nodes: list[Node] = []
+    blocked: dict[str, str] = {}  # NCHW value -> its blocked twin
+    plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)  # NCHW available
+
+    def to_blocked(name: str) -> str:
+        if name not in blocked:
+            twin = f"{name}__blk"
+            values[twin] = _blocked_value(values[name], twin, block)
+            nodes.append(Node(f"{name}__to_blocked", "ToBlocked", (name,), (twin,),
+                              {"block": block}, DOMAIN))
+            blocked[name] = twin
+        return blocked[name]
+
+    def to_plain(name: str) -> str:
+        if name not in plain:
+            nodes.append(Node(f"{name}__from_blocked", "FromBlocked", (blocked[name],),
+                              (name,), {"block": block}, DOMAIN))
+            plain.add(name)
+        return name
+
+    for node in graph.nodes:
+        if _eligible(graph, node, block):
+            x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+            packed = f"{w}__blocked{block}"
+            if packed not in constants:
+                constants[packed] = _pack_weights(graph.constants[w], block)
+                values[packed] = Value(packed, "float32", constants[packed].shape)
+            twin = f"{y}__blk"
+            values[twin] = _blocked_value(values[y], twin, block)
+            attrs = {k: v for k, v in node.attrs if k != "group"}
+            nodes.append(Node(node.name, "ConvBlocked",
+                              (to_blocked(x), packed, node.input(2)), (twin,),
+                              {**attrs, "block": block}, DOMAIN))
+            blocked[y] = twin
+        elif _follows_blocked(graph, node, blocked):
+            y = node.outputs[0]
+            twin = f"{y}__blk"
+            values[twin] = _blocked_value(values[y], twin, block)
+            ins = tuple(blocked.get(i, i) for i in node.inputs)
+            nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin,)))
+            blocked[y] = twin
+        else:
+            ins = tuple(to_plain(i) if i in blocked else i for i in node.inputs)
+            nodes.append(dataclasses.replace(node, inputs=ins))
+            plain.update(o for o in node.outputs if o)
+    for v in graph.outputs:
+        if v.name in blocked:
+            to_plain(v.name)
+    used = {i for n in nodes for i in n.inputs} | {o for n in nodes for o in n.outputs}
+    values = {k: v for k, v in values.items() if k in used or k in plain}
+    return eliminate_dead_code(dataclasses.replace(graph, nodes=tuple(nodes), values=values,
+                                                   constants=constants))
+
+
+def _eligible(graph: Graph, node: Node, block: int) -> bool:
+    if node.op_type != "Conv" or node.domain or int(node.attr("group", 1)) != 1:
+        return False
+    if len(node.inputs) < 2 or node.inputs[1] not in graph.constants:
+        return False
+    x, w = graph.value(node.inputs[0]), graph.constants[node.inputs[1]]
+    if x.dtype != "float32" or w.dtype != np.float32 or not x.is_static or len(x.shape) < 4:
+        return False
+    if len(w.shape) != len(x.shape) or w.shape[1] != x.shape[1]:
+        return False
+    return int(x.shape[1]) % block == 0 and int(w.shape[0]) % block == 0
+
+
+def _follows_blocked(graph: Graph, node: Node, blocked: dict[str, str]) -> bool:
+    """An element-wise node whose tensor inputs are all blocked values of its output's shape
+    (other inputs: one-element constants, such as Clip's bounds)."""
+    if node.domain or node.op_type not in ELEMENTWISE or len(node.outputs) != 1:
+        return False
+    shape = graph.value(node.outputs[0]).shape
+    tensors = [i for i in node.inputs if i and i in blocked]
+    if not tensors or any(graph.value(i).shape != shape for i in tensors):
+        return False
+    others = [i for i in node.inputs if i and i not in blocked]
+    return all(i in graph.constants and graph.constants[i].size == 1 for i in others)
+
+
+def _blocked_value(v: Value, name: str, block: int) -> Value:
+    n, c, *spatial = v.shape
+    return Value(name, v.dtype, (n, int(c) // block, *spatial, block))
+
+
+def _pack_weights(w: np.ndarray, block: int) -> np.ndarray:
+    """``[OC, IC, k...]`` -> ``[OC/b, IC/b, k..., b_in, b_out]``."""
+    oc, ic, *kernel = w.shape
+    r = len(kernel)
+    split = w.reshape(oc // block, block, ic // block, block, *kernel)
+    # axes: 0 ob, 1 o, 2 ib, 3 i, 4.. kernel
+    return np.ascontiguousarray(split.transpose(0, 2, *range(4, 4 + r), 3, 1))

@@ -1,0 +1,48 @@
+"""Register tiles: a reduction around ``unroll`` x ``vector`` accumulators keeps them in stack
+slots (registers after LLVM's SROA), also when an epilogue reads them right after the loop."""
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from polyonnx.codegen import loopast as la
+from polyonnx.codegen.emit import emit_kernel
+from polyonnx.codegen.kernel_call import kernel_callable
+from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.default import default_schedule
+
+
+def _matmul_relu(m: int, n: int, k: int) -> Kernel:
+    """``acc = A @ B`` then ``y = max(acc, 0)``: the default schedule fuses the epilogue."""
+    i, j, r = Aff.var("i"), Aff.var("j"), Aff.var("r")
+    acc = Access("acc", (i, j))
+    update = Stmt("S1", acc, Load("acc", (i, j), "float32")
+                  + Load("a", (i, r), "float32") * Load("b", (r, j), "float32"))
+    return Kernel("k", (Buffer("a", "float32", (m, k), "input"),
+                        Buffer("b", "float32", (k, n), "input"),
+                        Buffer("acc", "float32", (m, n), "temp"),
+                        Buffer("y", "float32", (m, n), "output")),
+                  (Loop("i", 0, m, (Loop("j", 0, n, (
+                      Stmt("S0", acc, Const(0.0, "float32")),
+                      Loop("r", 0, k, (update,)))),)),
+                   Loop("i", 0, m, (Loop("j", 0, n, (
+                       Stmt("S2", Access("y", (i, j)),
+                            maximum(Load("acc", (i, j), "float32"), 0.0)),)),))))
+
+
+@pytest.mark.parametrize("m, n, k", [(8, 32, 5), (13, 37, 9)])
+def test_accumulators_live_in_slots_and_results_match(m: int, n: int, k: int) -> None:
+    kernel = _matmul_relu(m, n, k)
+    loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
+    module = ir.Module()
+    emit_kernel(module, kernel, loops)
+    # One slot per accumulator vector of a full tile (4 rows x 2 vectors of 8 lanes).
+    assert str(module).count("alloca <8 x float>") >= 8
+    rng = np.random.default_rng(m)
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    arrays = {"a": a, "b": b, "acc": np.zeros((m, n), np.float32),
+              "y": np.zeros((m, n), np.float32)}
+    kernel_callable(kernel, loops)(arrays)
+    np.testing.assert_allclose(arrays["y"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(arrays["acc"], a @ b, rtol=1e-5, atol=1e-5)
