@@ -407,7 +407,7 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         return s
 
     outer, reduction = loops[:n_outer], loops[n_outer:]
-    if depth is None or epilogue_loops:
+    if depth is None or (epilogue_loops and ragged):
         for e in epilogue_loops:
             s = s._step(Fuse(outer[0], e[0], n_outer))
         s, tiles, points, full = tile(s, outer, [])
@@ -419,15 +419,28 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         return finish(s, tiles, full, groups), [tiles]
     # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
-    # after the first loop that really iterates, which stays free to run in parallel.
-    at = next((pos + 1 for pos, k in enumerate(order) if _extent(red.outer, names[k]) > 1), 1)
+    # after the first tile loop that really iterates, which stays free to run in parallel.
+    sizes_of = dict(splits)
+    at = next((pos + 1 for pos, k in enumerate(order)
+               if -(-_extent(red.outer, names[k]) // sizes_of.get(k, 1)) > 1), 1)
     s, copies = _created(s, Distribute(outer[0]))
     update = list(copies[:n_outer])
     s, init_tiles, init_points, full = tile(s, outer, [])
     s = finish(s, init_tiles, full, [init_points])
     s, upd_tiles, upd_points, full = tile(s, update, reduction, at)
     s = finish(s, upd_tiles, full, [upd_points])
-    return s, [init_tiles, upd_tiles]
+    if not epilogue_loops:
+        return s, [init_tiles, upd_tiles]
+    # With an epilogue, the init, the chunks and the epilogue all run on the slice of the
+    # output that the tile loops outside the chunk loop own (a conv's block of output
+    # channels), which stays in cache from the init to the epilogue.
+    s = s._step(Fuse(init_tiles[0], upd_tiles[0], at))
+    for e in epilogue_loops:
+        s, e_tiles, e_points, _ = tile(s, e, [])
+        s = s._step(Fuse(init_tiles[0], e_tiles[0], at))
+        s = finish(s, e_tiles, [], [e_points])
+    # (Below the fused loops there are several nests: not one band.)
+    return s, [init_tiles[:at]]
 
 
 def _reduction_split(red: _Reduction, tiling: Tiling) -> int | None:
