@@ -50,6 +50,10 @@ from polyonnx.schedule.verbs import (
 if TYPE_CHECKING:
     from polyonnx.schedule.schedule import Schedule
 
+#: Iterations the loops outside a reduction's cache chunks should have between them, so that
+#: the thread pool can share them out (it cuts a parallel loop in up to 4 chunks per thread).
+PARALLEL_TILES = 16
+
 VECTOR_MARK = "vector"
 UNROLL_MARK = "unroll"
 
@@ -367,11 +371,14 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     splits.append((n_outer - 1, v))
 
     def tile(s: Schedule, outer: list[str], reduction: list[str],
-             at: int | None = None) -> tuple[Schedule, list[str], list[str], list[str]]:
+             at: int | None = None, band: tuple[int, int] | None = None
+             ) -> tuple[Schedule, list[str], list[str], list[str]]:
         """Floor-split the row and vector loops of the perfect nest ``outer`` (the reduction
         loops inside it; their first cut in chunks of ``depth`` at tile position ``at`` when
         given) and order the tile loops before the reduction loops and the points:
-        (schedule, tile loops, point loops: row, vector, tile loops: vector, row)."""
+        (schedule, tile loops, point loops: row, vector, tile loops: vector, row).
+        ``band = (k, size)`` also cuts loop ``k`` in blocks of ``size``, its point loop right
+        after its block loop (after the chunk loop when there is one)."""
         current, tiles, points = list(outer), list(outer), []
         made = {}
         for k, size in splits:
@@ -379,7 +386,15 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
             tiles[k] = made[k] = t
             current[current.index(outer[k]):current.index(outer[k]) + 1] = [t, p]
             points.append(p)
+        block_point = None
+        if band is not None:
+            k, size = band
+            s, (t, block_point) = _created(s, Split(outer[k], size, floor=True))
+            tiles[k] = t
+            current[current.index(outer[k]):current.index(outer[k]) + 1] = [t, block_point]
         tiles = [tiles[k] for k in order]
+        if block_point is not None:
+            tiles.insert(tiles.index(t) + 1, block_point)
         inner = list(reduction)
         current += inner
         if at is not None:
@@ -421,13 +436,26 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
     # after the first tile loop that really iterates, which stays free to run in parallel.
     sizes_of = dict(splits)
-    at = next((pos + 1 for pos, k in enumerate(order)
-               if -(-_extent(red.outer, names[k]) // sizes_of.get(k, 1)) > 1), 1)
+    counts = [-(-_extent(red.outer, names[k]) // sizes_of.get(k, 1)) for k in order]
+    at = next((pos + 1 for pos, c in enumerate(counts) if c > 1), 1)
+    band = None
+    if epilogue_loops and at < len(order) and order[at] not in sizes_of:
+        # Everything the epilogue is fused with runs per iteration of the loops outside the
+        # chunk loop, so they are the only parallel loops: cut the next loop in blocks until
+        # they give PARALLEL_TILES iterations (a conv: blocks of output rows).
+        have = int(np.prod(counts[:at]))
+        extent = _extent(red.outer, names[order[at]])
+        if have < PARALLEL_TILES and extent > 1:
+            size = -(-extent // -(-PARALLEL_TILES // have))
+            if size < extent:
+                band = (order[at], size)
     s, copies = _created(s, Distribute(outer[0]))
     update = list(copies[:n_outer])
-    s, init_tiles, init_points, full = tile(s, outer, [])
+    s, init_tiles, init_points, full = tile(s, outer, [], band=band)
     s = finish(s, init_tiles, full, [init_points])
-    s, upd_tiles, upd_points, full = tile(s, update, reduction, at)
+    if band is not None:
+        at += 1  # (the block loop)
+    s, upd_tiles, upd_points, full = tile(s, update, reduction, at, band)
     s = finish(s, upd_tiles, full, [upd_points])
     if not epilogue_loops:
         return s, [init_tiles, upd_tiles]
@@ -436,7 +464,7 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     # channels), which stays in cache from the init to the epilogue.
     s = s._step(Fuse(init_tiles[0], upd_tiles[0], at))
     for e in epilogue_loops:
-        s, e_tiles, e_points, _ = tile(s, e, [])
+        s, e_tiles, e_points, _ = tile(s, e, [], band=band)
         s = s._step(Fuse(init_tiles[0], e_tiles[0], at))
         s = finish(s, e_tiles, [], [e_points])
     # (Below the fused loops there are several nests: not one band.)
