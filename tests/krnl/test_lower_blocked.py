@@ -72,11 +72,12 @@ def test_layout_changes_once_per_value() -> None:
     model = _chain_model()
     graph = blocked_layout(graph_from_model(model), BLOCK)
     ops = [(n.op_type, n.inputs[0]) for n in graph.nodes]
-    # x enters the blocked domain once; r1 leaves it once (for MaxPool), c1 once (an output),
-    # y once; the residual Add and both Relus stay blocked.
+    # x enters the blocked domain once; the three outputs leave it once each; the residual
+    # Add, both Relus and the MaxPool stay blocked.
     assert [op for op, _ in ops].count("ToBlocked") == 1
-    assert sorted(i for op, i in ops if op == "FromBlocked") == ["c1__blk", "r1__blk",
+    assert sorted(i for op, i in ops if op == "FromBlocked") == ["c1__blk", "p__blk",
                                                                  "y__blk"]
+    assert "MaxPoolBlocked" in [op for op, _ in ops]
     assert {"Add", "Relu"} <= {n.op_type for n in graph.nodes
                                if n.outputs[0].endswith("__blk")}
     feeds = {"x": rand(1, 2, 5, 5)}
@@ -85,15 +86,50 @@ def test_layout_changes_once_per_value() -> None:
         np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("why, attrs, channels, weights_constant", [
-    ("grouped", {"group": 2}, 4, True),
-    ("channels not a multiple of the block", {}, 3, True),
-    ("weights fed at run time", {}, 4, False),
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 2, 1, 0]])
+def test_conv_on_unblocked_channels(pads: list[int]) -> None:
+    # Three input channels (an image) are read as they are; the output is blocked.
+    x, w, b = rand(1, 3, 7, 6), rand(4, 3, 3, 3, seed=1), rand(4, seed=2)
+    model = make_model("Conv", [("x", x), ("w", w), ("b", b)],
+                       {"pads": pads, "strides": [2, 1]}, constants={"w": w, "b": b})
+    graph = blocked_layout(graph_from_model(model), BLOCK)
+    assert [n.op_type for n in graph.nodes] == ["ConvBlocked", "FromBlocked"]
+    np.testing.assert_allclose(run_krnl(graph, {"x": x})["y"],
+                               _onnxruntime(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]},
+    {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
 ])
-def test_ineligible_convs_stay_nchw(why: str, attrs: dict, channels: int,
+def test_max_pool_blocked(attrs: dict) -> None:
+    w = rand(4, 2, 1, 1, seed=1)
+    f = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]),
+         helper.make_node("MaxPool", ["c"], ["y"], **attrs)], "pool",
+        [helper.make_tensor_value_info("x", f, [1, 2, 7, 8])],
+        [helper.make_tensor_value_info("y", f, None)], [numpy_helper.from_array(w, "w")])
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    feeds = {"x": rand(1, 2, 7, 8)}
+    blocked = blocked_layout(graph_from_model(model), BLOCK)
+    assert [n.op_type for n in blocked.nodes] == ["ToBlocked", "ConvBlocked",
+                                                  "MaxPoolBlocked", "FromBlocked"]
+    np.testing.assert_allclose(run_krnl(blocked, feeds)["y"], _onnxruntime(model, feeds)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("why, attrs, channels, out_channels, weights_constant", [
+    ("grouped", {"group": 2}, 4, 4, True),
+    ("output channels not a multiple of the block", {}, 4, 3, True),
+    ("weights fed at run time", {}, 4, 4, False),
+])
+def test_ineligible_convs_stay_nchw(why: str, attrs: dict, channels: int, out_channels: int,
                                     weights_constant: bool) -> None:
     group = attrs.get("group", 1)
-    x, w = rand(1, channels, 4, 4), rand(4, channels // group, 3, 3, seed=1)
+    x, w = rand(1, channels, 4, 4), rand(out_channels, channels // group, 3, 3, seed=1)
     model = make_model("Conv", [("x", x), ("w", w)], attrs,
                        constants={"w": w} if weights_constant else None)
     graph = graph_from_model(model)

@@ -3,15 +3,18 @@
 ONNX tensors are NCHW, but a convolution's inner loop wants output channels contiguous (one
 vector of them per weight load) and its epilogue (bias, Relu, the residual Add) wants to run
 on the tile it just computed. This pass rewrites every eligible ``Conv`` (2-D spatial or more,
-``group == 1``, constant weights, float32, input and output channels multiples of ``block``)
-to ``polyonnx.ConvBlocked`` over tensors ``[N, C/block, spatial..., block]``, and moves the
-element-wise ops whose tensor inputs are all blocked into the blocked domain with it. Layout
+``group == 1``, constant weights, float32, output channels a multiple of ``block``) to
+``polyonnx.ConvBlocked`` with output ``[N, C/block, spatial..., block]`` (its input blocked
+too, unless its channels are not a multiple of ``block``: an image's three colours), and moves
+the element-wise ops whose tensor inputs are all blocked, and MaxPools of blocked values
+(``polyonnx.MaxPoolBlocked``), into the blocked domain with it. Layout
 changes (``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value
-crosses between the domains, and at most once per value: in ResNet50 that is once after the
-stem's MaxPool and once before the final pooling, instead of a transpose per convolution.
+crosses between the domains, and at most once per value: in ResNet50 that is once, before the
+final pooling, instead of a transpose per convolution.
 
 Weights are repacked once, at compile time, to ``[OC/block, IC/block, kernel..., block_in,
-block_out]``: the block of output channels is contiguous for each input channel and tap.
+block_out]`` (``[OC/block, IC, kernel..., block_out]`` for an unblocked input): the block of
+output channels is contiguous for each input channel and tap.
 
 Example:
     >>> g = blocked_layout(optimize(import_model("resnet50.onnx")), block=32)  # doctest: +SKIP
@@ -63,16 +66,27 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
     for node in graph.nodes:
         if _eligible(graph, node, block):
             x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+            # Too few input channels to block (an RGB image): read them as they are.
+            plain_input = int(graph.value(x).shape[1]) % block != 0
             packed = f"{w}__blocked{block}"
             if packed not in constants:
-                constants[packed] = _pack_weights(graph.constants[w], block)
+                constants[packed] = _pack_weights(graph.constants[w], block, plain_input)
                 values[packed] = Value(packed, "float32", constants[packed].shape)
             twin = f"{y}__blk"
             values[twin] = _blocked_value(values[y], twin, block)
             attrs = {k: v for k, v in node.attrs if k != "group"}
-            nodes.append(Node(node.name, "ConvBlocked",
-                              (to_blocked(x), packed, node.input(2)), (twin,),
-                              {**attrs, "block": block}, DOMAIN))
+            source = to_plain(x) if plain_input and x in blocked else (
+                x if plain_input else to_blocked(x))
+            nodes.append(Node(node.name, "ConvBlocked", (source, packed, node.input(2)),
+                              (twin,), {**attrs, "block": block,
+                                        "plain_input": int(plain_input)}, DOMAIN))
+            blocked[y] = twin
+        elif _pool_follows_blocked(node, blocked):
+            y = node.outputs[0]
+            twin = f"{y}__blk"
+            values[twin] = _blocked_value(values[y], twin, block)
+            nodes.append(Node(node.name, "MaxPoolBlocked", (blocked[node.inputs[0]],),
+                              (twin,), node.attrs, DOMAIN))
             blocked[y] = twin
         elif _follows_blocked(graph, node, blocked):
             y = node.outputs[0]
@@ -104,7 +118,14 @@ def _eligible(graph: Graph, node: Node, block: int) -> bool:
         return False
     if len(w.shape) != len(x.shape) or w.shape[1] != x.shape[1]:
         return False
-    return int(x.shape[1]) % block == 0 and int(w.shape[0]) % block == 0
+    return int(w.shape[0]) % block == 0
+
+
+def _pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
+    """A MaxPool of a blocked value, without the Indices output (whose flat NCHW positions
+    the blocked layout would have to recompute)."""
+    return (node.op_type == "MaxPool" and not node.domain and len(node.outputs) == 1
+            and bool(node.inputs) and node.inputs[0] in blocked)
 
 
 def _follows_blocked(graph: Graph, node: Node, blocked: dict[str, str]) -> bool:
@@ -125,10 +146,14 @@ def _blocked_value(v: Value, name: str, block: int) -> Value:
     return Value(name, v.dtype, (n, int(c) // block, *spatial, block))
 
 
-def _pack_weights(w: np.ndarray, block: int) -> np.ndarray:
-    """``[OC, IC, k...]`` -> ``[OC/b, IC/b, k..., b_in, b_out]``."""
+def _pack_weights(w: np.ndarray, block: int, plain_input: bool) -> np.ndarray:
+    """``[OC, IC, k...]`` -> ``[OC/b, IC/b, k..., b_in, b_out]``, or with ``plain_input``
+    ``[OC/b, IC, k..., b_out]``."""
     oc, ic, *kernel = w.shape
     r = len(kernel)
+    if plain_input:
+        split = w.reshape(oc // block, block, ic, *kernel)  # axes: ob, o, ic, kernel...
+        return np.ascontiguousarray(split.transpose(0, 2, *range(3, 3 + r), 1))
     split = w.reshape(oc // block, block, ic // block, block, *kernel)
     # axes: 0 ob, 1 o, 2 ib, 3 i, 4.. kernel
     return np.ascontiguousarray(split.transpose(0, 2, *range(4, 4 + r), 3, 1))

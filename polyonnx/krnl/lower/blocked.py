@@ -21,7 +21,9 @@ from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     check_out_spatial,
+    ints_attr,
     load,
+    lowest,
     nest,
     pairs,
     spatial_names,
@@ -29,20 +31,26 @@ from polyonnx.krnl.lower.common import (
     window,
     zero,
 )
-from polyonnx.krnl.lower.conv import pad_input
+from polyonnx.krnl.lower.conv import padded_input
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
 @register("ConvBlocked", domain=DOMAIN)
 def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
-    """Direct convolution over blocked input, weights and output (see the module docstring)."""
+    """Direct convolution over blocked input, weights and output (see the module docstring).
+
+    With ``plain_input`` (too few input channels to block: an image), ``X`` is
+    ``[N, C, spatial...]``, the weights ``[OB, C, kernel..., b]`` and ``ic`` replaces
+    ``(ib, i)``.
+    """
     x, w, b, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
-    block = int(node.attr("block"))
+    block, plain = int(node.attr("block")), bool(node.attr("plain_input", 0))
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
-    rank = len(xs) - 3
-    n_batch, in_blocks, in_spatial = xs[0], xs[1], xs[2:2 + rank]
+    rank = len(xs) - (2 if plain else 3)
+    n_batch, in_channels, in_spatial = xs[0], xs[1], xs[2:2 + rank]
     out_blocks, kernel, out_spatial = ws[0], ws[2:2 + rank], ys[2:2 + rank]
-    if ws[1] != in_blocks or xs[-1] != block or ys[-1] != block or ys[1] != out_blocks:
+    if (ws[1] != in_channels or ws[-1] != block or ys[1] != out_blocks or ys[-1] != block
+            or (not plain and xs[-1] != block)):
         raise ShapeError(f"node {node.name!r} (ConvBlocked): X {xs}, W {ws} and Y {ys} do "
                          f"not agree on blocks of {block} channels")
     win = window(node, ctx, in_spatial, kernel)
@@ -54,25 +62,53 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
 
     source, prologue, temps = x, (), ()
     if any(win.pads_begin) or any(win.pads_end):
-        source = f"{node.name}__pad"
-        padded = tuple(size + lo + hi for size, lo, hi in
-                       zip(in_spatial, win.pads_begin, win.pads_end, strict=True))
-        # The block of channels is one more (unpadded) trailing axis for the padding nests.
-        temps = (ir.Buffer(source, dtype, (n_batch, in_blocks, *padded, block), "temp"),)
-        prologue = pad_input(ctx, x, source, dtype, n_batch, in_blocks, (*in_spatial, block),
-                             (*padded, block), (*win.pads_begin, 0))
-        positions = [pos + lo for pos, lo in zip(positions, win.pads_begin, strict=True)]
+        source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
 
     point = (var("n"), var("ob"), *(var(o) for o in o_names), var("o"))
     channel = var("ob") * block + var("o")
     init = ir.Stmt("S", ir.Access(y, point), load(ctx, b, (channel,)) if b else zero(dtype))
-    product = ir.Load(source, (var("n"), var("ib"), *positions, var("i")), dtype) \
-        * load(ctx, w, (var("ob"), var("ib"), *(var(k) for k in k_names), var("i"), var("o")))
+    taps = tuple(var(k) for k in k_names)
+    if plain:
+        reduction_iters = [("ic", in_channels), *pairs(k_names, kernel)]
+        x_index = (var("n"), var("ic"), *positions)
+        w_index = (var("ob"), var("ic"), *taps, var("o"))
+    else:
+        reduction_iters = [("ib", in_channels), *pairs(k_names, kernel), ("i", block)]
+        x_index = (var("n"), var("ib"), *positions, var("i"))
+        w_index = (var("ob"), var("ib"), *taps, var("i"), var("o"))
+    product = ir.Load(source, x_index, dtype) * load(ctx, w, w_index)
     update = ir.Stmt("S", ir.Access(y, point), ir.Load(y, point, dtype) + product)
-    reduction = nest([("ib", in_blocks), *pairs(k_names, kernel), ("i", block)], (update,))
     body = nest([("n", n_batch), ("ob", out_blocks), *pairs(o_names, out_spatial),
-                 ("o", block)], (init, *reduction))
+                 ("o", block)], (init, *nest(reduction_iters, (update,))))
     return Lowered((*prologue, *body), temps)
+
+
+@register("MaxPoolBlocked", domain=DOMAIN)
+def lower_max_pool_blocked(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """MaxPool over blocked tensors: the lowest value, then the max over the window's taps
+    that fall inside the input; the block of channels is the vector loop."""
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    rank = len(xs) - 3
+    dtype = ctx.dtype(x)
+    kernel = ints_attr(node, "kernel_shape", rank, None)
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+    win = window(node, ctx, xs[2:2 + rank], kernel, ceil_mode=ceil_mode)
+    check_out_spatial(node, win, xs[2:2 + rank], ys[2:2 + rank], ceil_mode)
+    names = spatial_names(rank)
+    o_names, k_names = [f"o{s}" for s in names], [f"k{s}" for s in names]
+    guards = tuple(g for k in range(rank)
+                   for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
+    point = (var("n"), var("cb"), *(var(o) for o in o_names), var("c"))
+    tap = load(ctx, x, (var("n"), var("cb"),
+                        *(win.position(k, o_names[k], k_names[k]) for k in range(rank)),
+                        var("c")))
+    update = ir.Stmt("S", ir.Access(y, point),
+                     ir.maximum(ir.Load(y, point, dtype), tap), guards)
+    return nest([("n", xs[0]), ("cb", xs[1]), *pairs(o_names, ys[2:2 + rank]),
+                 ("c", xs[-1])],
+                (ir.Stmt("S", ir.Access(y, point), lowest(dtype)),
+                 *nest(pairs(k_names, win.kernel), (update,))))
 
 
 @register("ToBlocked", domain=DOMAIN)

@@ -25,6 +25,7 @@ from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     Aff,
+    Window,
     bad_attr,
     check_out_spatial,
     ints_attr,
@@ -85,13 +86,7 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
 
     source, prologue, temps = x, (), ()
     if guards:
-        source = f"{node.name}__pad"
-        padded = tuple(size + lo + hi for size, lo, hi in
-                       zip(in_spatial, win.pads_begin, win.pads_end, strict=True))
-        temps = (ir.Buffer(source, dtype, (n_batch, channels, *padded), "temp"),)
-        prologue = pad_input(ctx, x, source, dtype, n_batch, channels, in_spatial, padded,
-                              win.pads_begin)
-        positions = [pos + lo for pos, lo in zip(positions, win.pads_begin, strict=True)]
+        source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
         guards = ()
 
     weights = ctx.constant(w)
@@ -194,6 +189,23 @@ def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
     final = nest([("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)], (store,))
     return Lowered((*prologue, *body, *final), (*temps, acc_buffer),
                    ((packed, packed_value),))
+
+
+def padded_input(node: Node, ctx: LowerContext, x: str, win: Window, positions: list[Aff]
+                 ) -> tuple[str, tuple[ir.Node, ...], tuple[ir.Buffer, ...], list[Aff]]:
+    """A zero-bordered copy ``<node>__pad`` of the window's input ``x`` (``[N, C, spatial...,
+    unpadded trailing axes...]``): (its name, the nests that fill it, its temp buffer, the
+    window ``positions`` moved into it)."""
+    xs, rank = ctx.shape(x), len(win.kernel)
+    spatial, extra = xs[2:2 + rank], xs[2 + rank:]
+    padded = tuple(size + lo + hi for size, lo, hi in
+                   zip(spatial, win.pads_begin, win.pads_end, strict=True))
+    source, dtype = f"{node.name}__pad", ctx.dtype(x)
+    temp = ir.Buffer(source, dtype, (xs[0], xs[1], *padded, *extra), "temp")
+    prologue = pad_input(ctx, x, source, dtype, xs[0], xs[1], (*spatial, *extra),
+                         (*padded, *extra), (*win.pads_begin, *(0,) * len(extra)))
+    return source, prologue, (temp,), [pos + lo for pos, lo in
+                                       zip(positions, win.pads_begin, strict=True)]
 
 
 def pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: int,
