@@ -434,10 +434,14 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         return finish(s, tiles, full, groups), [tiles]
     # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
     # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
-    # after the first tile loop that really iterates, which stays free to run in parallel.
+    # after the first loop that really iterates, which stays free to run in parallel (a
+    # GEMM: before its row tiles, so one chunk of the packed B panels serves all of them).
+    # With an epilogue it sits after the first *tile* loop that iterates (see below).
     sizes_of = dict(splits)
     counts = [-(-_extent(red.outer, names[k]) // sizes_of.get(k, 1)) for k in order]
-    at = next((pos + 1 for pos, c in enumerate(counts) if c > 1), 1)
+    extents = [_extent(red.outer, names[k]) for k in order]
+    at = next((pos + 1 for pos, c in enumerate(counts if epilogue_loops else extents)
+               if c > 1), 1)
     band = None
     if epilogue_loops and at < len(order) and order[at] not in sizes_of:
         # Everything the epilogue is fused with runs per iteration of the loops outside the
