@@ -13,6 +13,7 @@ wrong softmax.) Vector code comes from the schedule's vector loops, which never 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -101,10 +102,13 @@ class KernelEmitter:
     _parallel_count: int = field(init=False, default=0)
     _lanes: tuple[int, dict[str, int]] | None = field(init=False, default=None)
     """Inside a vector loop: (width, element step of each statement iterator per lane)."""
-    _registers: dict[tuple[str, int, int], ir.Value] | None = field(init=False, default=None)
+    _registers: dict[tuple[str | int, ...], ir.Value] | None = field(init=False, default=None)
     """Inside a promoted reduction (see :meth:`_promoted_for`): the stack slot that holds the
-    accumulator of each (statement, unrolled row, vector step) of the register tile."""
-    _tile_position: tuple[int, int] = field(init=False, default=(0, 0))
+    accumulator of each (statement, unrolled iterations..., vector step) of the register
+    tile."""
+    _tile_position: tuple[int, ...] = field(init=False, default=())
+    """The iterations of the enclosing ``unroll`` loops being emitted, outermost first."""
+    _vector_step: int = field(init=False, default=0)
     _slot: tuple[ir.Value, str, ir.Type] | None = field(init=False, default=None)
     """While emitting a promoted accumulator's statement: (its slot, buffer, vector type)."""
 
@@ -283,31 +287,35 @@ class KernelEmitter:
 
     # ------------------------------------------------------------------ register tiles
 
-    def _register_tile(self, node: la.For) -> tuple[la.For, la.For, la.Call] | None:
-        """(row loop, vector loop, statement) when ``node`` is a reduction around a register
-        tile: a chain of loops down to ``unroll`` rows of ``vector`` steps of one statement
-        that reads and writes one element per tile point, at an index none of the chain's
-        loops moves (``acc[r, v] += ...`` under ``for ic, kh, kw``)."""
+    def _register_tile(self, node: la.For
+                       ) -> tuple[tuple[la.For, ...], la.For, la.Call] | None:
+        """(unrolled loops, vector loop, statement) when ``node`` is a reduction around a
+        register tile: a chain of loops down to ``unroll`` loops (rows; a conv's pairs of
+        channel blocks) of ``vector`` steps of one statement that reads and writes one element
+        per tile point, at an index none of the chain's loops moves (``acc[r, v] += ...``
+        under ``for ic, kh, kw``)."""
         chain, cur = [node.iterator], node
         while len(cur.body) == 1 and isinstance(cur.body[0], la.For):
             cur = cur.body[0]
             chain.append(cur.iterator)
-        if not (len(cur.body) == 1 and isinstance(cur.body[0], la.Mark)
-                and cur.body[0].name == "unroll" and len(cur.body[0].body) == 1
-                and isinstance(cur.body[0].body[0], la.For)):
+        unrolled: list[la.For] = []
+        body = cur.body
+        while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
+               and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
+            loop = body[0].body[0]
+            trip = _static_trip(loop)
+            if trip is None or trip > MAX_UNROLL or loop.inc != 1:
+                return None
+            unrolled.append(loop)
+            body = loop.body
+        if not unrolled or not (len(body) == 1 and isinstance(body[0], la.Mark)
+                                and body[0].name == "vector" and len(body[0].body) == 1
+                                and isinstance(body[0].body[0], la.For)):
             return None
-        rows = cur.body[0].body[0]
-        trip = _static_trip(rows)
-        if trip is None or trip > MAX_UNROLL or rows.inc != 1 or len(rows.body) != 1:
-            return None
-        mark = rows.body[0]
-        if not (isinstance(mark, la.Mark) and mark.name == "vector" and len(mark.body) == 1
-                and isinstance(mark.body[0], la.For)):
-            return None
-        vec = mark.body[0]
+        vec = body[0].body[0]
         if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
             return None
-        starts = [_linear(rows.init), _linear(vec.init)]
+        starts = [_linear(loop.init) for loop in (*unrolled, vec)]
         if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
             return None  # the tile moves with the reduction (skewed or triangular loops)
         call = vec.body[0]
@@ -329,10 +337,10 @@ class KernelEmitter:
         same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
         if len(same) != 1 or same[0].index != stmt.write.index:
             return None
-        return rows, vec, call
+        return tuple(unrolled), vec, call
 
-    def _promoted_for(self, node: la.For, env: dict[str, ir.Value], rows: la.For,
-                      vec: la.For, call: la.Call) -> None:
+    def _promoted_for(self, node: la.For, env: dict[str, ir.Value],
+                      unrolled: tuple[la.For, ...], vec: la.For, call: la.Call) -> None:
         """Emit the reduction ``node`` with the tile's accumulators in stack slots: loaded
         before the loop, stored after it. LLVM turns the slots into registers (they alias
         nothing), which it does not reliably do for the buffer itself once other loads and
@@ -344,15 +352,18 @@ class KernelEmitter:
         buf = self.buffers[stmt.write.buffer][0]
         vty = ir.VectorType(memory_type(buf.dtype), width)
         align = np.dtype(buf.dtype).itemsize
-        row0 = self._iexpr(rows.init, env)
+        used = {n for ix in stmt.write.index for n, _ in ix.terms}
         places = []
-        for k in range(_static_trip(rows) or 0):
-            row_env = {**env, rows.iterator: b.add(row0, ir.Constant(I64, k), flags=["nsw"])}
-            vec0 = self._iexpr(vec.init, row_env)
+        trips = [range(_static_trip(loop) or 0) for loop in unrolled]
+        for position in itertools.product(*trips):
+            tile_env = dict(env)
+            for loop, k in zip(unrolled, position, strict=True):
+                start = self._iexpr(loop.init, tile_env)
+                tile_env[loop.iterator] = b.add(start, ir.Constant(I64, k), flags=["nsw"])
+            vec0 = self._iexpr(vec.init, tile_env)
             for j in range(_static_trip(vec) // width):
-                lane_env = {**row_env, vec.iterator: b.add(vec0, ir.Constant(I64, j * width),
-                                                           flags=["nsw"])}
-                used = {n for ix in stmt.write.index for n, _ in ix.terms}
+                lane_env = {**tile_env, vec.iterator: b.add(vec0, ir.Constant(I64, j * width),
+                                                            flags=["nsw"])}
                 point = {it: self._iexpr(arg, lane_env)
                          for it, arg in zip(iterators, call.args, strict=True) if it in used}
                 self._lanes = (width, steps)
@@ -363,7 +374,7 @@ class KernelEmitter:
                 with b.goto_entry_block():
                     slot = b.alloca(vty)
                 b.store(b.load(ptr, typ=vty, align=align), slot)
-                places.append(((call.stmt, k, j), slot, ptr))
+                places.append(((call.stmt, *position, j), slot, ptr))
         self._registers = {key: slot for key, slot, _ in places}
         try:
             self._plain_for(node, env)
@@ -388,11 +399,12 @@ class KernelEmitter:
             self._for(node, env)
             return
         init = self._iexpr(node.init, env)
+        outer = self._tile_position
         for k in range(trip):
             value = self.builder.add(init, ir.Constant(I64, k), flags=["nsw"]) if k else init
-            self._tile_position = (k, 0)
+            self._tile_position = (*outer, k)
             self._nodes(node.body, {**env, node.iterator: value})
-        self._tile_position = (0, 0)
+        self._tile_position = outer
 
     def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
         cond = self._iexpr(node.cond, env)
@@ -464,12 +476,11 @@ class KernelEmitter:
         trip = _static_trip(node)
         if trip is not None and trip <= MAX_VECTOR_STEPS * width:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
-            row = self._tile_position[0]
             for k in range(trip // width):
                 base = b.add(init, ir.Constant(I64, k * width), flags=["nsw"])
-                self._tile_position = (row, k)
+                self._vector_step = k
                 self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
-            self._tile_position = (row, 0)
+            self._vector_step = 0
             if trip % width:
                 rest = la.IOp("add", (node.init, la.IConst(trip // width * width)))
                 self._for(la.For(node.iterator, rest, node.cond, 1, node.body), env)
@@ -547,7 +558,7 @@ class KernelEmitter:
         point = {it: self._iexpr(arg, env) for it, arg in zip(iterators, call.args, strict=True)}
         slot = None
         if self._registers is not None and self._lanes is not None:
-            slot = self._registers.get((call.stmt, *self._tile_position))
+            slot = self._registers.get((call.stmt, *self._tile_position, self._vector_step))
         if slot is not None:  # an accumulator of a promoted register tile
             buf = self.buffers[stmt.write.buffer][0]
             vty = ir.VectorType(memory_type(buf.dtype), self._lanes[0])

@@ -77,12 +77,16 @@ class Tiling:
     vector: int = 16
     depth: int = 256
     """Reduction iterations per cache block (see :func:`_reduction_split`)."""
+    paired_rows: int = 0
+    """Rows of a tile two vector tiles wide (see :func:`_tile_reduction`); 0: never."""
 
     @staticmethod
     def for_vector_bits(bits: int) -> Tiling:
         """Two float32 vectors wide; as many rows as the register file holds accumulators for
-        (16 vector registers with AVX2, 32 with AVX-512)."""
-        return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32)
+        (16 vector registers with AVX2, 32 with AVX-512). With 32 registers a tile may also be
+        7 rows by two vector tiles (28 accumulators, each row's broadcast serving 4 FMAs)."""
+        return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32,
+                      paired_rows=7 if bits >= 512 else 0)
 
     def rows(self, extent: int) -> int:
         """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
@@ -349,6 +353,18 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     row = candidates[-1] if candidates else None
     u = tiling.rows(_extent(red.outer, row)) if row else 1
     v = tiling.vector
+    # Pair up two vector tiles of a loop the moving loads depend on (a conv's output-channel
+    # blocks) when the rows divide into tiles of ``paired_rows`` (or one fewer): every loaded
+    # row value then feeds four vectors, not two. (Not for GEMMs of power-of-two sizes, whose
+    # rows do not divide so; their tiles stay as they were measured.)
+    pair = None
+    if row and tiling.paired_rows:
+        extent = _extent(red.outer, row)
+        paired = [p for p in (tiling.paired_rows, tiling.paired_rows - 1) if extent % p == 0]
+        partners = [n for n in names[:-1] if n != row and used_by_moving(n)
+                    and _extent(red.outer, n) % 2 == 0]
+        if paired and partners:
+            pair, u = partners[-1], paired[0]
     # Loop order of the tiles: sweeping the other loops inside a vector tile re-reads the
     # other operands once per vector tile; the kernel's own order re-reads the moving operand
     # (conv weights) once per outer iteration. Take the smaller traffic (measured on ResNet50's
@@ -368,6 +384,8 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     n_outer = len(names)
     # The register tile: the row loop (unrolled) by u, the vector loop by v.
     splits = [(names.index(row), u)] if row else []
+    if pair:
+        splits.append((names.index(pair), 2))
     splits.append((n_outer - 1, v))
 
     def tile(s: Schedule, outer: list[str], reduction: list[str],
@@ -412,8 +430,8 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     def finish(s: Schedule, tiles: list[str], full: list[str],
                groups: list[list[str]]) -> Schedule:
         for points in groups:
-            if row:
-                s = s._step(Unroll(points[0], 0, mark=True))
+            for p in points[:-1]:  # (the rows, and the pair)
+                s = s._step(Unroll(p, 0, mark=True))
             s = s._step(Vectorize(points[-1], 0, mark=True))
         # Isolate the full tiles, so their inner loops have constant trip counts (the partial
         # tiles at the edges get their own, general code).

@@ -10,7 +10,7 @@ from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.default import Tiling, default_schedule
 
 
 def _matmul_relu(m: int, n: int, k: int) -> Kernel:
@@ -46,3 +46,37 @@ def test_accumulators_live_in_slots_and_results_match(m: int, n: int, k: int) ->
     kernel_callable(kernel, loops)(arrays)
     np.testing.assert_allclose(arrays["y"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(arrays["acc"], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_paired_tile_two_unrolled_loops() -> None:
+    # acc[b, r, o] += x[r, k] * w[b, k, o]: rows r share each x value, pairs of b blocks and
+    # the vector o share each w vector; 7 rows x 2 blocks x 2 vector steps of 16 lanes.
+    nb, nr, no, nk = 4, 7, 32, 5
+    b, r, o, k = (Aff.var(n) for n in "brok")
+    acc = Access("acc", (b, r, o))
+    update = Stmt("S1", acc, Load("acc", (b, r, o), "float32")
+                  + Load("x", (r, k), "float32") * Load("w", (b, k, o), "float32"))
+    kernel = Kernel("k", (Buffer("x", "float32", (nr, nk), "input"),
+                          Buffer("w", "float32", (nb, nk, no), "input"),
+                          Buffer("acc", "float32", (nb, nr, no), "temp"),
+                          Buffer("y", "float32", (nb, nr, no), "output")),
+                    (Loop("b", 0, nb, (Loop("r", 0, nr, (Loop("o", 0, no, (
+                        Stmt("S0", acc, Const(0.0, "float32")),
+                        Loop("k", 0, nk, (update,)))),)),)),
+                     Loop("b", 0, nb, (Loop("r", 0, nr, (Loop("o", 0, no, (
+                         Stmt("S2", Access("y", (b, r, o)),
+                              maximum(Load("acc", (b, r, o), "float32"), 0.0)),)),)),))))
+    tiling = Tiling(unroll=8, vector=32, paired_rows=7)
+    ast = build_ast(default_schedule(kernel, tiling).schedule)
+    assert ast.to_C_str().count("// unroll") >= 2
+    loops = la.from_isl(ast)
+    module = ir.Module()
+    emit_kernel(module, kernel, loops, vector_bits=512)
+    assert str(module).count("alloca <16 x float>") == nr * 2 * 2
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((nr, nk), np.float32), rng.standard_normal((nb, nk, no), np.float32)
+    arrays = {"x": x, "w": w, "acc": np.zeros((nb, nr, no), np.float32),
+              "y": np.zeros((nb, nr, no), np.float32)}
+    kernel_callable(kernel, loops)(arrays)
+    np.testing.assert_allclose(arrays["y"], np.maximum(np.einsum("rk,bko->bro", x, w), 0),
+                               rtol=1e-5, atol=1e-5)
