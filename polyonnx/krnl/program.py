@@ -17,6 +17,7 @@ import numpy as np
 from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
+from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, lower_node
 
@@ -142,8 +143,8 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
             kind = "input"
         shape = maximal[b].shape if b in maximal else tuple(int(d) for d in v.shape)
         buffers.append(ir.Buffer(b, v.dtype, shape, kind))
-    kernel = inline_pointwise(ir.Kernel(_identifier(name), tuple(buffers), tuple(body),
-                                        tuple(n.name for n in nodes)))
+    kernel = accumulate_in_place(inline_pointwise(ir.Kernel(
+        _identifier(name), tuple(buffers), tuple(body), tuple(n.name for n in nodes))))
     return replace(kernel, body=_renumber(kernel.body, [0]))
 
 

@@ -1,0 +1,100 @@
+"""Epilogues in place: a reduction accumulates straight into the buffer its epilogue writes.
+
+``Conv -> Relu`` lowers to a reduction into a temp and a point-wise nest ``y = relu(t)``.
+When the temp is read only there, at the point being written, ``y`` can take the temp's
+place: the reduction accumulates into ``y`` and the epilogue updates it in place
+(``y = relu(y)``). The result is the same, one buffer fewer is allocated, and the epilogue
+rewrites cache lines the reduction has just written instead of claiming fresh ones.
+
+Example (before, after)::
+
+    S0: t[i] = b[i]                     S0: y[i] = b[i]
+    S1: t[i] = t[i] + x[i, k] * w[k]    S1: y[i] = y[i] + x[i, k] * w[k]
+    S2: y[i] = max(t[i], 0)             S2: y[i] = max(y[i], 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from polyonnx.krnl.ir import Aff, Expr, Kernel, Load, Loop, Node, Stmt, loads, map_children
+
+
+def accumulate_in_place(kernel: Kernel) -> Kernel:
+    """``kernel`` with each temp that only feeds one full point-wise epilogue replaced by the
+    epilogue's output (see the module docstring)."""
+    for temp, target in _candidates(kernel):
+        kernel = _rename(kernel, temp, target)
+    return kernel
+
+
+def _candidates(kernel: Kernel) -> list[tuple[str, str]]:
+    buffers = {b.name: b for b in kernel.buffers}
+    out = []
+    for i, node in enumerate(kernel.body):
+        epilogue = _full_pointwise(node, buffers)
+        if epilogue is None:
+            continue
+        target = epilogue.write.buffer
+        before = [s for n in kernel.body[:i] for s in _statements(n)]
+        after = [s for n in kernel.body[i + 1:] for s in _statements(n)]
+        for ld in loads(epilogue.body):
+            temp = ld.buffer
+            if (buffers[temp].kind != "temp" or ld.index != epilogue.write.index
+                    or buffers[temp].shape != buffers[target].shape
+                    or buffers[temp].dtype != buffers[target].dtype):
+                continue
+            # A renaming: the target is used by no other statement, the temp by none after
+            # the epilogue, and the epilogue reads the temp only at its point.
+            if any(o.buffer == target or (o.buffer == temp and o.index != ld.index)
+                   for o in loads(epilogue.body)):
+                continue
+            if any(s.write.buffer == target or target in {o.buffer for o in loads(s.body)}
+                   for s in before + after):
+                continue
+            if any(s.write.buffer == temp or temp in {o.buffer for o in loads(s.body)}
+                   for s in after):
+                continue
+            out.append((temp, target))
+            break
+    return out
+
+
+def _full_pointwise(node: Node, buffers: dict) -> Stmt | None:
+    """The statement of a perfect nest that writes every element of its buffer once, at
+    ``[i0, i1, ...]`` of its own loops ``0 <= ik < shape[k]``, or None."""
+    loops: list[Loop] = []
+    while isinstance(node, Loop) and len(node.body) == 1:
+        loops.append(node)
+        node = node.body[0]
+    if not isinstance(node, Stmt) or node.guards:
+        return None
+    shape = buffers[node.write.buffer].shape
+    if len(loops) != len(shape) or node.write.index != tuple(Aff.var(lp.iterator)
+                                                             for lp in loops):
+        return None
+    if any(not (lp.lower.is_const and lp.upper.is_const) or lp.lower.const != 0
+           or lp.upper.const != extent for lp, extent in zip(loops, shape, strict=True)):
+        return None
+    return node
+
+
+def _statements(node: Node) -> list[Stmt]:
+    if isinstance(node, Stmt):
+        return [node]
+    return [s for child in node.body for s in _statements(child)]
+
+
+def _rename(kernel: Kernel, old: str, new: str) -> Kernel:
+    def expr(e: Expr) -> Expr:
+        e = map_children(e, expr)
+        return replace(e, buffer=new) if isinstance(e, Load) and e.buffer == old else e
+
+    def node(n: Node) -> Node:
+        if isinstance(n, Stmt):
+            write = replace(n.write, buffer=new) if n.write.buffer == old else n.write
+            return replace(n, write=write, body=expr(n.body))
+        return replace(n, body=tuple(node(c) for c in n.body))
+
+    return replace(kernel, body=tuple(node(n) for n in kernel.body),
+                   buffers=tuple(b for b in kernel.buffers if b.name != old))
