@@ -23,11 +23,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
+import io
 import itertools
 import json
+import multiprocessing
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +56,7 @@ from polyonnx.krnl.memory import MemoryPlan, plan_memory
 from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.budget import schedule_kernel
+from polyonnx.schedule.budget import isl_exclusive, schedule_kernel
 from polyonnx.schedule.default import ScheduledKernel, Tiling, default_schedule
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import TraceLike, replay_schedules
@@ -78,8 +83,12 @@ def lower(graph: Graph) -> Program:
     return build_program(graph, [g.nodes for g in fuse(graph)])
 
 
+#: Distinct kernels to schedule below which a pool of forked processes costs more than it saves.
+PARALLEL_MIN_KERNELS = 8
+
+
 def schedule(program: Program, options: Options,
-             schedules: Mapping[str, TraceLike] | None = None
+             schedules: Mapping[str, TraceLike] | None = None, *, trees: bool = False
              ) -> tuple[tuple[ScheduledKernel | None, tuple[la.LNode, ...]], ...]:
     """The schedule tree of every kernel and the loops isl generates from it (read into
     codegen's loop AST), within the isl budget (a kernel over it falls back to its own loop
@@ -87,8 +96,11 @@ def schedule(program: Program, options: Options,
     signatures to traces that replace the default strategy (see
     :func:`polyonnx.schedule.trace.replay_schedules`).
 
-    With ``options.cache``, the loops of a default-scheduled kernel come from the on-disk
-    cache when that kernel (by signature) was scheduled before; its schedule is then None.
+    The schedule of a default-scheduled kernel is None when its loops came from the on-disk
+    cache (``options.cache``: that kernel, by signature, was scheduled before) or from a
+    forked worker process (a model with at least :data:`PARALLEL_MIN_KERNELS` distinct
+    kernels to schedule is scheduled by a pool, one process per core). With ``trees``, every
+    kernel not served by the cache is scheduled in this process and keeps its schedule.
     """
     tiling = Tiling.for_vector_bits(vector_bits(options))
     strategy = functools.partial(default_schedule, tiling=tiling)
@@ -97,32 +109,87 @@ def schedule(program: Program, options: Options,
     # Kernels that differ only in their buffers (ResNet50 repeats most of its convolutions)
     # share one schedule and one AST.
     by_signature: dict[str, tuple[ScheduledKernel | None, tuple[la.LNode, ...]]] = {}
+    todo: dict[str, Kernel] = {}  # signature -> the first kernel with it, not in the cache
+    signatures = [None if i in chosen else kernel_signature(k)
+                  for i, k in enumerate(program.kernels)]
+    for sig, k in zip(signatures, program.kernels, strict=True):
+        if sig is None or sig in by_signature or sig in todo:
+            continue
+        hit = cache.get("loops", _loops_key(sig, tiling, options)) if options.cache else None
+        if hit is not None:
+            by_signature[sig] = None, la.from_data(json.loads(hit))
+        else:
+            todo[sig] = k
+    workers = min(len(todo), os.cpu_count() or 1)
+    if not trees and workers > 1 and len(todo) >= PARALLEL_MIN_KERNELS:
+        by_signature.update(_forked_loops(todo, strategy, options, workers))
+    for sig, k in todo.items():
+        if sig not in by_signature:
+            scheduled, ast = schedule_kernel(k, strategy, options)
+            by_signature[sig] = scheduled, la.from_isl(ast)
+        if options.cache:
+            cache.put("loops", _loops_key(sig, tiling, options),
+                      json.dumps(la.to_data(by_signature[sig][1])).encode())
     out = []
-    for i, k in enumerate(program.kernels):
-        if i in chosen:
+    for i, (sig, k) in enumerate(zip(signatures, program.kernels, strict=True)):
+        if sig is None:
             out.append((chosen[i], la.from_isl(build_ast(chosen[i].schedule))))
             continue
-        sig = kernel_signature(k)
-        if sig not in by_signature:
-            by_signature[sig] = _default_loops(k, sig, strategy, tiling, options)
         first, loops = by_signature[sig]
         out.append((dataclasses.replace(first, kernel=k) if first else None, loops))
     return tuple(out)
 
 
-def _default_loops(kernel: Kernel, signature: str, strategy: Callable[[Kernel],
-                   ScheduledKernel], tiling: Tiling, options: Options
-                   ) -> tuple[ScheduledKernel | None, tuple[la.LNode, ...]]:
-    key = cache.key("loops", signature, repr(tiling), str(options.isl_max_operations))
-    if options.cache:
-        hit = cache.get("loops", key)
-        if hit is not None:
-            return None, la.from_data(json.loads(hit))
-    scheduled, ast = schedule_kernel(kernel, strategy, options)
-    loops = la.from_isl(ast)
-    if options.cache:
-        cache.put("loops", key, json.dumps(la.to_data(loops)).encode())
-    return scheduled, loops
+def _loops_key(signature: str, tiling: Tiling, options: Options) -> str:
+    return cache.key("loops", signature, repr(tiling), str(options.isl_max_operations))
+
+
+_Job = tuple[Kernel, Callable[[Kernel], ScheduledKernel], Options]
+
+# In a worker process of _forked_loops: what its tasks (indices) schedule.
+_worker_jobs: list[_Job] = []
+
+
+def _forked_loops(todo: Mapping[str, Kernel], strategy: Callable[[Kernel], ScheduledKernel],
+                  options: Options, workers: int
+                  ) -> dict[str, tuple[None, tuple[la.LNode, ...]]]:
+    """The loops of the kernels in ``todo`` (by signature), scheduled by a pool of forked
+    processes. A kernel whose worker failed is left out: the caller schedules it again in this
+    process, which raises the error as if there had been no pool (scheduling is
+    deterministic). What a worker printed on stderr (``Options.verbose``) is printed here."""
+    sigs = list(todo)
+    # Most statements first, so that no worker is left alone with a long kernel at the end.
+    order = sorted(range(len(sigs)), key=lambda j: -sum(1 for _ in todo[sigs[j]].statements()))
+    jobs = [(todo[sigs[j]], strategy, options) for j in order]
+    # fork: the workers inherit the jobs (initargs are not pickled with fork) and need no
+    # imports; no thread of ours is inside isl while the process is copied.
+    with isl_exclusive():
+        pool = multiprocessing.get_context("fork").Pool(workers, _set_worker_jobs, (jobs,))
+    with pool:
+        results = pool.map(_forked_job, range(len(jobs)), chunksize=1)
+    out: dict[str, tuple[None, tuple[la.LNode, ...]]] = {}
+    for j, (data, err) in sorted(zip(order, results, strict=True)):
+        if data is not None:
+            sys.stderr.write(err)
+            out[sigs[j]] = None, la.from_data(data)
+    return out
+
+
+def _set_worker_jobs(jobs: list[_Job]) -> None:
+    global _worker_jobs
+    _worker_jobs = jobs
+
+
+def _forked_job(index: int) -> tuple[list | None, str]:
+    """One kernel's loops as data (JSON-able) and its stderr; None on any error (in a worker)."""
+    kernel, strategy, options = _worker_jobs[index]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            _, ast = schedule_kernel(kernel, strategy, options)
+            return la.to_data(la.from_isl(ast)), err.getvalue()
+    except Exception:  # the parent schedules the kernel again, to raise the error itself
+        return None, ""
 
 
 @dataclass(frozen=True)
@@ -200,10 +267,12 @@ class Compiled:
 
 
 def compile_graph(graph: Graph, options: Options | None = None,
-                  schedules: Mapping[str, TraceLike] | None = None) -> Compiled:
+                  schedules: Mapping[str, TraceLike] | None = None, *,
+                  trees: bool = False) -> Compiled:
+    """``trees``: keep every kernel's schedule tree (see :func:`schedule`)."""
     options = options or Options()
     program = lower(graph)
-    scheduled = schedule(program, options, schedules)
+    scheduled = schedule(program, options, schedules, trees=trees)
     # A trace's staging verbs (cache_read, pack ...) change its kernel (new temp buffers): the
     # program runs the scheduled kernels, so memory is planned after scheduling.
     kernels = tuple(s.kernel if s is not None else k
@@ -246,8 +315,8 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
     program = lower(graph)
     if stage == "krnl":
         return str(program)
-    # The isl stages print schedule trees, which cached loops do not keep.
-    compiled = compile_graph(graph, dataclasses.replace(options, cache=False))
+    # The isl stages print schedule trees, which cached loops and forked workers do not keep.
+    compiled = compile_graph(graph, dataclasses.replace(options, cache=False), trees=True)
     if stage == "isl":
         return "\n\n".join(describe_isl(s) for s in compiled.scheduled)
     if stage == "ast":

@@ -2,8 +2,10 @@
 
 LLVM's optimizer and code generator are the slowest part of compiling a model, and llvmlite
 serialises them behind one lock, so kernels are compiled by a pool of forked worker processes
-(one per core), each from the kernel's IR text. Objects are cached by a hash of that text and
-the target machine, so a model compiled before loads its kernels from disk.
+(one per core), each from the kernel's IR text; with many kernels, the workers also build that
+text (emitting the IR is pure Python, as slow as a third of LLVM's work). Objects are cached
+by the kernel's symbol, which names its content, and the target machine, so a model compiled
+before loads its kernels from disk.
 """
 
 from __future__ import annotations
@@ -22,9 +24,16 @@ from polyonnx.options import Options
 
 #: Below this much IR text a pool costs more than it saves.
 PARALLEL_MIN_BYTES = 200_000
+#: From this many modules to compile, the workers build their IR too (the parent does not know
+#: how much IR there is before building it: a pool is then assumed to pay).
+PARALLEL_MIN_MODULES = 8
+
+_Spec = tuple[str, str, str, int, bool]
+_Job = tuple[str | Callable[[], ir.Module], _Spec]
 
 
-def _compile_text(text: str, spec: tuple[str, str, str, int, bool]) -> bytes:
+
+def _compile_text(text: str, spec: _Spec) -> bytes:
     """IR text -> optimized object code (runs in the parent or in a worker process)."""
     tm = create_machine(*spec)
     opt = spec[3]
@@ -36,11 +45,26 @@ def _compile_text(text: str, spec: tuple[str, str, str, int, bool]) -> bytes:
     return tm.emit_object(ref)
 
 
-def _worker(job: tuple[str, tuple[str, str, str, int, bool]]) -> bytes | str:
+def _worker(job: _Job) -> bytes | str:
+    """Object code of IR text, or of the module a function makes; an error as a message."""
+    source, spec = job
     try:
-        return _compile_text(*job)
+        return _compile_text(source if isinstance(source, str) else str(source()), spec)
     except Exception as e:  # reported to the parent, which raises CodegenError
         return f"{type(e).__name__}: {e}"
+
+
+# In a worker process: what its tasks (indices) compile (see _forked).
+_worker_jobs: list[_Job] = []
+
+
+def _set_worker_jobs(jobs: list[_Job]) -> None:
+    global _worker_jobs
+    _worker_jobs = jobs
+
+
+def _forked_worker(index: int) -> bytes | str:
+    return _worker(_worker_jobs[index])
 
 
 def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], options: Options,
@@ -50,30 +74,41 @@ def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], opti
     :func:`polyonnx.codegen.module.kernel_symbol`), so a cache hit needs no IR at all."""
     spec = (*machine(options), options.opt_level, jit)
     out: dict[str, bytes] = {}
-    todo: list[tuple[str, str, str]] = []  # (symbol, cache key, IR text)
+    todo: list[tuple[str, str, Callable[[], ir.Module]]] = []  # (symbol, cache key, make)
     for symbol, make in modules:
         key = cache.key(symbol, repr(spec))
         hit = cache.get("objects", key) if options.cache else None
         if hit is not None:
             out[symbol] = hit
         else:
-            todo.append((symbol, key, str(make())))
+            todo.append((symbol, key, make))
     if not todo:
         return out
-    size = sum(len(t) for _, _, t in todo)
     workers = min(len(todo), os.cpu_count() or 1)
-    with LLVM_LOCK:
-        if workers > 1 and size >= PARALLEL_MIN_BYTES:
-            # fork: the children need no imports; LLVM_LOCK is held, so no thread of ours is
-            # inside LLVM while the process is copied.
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                results = pool.map(_worker, [(t, spec) for _, _, t in todo], chunksize=1)
+    results: list[bytes | str]
+    if workers > 1 and len(todo) >= PARALLEL_MIN_MODULES:
+        results = _forked(workers, [(make, spec) for _, _, make in todo])
+    else:
+        texts = [str(make()) for _, _, make in todo]
+        if workers > 1 and sum(map(len, texts)) >= PARALLEL_MIN_BYTES:
+            results = _forked(workers, [(t, spec) for t in texts])
         else:
-            results = [_worker((t, spec)) for _, _, t in todo]
-    for (symbol, key, _), result in zip(todo, results, strict=True):
+            with LLVM_LOCK:
+                results = [_worker((t, spec)) for t in texts]
+    for (symbol, key, make), result in zip(todo, results, strict=True):
         if isinstance(result, str):
+            str(make())  # an error building the IR (in a worker) is raised as it is
             raise CodegenError(f"compiling kernel {symbol} failed: {result}")
         out[symbol] = result
         if options.cache:
             cache.put("objects", key, result)
     return out
+
+
+def _forked(workers: int, jobs: list[_Job]) -> list[bytes | str]:
+    """:func:`_worker` of each job, in a pool of forked processes."""
+    # fork: the children need no imports and inherit the jobs (initargs are not pickled with
+    # fork); LLVM_LOCK is held, so no thread of ours is inside LLVM while the process is copied.
+    with LLVM_LOCK, multiprocessing.get_context("fork").Pool(
+            workers, _set_worker_jobs, (jobs,)) as pool:
+        return pool.map(_forked_worker, range(len(jobs)), chunksize=1)

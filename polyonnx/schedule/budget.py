@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -38,6 +39,24 @@ _QUOTA_MESSAGE = "maximal number of operations exceeded"
 # The operation counter belongs to the context every polyonnx isl object lives in, so budgeted
 # blocks run one at a time (islpy holds the GIL anyway); reentrant for nested budgets.
 _LOCK = threading.RLock()
+
+
+def _fresh_lock() -> None:
+    """In a forked child: a lock the fork copied held (by a thread the child does not have, or
+    by the forking thread, in a frame the child never returns to) would stay held forever."""
+    global _LOCK
+    _LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock)
+
+
+@contextmanager
+def isl_exclusive() -> Iterator[None]:
+    """Run the block while no budgeted isl block of another thread runs (e.g. to fork a
+    process that will use isl: the operation limit it inherits is then the unlimited one)."""
+    with _LOCK:
+        yield
 
 
 class BudgetExceeded(ScheduleError):

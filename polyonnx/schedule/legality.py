@@ -19,6 +19,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
@@ -29,9 +31,9 @@ from polyonnx.schedule.poly import Dependences, PolyKernel
 def check_order(verb: str, poly: PolyKernel, deps: Dependences, schedule: isl.Schedule) -> None:
     """Refuse ``schedule`` unless it orders the source of every dependence before its sink."""
     order = schedule.get_map()
-    before = order.lex_lt_union_map(order)
-    if _all(deps).is_subset(before):
+    if _runs_before(deps.all, order):
         return  # (one test for all kinds; the kinds are told apart only for the message)
+    before = order.lex_lt_union_map(order)
     for kind, rel in _kinds(deps):
         bad = rel.subtract(before)
         if not bad.is_empty():
@@ -59,13 +61,49 @@ def check_not_carried(verb: str, loop: str, poly: PolyKernel, deps: Dependences,
         raise ScheduleError(f"{verb}: loop {loop} carries the {text}{why}")
 
 
-def _all(deps: Dependences) -> isl.UnionMap:
-    """``deps.all``, computed once per Dependences (the checks of one schedule share it)."""
-    cached = deps.__dict__.get("_all_cached")
-    if cached is None:
-        cached = deps.all.coalesce()
-        object.__setattr__(deps, "_all_cached", cached)
-    return cached
+def _runs_before(deps: isl.UnionMap, order: isl.UnionMap) -> bool:
+    """Whether the schedule map ``order`` runs the source of every dependence before its sink:
+    ``deps ⊆ order⁻¹ ∘ (<ₗₑₓ) ∘ order``, decided on the dependences mapped to their (source
+    time, sink time) instead of on that relation between all pairs of instances, which isl
+    builds slowly for tiled schedules. The two agree as a schedule map is a function of the
+    instances it covers, into one time space."""
+    if deps.is_empty():
+        return True
+    times = order.range()
+    if (times.n_set() != 1
+            or not deps.domain().union(deps.range()).is_subset(order.domain())):
+        return False  # (not a schedule map of them: the caller's exact test decides)
+    lex_lt = isl.Map.lex_lt(isl.Set.from_union_set(times).get_space())
+    return deps.apply_domain(order).apply_range(order).is_subset(isl.UnionMap.from_map(lex_lt))
+
+
+def loops_that_may_carry(deps: Dependences, below: isl.UnionSet,
+                         loops: Callable[[], isl.UnionMap], depths: Sequence[int]) -> set[int]:
+    """Which of the loops at ``depths`` (0: outermost) of ``loops()`` (the instances ``below``
+    them -> the values of the loops on the way there, outermost first) may carry a dependence.
+    A loop left out carries none, exactly as :func:`check_not_carried` decides it; one
+    returned is then checked (and refused in words) by it. One distance computation serves
+    every loop of a nest, and none is needed for instances without dependences among them."""
+    rel = deps.all.intersect_domain(below).intersect_range(below)
+    if rel.is_empty():
+        return set()
+    values = loops()
+    if not below.is_subset(values.domain()):
+        return set(depths)  # (not a function of every instance: the exact test decides)
+    # A loop carries a dependence when source and sink agree on the loops outside it but not
+    # on it: their distance is 0 on those loops and not on it (the loops are functions of the
+    # instances, into one space).
+    distances = rel.apply_domain(values).apply_range(values).deltas()
+    if distances.n_set() != 1:
+        return set(depths)
+    dims = [f"x{k}" for k in range(isl.Set.from_union_set(distances).dim(isl.dim_type.set))]
+    out = set()
+    for d in depths:
+        carried = " and ".join([*(f"{x} = 0" for x in dims[:d]), f"{dims[d]} != 0"])
+        if not distances.intersect(isl.UnionSet(f"{{ [{', '.join(dims)}] : {carried} }}")
+                                   ).is_empty():
+            out.add(d)
+    return out
 
 
 def _kinds(deps: Dependences) -> tuple[tuple[str, isl.UnionMap], ...]:
@@ -134,10 +172,4 @@ def _reduction(carried: isl.UnionMap, poly: PolyKernel) -> str:
 def dependences_in(poly: PolyKernel, schedule: isl.Schedule) -> Dependences:
     """RAW, WAR and WAW dependences of ``poly`` with its statements run in ``schedule`` (the
     meaning of a kernel changed by a staging verb is the schedule that verb produced)."""
-    def flow(sink: isl.UnionMap, source: isl.UnionMap, must: bool) -> isl.UnionMap:
-        info = isl.UnionAccessInfo.from_sink(sink)
-        info = info.set_must_source(source) if must else info.set_may_source(source)
-        return info.set_schedule(schedule).compute_flow().get_may_dependence().coalesce()
-
-    return Dependences(flow(poly.reads, poly.writes, True), flow(poly.writes, poly.reads, False),
-                       flow(poly.writes, poly.writes, True))
+    return Dependences(poly.reads, poly.writes, schedule)

@@ -17,8 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import islpy as isl
 
@@ -54,15 +55,46 @@ class StmtInfo:
 
 @dataclass(frozen=True)
 class Dependences:
-    """Exact dataflow dependences between statement instances (isl union maps)."""
+    """Exact dataflow dependences between the instances of statements with accesses ``reads``
+    and ``writes`` run in ``order`` (isl union maps), each computed when first asked for: a
+    legal schedule needs only :attr:`all`; the kinds name a violation."""
 
-    raw: isl.UnionMap
-    war: isl.UnionMap
-    waw: isl.UnionMap
+    reads: isl.UnionMap
+    writes: isl.UnionMap
+    order: isl.Schedule
 
-    @property
+    @functools.cached_property
+    def raw(self) -> isl.UnionMap:
+        """Write -> a later read of its element, with no write of the element in between."""
+        return _flow(self.reads, self.writes, self.order, must=True)
+
+    @functools.cached_property
+    def war(self) -> isl.UnionMap:
+        """Read -> the next write of its element."""
+        return _flow(self.writes, self.reads, self.order, must=False)
+
+    @functools.cached_property
+    def waw(self) -> isl.UnionMap:
+        """Write -> the next write of its element."""
+        return _flow(self.writes, self.writes, self.order, must=True)
+
+    @functools.cached_property
     def all(self) -> isl.UnionMap:
-        return self.raw.union(self.war).union(self.waw)
+        """RAW, WAR and WAW together. RAW and WAW come from one flow computation (a third
+        less isl work): the last write before an access to an element is the same whether
+        the access reads or writes it."""
+        last_write = _flow(self.reads.union(self.writes), self.writes, self.order, must=True)
+        return last_write.union(self.war).coalesce()
+
+
+def _flow(sink: isl.UnionMap, source: isl.UnionMap, order: isl.Schedule,
+          must: bool) -> isl.UnionMap:
+    """isl's dataflow analysis: each access of ``sink`` from the last access of ``source``
+    before it in ``order`` (``must``: a source access always happens), else from every one
+    since the last must-source."""
+    info = isl.UnionAccessInfo.from_sink(sink)
+    info = info.set_must_source(source) if must else info.set_may_source(source)
+    return info.set_schedule(order).compute_flow().get_may_dependence().coalesce()
 
 
 @dataclass(frozen=True)
@@ -76,6 +108,10 @@ class PolyKernel:
     domain: isl.UnionSet
     writes: isl.UnionMap
     reads: isl.UnionMap
+    instances_memo: dict[tuple[str, ...], isl.UnionSet] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Memo of :func:`polyonnx.schedule.tree.instances` (statement names -> their domain):
+    schedule trees and legality checks ask for the same few sets over and over."""
 
     @staticmethod
     def build(kernel: Kernel) -> PolyKernel:
@@ -105,14 +141,7 @@ class PolyKernel:
 
     def dependences(self) -> Dependences:
         """RAW, WAR and WAW dependences in the kernel's original (tree) order."""
-        order = initial_schedule(self)
-        raw = (isl.UnionAccessInfo.from_sink(self.reads).set_must_source(self.writes)
-               .set_schedule(order).compute_flow().get_may_dependence())
-        waw = (isl.UnionAccessInfo.from_sink(self.writes).set_must_source(self.writes)
-               .set_schedule(order).compute_flow().get_may_dependence())
-        war = (isl.UnionAccessInfo.from_sink(self.writes).set_may_source(self.reads)
-               .set_schedule(order).compute_flow().get_may_dependence())
-        return Dependences(raw.coalesce(), war.coalesce(), waw.coalesce())
+        return Dependences(self.reads, self.writes, initial_schedule(self))
 
 
 def _space_text(info: StmtInfo) -> str:

@@ -29,17 +29,25 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.default import ScheduledKernel
-from polyonnx.schedule.legality import check_not_carried, check_order, dependences_in
+from polyonnx.schedule.legality import (
+    check_not_carried,
+    check_order,
+    dependences_in,
+    loops_that_may_carry,
+)
 from polyonnx.schedule.poly import Dependences, PolyKernel
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.tree import (
     Band,
     Node,
+    Path,
     band_map,
     band_paths,
+    bands_above,
     get,
     initial_tree,
+    instances,
     prefix_map,
     render,
     stmts,
@@ -141,7 +149,7 @@ class Schedule:
     def signature(self) -> str:
         return self._model.signature
 
-    @property
+    @functools.cached_property
     def loops(self) -> tuple[str, ...]:
         """Loop names, outermost first (pre-order)."""
         return tuple(band_paths(self.tree))
@@ -230,7 +238,7 @@ class Schedule:
         for _, node in walk(self.tree):
             if not isinstance(node, Band) or node.mark not in ("parallel", "vector"):
                 continue  # an unroll mark runs the iterations in order
-            for name in node.named or (node.name,):
+            for name in self._may_carry(paths, node.named or (node.name,)):
                 band = get(self.tree, paths[name])
                 assert isinstance(band, Band)
                 check_not_carried(verb, name, self.poly, self.dependences,
@@ -239,6 +247,21 @@ class Schedule:
                                   band_map(band, self.poly))
             if node.mark == "vector" and any(isinstance(n, Band) for _, n in walk(node.child)):
                 raise ScheduleError(f"{verb}: the vector loop {node.name} would hold loops")
+
+    def _may_carry(self, paths: dict[str, Path], names: tuple[str, ...]) -> list[str]:
+        """Of the loops ``names`` of one mark, those that :func:`check_not_carried` must
+        check: found with one distance computation when they are nested over the same
+        statements (one nest), else all of them."""
+        deepest = max(names, key=lambda n: len(paths[n]))
+        under = stmts(get(self.tree, paths[deepest]))
+        if any(paths[deepest][:len(paths[n])] != paths[n]
+               or stmts(get(self.tree, paths[n])) != under for n in names):
+            return list(names)
+        depth = {n: bands_above(self.tree, paths[n]) for n in names}
+        may = loops_that_may_carry(self.dependences, instances(self.poly, under),
+                                   lambda: prefix_map(self.tree, paths[deepest], self.poly),
+                                   [depth[n] for n in names])
+        return [n for n in names if depth[n] in may]
 
     # ------------------------------------------------------------------ verbs
 

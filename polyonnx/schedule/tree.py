@@ -174,7 +174,11 @@ def universe(poly: PolyKernel, names: tuple[str, ...] | list[str]) -> isl.UnionS
 
 def instances(poly: PolyKernel, names: tuple[str, ...] | list[str]) -> isl.UnionSet:
     """The iteration domains of the named statements."""
-    return poly.domain.intersect(universe(poly, names))
+    key = tuple(names)
+    out = poly.instances_memo.get(key)
+    if out is None:
+        out = poly.instances_memo[key] = poly.domain.intersect(universe(poly, names))
+    return out
 
 
 def band_map(band: Band, poly: PolyKernel) -> isl.UnionMap:
@@ -190,6 +194,15 @@ def value_range(band: Band, poly: PolyKernel) -> tuple[int, int]:
     hi = isl.Set.from_union_set(values.lexmax()).sample_point()
     return (int(lo.get_coordinate_val(isl.dim_type.set, 0).to_python()),
             int(hi.get_coordinate_val(isl.dim_type.set, 0).to_python()))
+
+
+def bands_above(tree: Node, path: Path) -> int:
+    """The loops enclosing the node at ``path``: its position in :func:`prefix_map`'s values."""
+    count, node = 0, tree
+    for i in path:
+        count += isinstance(node, Band)
+        node = children(node)[i]
+    return count
 
 
 def prefix_map(tree: Node, path: Path, poly: PolyKernel, inclusive: bool = True) -> isl.UnionMap:

@@ -1,0 +1,95 @@
+"""The legality checks' shortcuts decide exactly what the plain isl formulations decide.
+
+``Dependences.all`` computes RAW and WAW in one dataflow analysis;
+``check_order`` first maps the dependences to (source time, sink time) instead of building the
+lexicographic order between all instances; ``Schedule._verify`` asks
+``loops_that_may_carry`` which loops of a nest need ``check_not_carried`` at all. All are
+compared here with the definitions on random schedules, legal or not, of the zoo kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from polyonnx.errors import ScheduleError
+from polyonnx.schedule.legality import _runs_before, check_not_carried, loops_that_may_carry
+from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.tree import (
+    Band,
+    band_map,
+    bands_above,
+    get,
+    instances,
+    prefix_map,
+    stmts,
+    walk,
+)
+from polyonnx.schedule.verbs import Reverse
+from tests.schedule.test_properties import verb
+from tests.schedule.zoo import ZOO
+
+
+def _carries(s: Schedule, path: tuple[int, ...]) -> bool:
+    """The definition: does ``check_not_carried`` refuse the loop at ``path``?"""
+    band = get(s.tree, path)
+    assert isinstance(band, Band)
+    try:
+        check_not_carried("probe", band.name, s.poly, s.dependences,
+                          prefix_map(s.tree, path, s.poly, inclusive=False),
+                          band_map(band, s.poly))
+    except ScheduleError:
+        return True
+    return False
+
+
+def _nests(s: Schedule) -> list[list[tuple[int, ...]]]:
+    """Paths of each chain of directly nested loops over the same statements."""
+    out = []
+    for path, node in walk(s.tree):
+        if not isinstance(node, Band):
+            continue
+        chain = [path]
+        while isinstance(node.child, Band):
+            node, chain = node.child, [*chain, (*chain[-1], 0)]
+        out.append(chain)
+    return out
+
+
+def _compare(s: Schedule) -> None:
+    kinds = s.dependences
+    deps = kinds.all
+    assert deps.is_equal(kinds.raw.union(kinds.war).union(kinds.waw))
+    order = s.isl_schedule.get_map()
+    assert _runs_before(deps, order) == deps.is_subset(order.lex_lt_union_map(order))
+    for chain in _nests(s):
+        deepest = chain[-1]
+        depths = {bands_above(s.tree, p): p for p in chain}
+        may = loops_that_may_carry(
+            s.dependences, instances(s.poly, stmts(get(s.tree, deepest))),
+            lambda d=deepest: prefix_map(s.tree, d, s.poly), sorted(depths))
+        assert may == {d for d, p in depths.items() if _carries(s, p)}, s.trace
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_unscheduled_kernels(name):
+    _compare(Schedule.from_kernel(ZOO[name]()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_schedules_legal_or_not(data):
+    s = Schedule.from_kernel(ZOO[data.draw(st.sampled_from(sorted(ZOO)), label="kernel")]())
+    for _ in range(data.draw(st.integers(0, 3), label="steps")):
+        try:
+            s = data.draw(verb(s))(s)
+        except ScheduleError:
+            continue
+    if data.draw(st.booleans(), label="reverse a loop unchecked"):
+        # Running a loop backwards breaks the order of what it carries: an illegal schedule.
+        with contextlib.suppress(ScheduleError):  # (a marked loop is not reversed)
+            s = s._step(Reverse(data.draw(st.sampled_from(s.loops), label="loop")))
+    _compare(s)
