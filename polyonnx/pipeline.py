@@ -30,7 +30,6 @@ import hashlib
 import io
 import itertools
 import json
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +42,8 @@ from polyonnx import cache
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
 from polyonnx.codegen.target import thread_count, vector_bits
-from polyonnx.errors import PolyonnxError
+from polyonnx.errors import PolyonnxError, ScheduleError
+from polyonnx.forked import forked_map
 from polyonnx.frontend.importer import import_model
 from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
@@ -146,10 +146,6 @@ def _loops_key(signature: str, tiling: Tiling, options: Options) -> str:
 
 _Job = tuple[Kernel, Callable[[Kernel], ScheduledKernel], Options]
 
-# In a worker process of _forked_loops: what its tasks (indices) schedule.
-_worker_jobs: list[_Job] = []
-
-
 def _forked_loops(todo: Mapping[str, Kernel], strategy: Callable[[Kernel], ScheduledKernel],
                   options: Options, workers: int
                   ) -> dict[str, tuple[None, tuple[la.LNode, ...]]]:
@@ -164,9 +160,7 @@ def _forked_loops(todo: Mapping[str, Kernel], strategy: Callable[[Kernel], Sched
     # fork: the workers inherit the jobs (initargs are not pickled with fork) and need no
     # imports; no thread of ours is inside isl while the process is copied.
     with isl_exclusive():
-        pool = multiprocessing.get_context("fork").Pool(workers, _set_worker_jobs, (jobs,))
-    with pool:
-        results = pool.map(_forked_job, range(len(jobs)), chunksize=1)
+        results = forked_map(_forked_job, jobs, workers, ScheduleError)
     out: dict[str, tuple[None, tuple[la.LNode, ...]]] = {}
     for j, (data, err) in sorted(zip(order, results, strict=True)):
         if data is not None:
@@ -175,14 +169,9 @@ def _forked_loops(todo: Mapping[str, Kernel], strategy: Callable[[Kernel], Sched
     return out
 
 
-def _set_worker_jobs(jobs: list[_Job]) -> None:
-    global _worker_jobs
-    _worker_jobs = jobs
-
-
-def _forked_job(index: int) -> tuple[list | None, str]:
+def _forked_job(job: _Job) -> tuple[list | None, str]:
     """One kernel's loops as data (JSON-able) and its stderr; None on any error (in a worker)."""
-    kernel, strategy, options = _worker_jobs[index]
+    kernel, strategy, options = job
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

@@ -10,7 +10,6 @@ before loads its kernels from disk.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 
@@ -20,6 +19,7 @@ from llvmlite import ir
 from polyonnx import cache
 from polyonnx.codegen.target import LLVM_LOCK, create_machine, machine, optimize
 from polyonnx.errors import CodegenError
+from polyonnx.forked import forked_map
 from polyonnx.options import Options
 
 #: Below this much IR text a pool costs more than it saves.
@@ -52,19 +52,6 @@ def _worker(job: _Job) -> bytes | str:
         return _compile_text(source if isinstance(source, str) else str(source()), spec)
     except Exception as e:  # reported to the parent, which raises CodegenError
         return f"{type(e).__name__}: {e}"
-
-
-# In a worker process: what its tasks (indices) compile (see _forked).
-_worker_jobs: list[_Job] = []
-
-
-def _set_worker_jobs(jobs: list[_Job]) -> None:
-    global _worker_jobs
-    _worker_jobs = jobs
-
-
-def _forked_worker(index: int) -> bytes | str:
-    return _worker(_worker_jobs[index])
 
 
 def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], options: Options,
@@ -107,8 +94,6 @@ def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], opti
 
 def _forked(workers: int, jobs: list[_Job]) -> list[bytes | str]:
     """:func:`_worker` of each job, in a pool of forked processes."""
-    # fork: the children need no imports and inherit the jobs (initargs are not pickled with
-    # fork); LLVM_LOCK is held, so no thread of ours is inside LLVM while the process is copied.
-    with LLVM_LOCK, multiprocessing.get_context("fork").Pool(
-            workers, _set_worker_jobs, (jobs,)) as pool:
-        return pool.map(_forked_worker, range(len(jobs)), chunksize=1)
+    # LLVM_LOCK is held, so no thread of ours is inside LLVM while the process is copied.
+    with LLVM_LOCK:
+        return forked_map(_worker, jobs, workers, CodegenError)

@@ -1,0 +1,50 @@
+"""A map over forked worker processes, for the compile stages that parallelise (scheduling,
+LLVM) and that must fail, not hang, when a worker dies.
+
+The workers are forked, so they inherit the jobs (and every import) instead of receiving them
+pickled; only job indices go to them and only results come back. A worker killed mid-job (out
+of memory, a crash in a native library) breaks the pool, which is reported as ``error``.
+
+Example:
+    >>> forked_map(len, [[1], [1, 2]], workers=2, error=RuntimeError)  # doctest: +SKIP
+    [1, 2]
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+# In a worker: the function and the jobs it was forked with.
+_function: Callable[[Any], Any] | None = None
+_jobs: Sequence[Any] = ()
+
+
+def forked_map(fn: Callable[[Any], R], jobs: Sequence[Any], workers: int,
+               error: Callable[[str], Exception]) -> list[R]:
+    """``[fn(job) for job in jobs]``, computed by ``workers`` forked processes; raises
+    ``error(message)`` when a worker dies. The caller holds whatever lock keeps other threads
+    out of native code while the process is copied (the workers fork during this call)."""
+    context = multiprocessing.get_context("fork")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start,
+                                 initargs=(fn, jobs)) as pool:
+            return list(pool.map(_call, range(len(jobs))))
+    except BrokenProcessPool:
+        raise error(f"a worker process died while compiling ({len(jobs)} jobs on {workers} "
+                    "processes): out of memory, or a crash in native code") from None
+
+
+def _start(fn: Callable[[Any], Any], jobs: Sequence[Any]) -> None:
+    global _function, _jobs
+    _function, _jobs = fn, jobs
+
+
+def _call(index: int) -> Any:
+    assert _function is not None
+    return _function(_jobs[index])
