@@ -102,7 +102,7 @@ def schedule(program: Program, options: Options,
     kernels to schedule is scheduled by a pool, one process per core). With ``trees``, every
     kernel not served by the cache is scheduled in this process and keeps its schedule.
     """
-    tiling = Tiling.for_vector_bits(vector_bits(options))
+    tiling = Tiling.for_vector_bits(vector_bits(options), thread_count(options))
     strategy = functools.partial(default_schedule, tiling=tiling)
     chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
                                                              schedules or {}).items()}

@@ -50,10 +50,6 @@ from polyonnx.schedule.verbs import (
 if TYPE_CHECKING:
     from polyonnx.schedule.schedule import Schedule
 
-#: Iterations the loops outside a reduction's cache chunks should have between them, so that
-#: the thread pool can share them out (it cuts a parallel loop in up to 4 chunks per thread).
-PARALLEL_TILES = 16
-
 VECTOR_MARK = "vector"
 UNROLL_MARK = "unroll"
 
@@ -79,14 +75,20 @@ class Tiling:
     """Reduction iterations per cache block (see :func:`_reduction_split`)."""
     paired_rows: int = 0
     """Rows of a tile two vector tiles wide (see :func:`_tile_reduction`); 0: never."""
+    parallel_tiles: int = 1
+    """Iterations the tile loops outside a reduction's cache chunks should give the thread
+    pool when an epilogue is fused there (see :func:`_tile_reduction`); 1: one thread."""
 
     @staticmethod
-    def for_vector_bits(bits: int) -> Tiling:
+    def for_vector_bits(bits: int, threads: int = 1) -> Tiling:
         """Two float32 vectors wide; as many rows as the register file holds accumulators for
         (16 vector registers with AVX2, 32 with AVX-512). With 32 registers a tile may also be
-        7 rows by two vector tiles (28 accumulators, each row's broadcast serving 4 FMAs)."""
+        7 rows by two vector tiles (28 accumulators, each row's broadcast serving 4 FMAs).
+        With several threads, 4 tiles per thread: the pool's chunks (it cuts a parallel loop
+        in up to 4 per thread)."""
         return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32,
-                      paired_rows=7 if bits >= 512 else 0)
+                      paired_rows=7 if bits >= 512 else 0,
+                      parallel_tiles=4 * threads if threads > 1 else 1)
 
     def rows(self, extent: int) -> int:
         """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
@@ -464,11 +466,11 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     if epilogue_loops and at < len(order) and order[at] not in sizes_of:
         # Everything the epilogue is fused with runs per iteration of the loops outside the
         # chunk loop, so they are the only parallel loops: cut the next loop in blocks until
-        # they give PARALLEL_TILES iterations (a conv: blocks of output rows).
+        # they give ``parallel_tiles`` iterations (a conv: blocks of output rows).
         have = int(np.prod(counts[:at]))
         extent = _extent(red.outer, names[order[at]])
-        if have < PARALLEL_TILES and extent > 1:
-            size = -(-extent // -(-PARALLEL_TILES // have))
+        if have < tiling.parallel_tiles and extent > 1:
+            size = -(-extent // -(-tiling.parallel_tiles // have))
             if size < extent:
                 band = (order[at], size)
     s, copies = _created(s, Distribute(outer[0]))
