@@ -6,18 +6,17 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-#: What benchmarks sleep between multi-threaded runs (see :func:`interleaved`).
-SETTLE_S = 0.02
-
 
 def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float,
-                settle_s: float = 0.0) -> tuple[list[float], int]:
+                warm: bool = False) -> tuple[list[float], int]:
     """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
     round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds).
 
-    ``settle_s`` is slept (untimed) after every run: the worker threads of onnxruntime and
-    OpenBLAS spin for a while after a parallel call, and would otherwise take cores from
-    whichever contender runs next (measured here: +40% on ResNet50 at 2 threads).
+    With ``warm``, every timed call follows an untimed call of the same contender: for
+    multi-threaded contenders, whose worker threads spin for a while after a call (onnxruntime,
+    OpenBLAS) and would take the cores of whichever contender runs next (measured here: +40%
+    on ResNet50 at 2 threads), or sleep when idle and wake slowly (polyonnx's pool). Each
+    contender is then timed as it runs when called back to back.
 
     Example:
         >>> (a, b), n = interleaved([lambda: None, lambda: None], repeat=5, budget_s=1.0)
@@ -32,9 +31,9 @@ def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: flo
     times: list[list[float]] = [[] for _ in runs]
     for _ in range(n):
         for run, out in zip(runs, times, strict=True):
+            if warm:
+                run()
             t = time.perf_counter()
             run()
             out.append(time.perf_counter() - t)
-            if settle_s:
-                time.sleep(settle_s)
     return [statistics.median(x) for x in times], n
