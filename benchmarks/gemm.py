@@ -39,7 +39,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import polyonnx
-from polyonnx.bench.timing import interleaved
+from polyonnx.bench.timing import WARM_S, interleaved
 
 try:
     import threadpoolctl
@@ -148,7 +148,7 @@ def measure(m: int, n: int, k: int, threads: int, repeat: int, budget_s: float) 
         err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
         (poly_s, numpy_s), runs = interleaved(
             [lambda: sess.run(None, feeds), lambda: a @ b], repeat, budget_s,
-            warm=threads > 1)
+            warm_s=WARM_S if threads > 1 else 0.0)
     return Row(m, n, k, threads, compile_s, poly_s, numpy_s, runs, err)
 
 

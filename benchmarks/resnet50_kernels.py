@@ -42,7 +42,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
-from polyonnx.bench.timing import interleaved
+from polyonnx.bench.timing import WARM_S, interleaved
 from polyonnx.pipeline import to_graph
 
 HERE = Path(__file__).resolve().parent
@@ -169,7 +169,7 @@ def measure(s: ConvShape, count: int, threads: int, repeat: int, budget_s: float
     err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
     (poly_s, ort_s), runs = interleaved(
         [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
-            warm=threads > 1)
+            warm_s=WARM_S if threads > 1 else 0.0)
     return Row(s, count, poly_s, ort_s, runs, err)
 
 

@@ -6,17 +6,21 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+#: How long benchmarks run a multi-threaded contender before timing it (see
+#: :func:`interleaved`): longer than OpenBLAS's idle threads spin.
+WARM_S = 0.2
+
 
 def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float,
-                warm: bool = False) -> tuple[list[float], int]:
+                warm_s: float = 0.0) -> tuple[list[float], int]:
     """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
     round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds).
 
-    With ``warm``, every timed call follows an untimed call of the same contender: for
-    multi-threaded contenders, whose worker threads spin for a while after a call (onnxruntime,
-    OpenBLAS) and would take the cores of whichever contender runs next (measured here: +40%
-    on ResNet50 at 2 threads), or sleep when idle and wake slowly (polyonnx's pool). Each
-    contender is then timed as it runs when called back to back.
+    With ``warm_s``, every timed call follows untimed calls of the same contender for at
+    least that long: multi-threaded contenders' worker threads spin for a while after a call
+    (onnxruntime; OpenBLAS for up to ~0.1 s) and would take the cores of whichever contender
+    runs next (measured here: +40% on ResNet50 at 2 threads), or sleep when idle and wake
+    slowly (polyonnx's pool). Each contender is then timed as it runs when called back to back.
 
     Example:
         >>> (a, b), n = interleaved([lambda: None, lambda: None], repeat=5, budget_s=1.0)
@@ -31,7 +35,8 @@ def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: flo
     times: list[list[float]] = [[] for _ in runs]
     for _ in range(n):
         for run, out in zip(runs, times, strict=True):
-            if warm:
+            end = time.perf_counter() + warm_s
+            while warm_s and time.perf_counter() < end:
                 run()
             t = time.perf_counter()
             run()
