@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyonnx.codegen.kernel_call import kernel_callable
+from polyonnx.krnl.memory import aligned_array
 from polyonnx.schedule.signature import kernel_flops
 
 
@@ -41,10 +42,9 @@ def profile(compiled: object, repeat: int = 10) -> list[KernelTime]:
         run = kernel_callable(kernel, loops, compiled.options)  # type: ignore[attr-defined]
         arrays = {}
         for b in kernel.buffers:
-            if b.dtype.startswith("float"):
-                arrays[b.name] = rng.uniform(0.1, 1.0, b.shape).astype(b.dtype)
-            else:
-                arrays[b.name] = np.zeros(b.shape, b.dtype)
+            values = (rng.uniform(0.1, 1.0, b.shape).astype(b.dtype)
+                      if b.dtype.startswith("float") else np.zeros(b.shape, b.dtype))
+            arrays[b.name] = aligned_array(values)  # as the workspace aligns them
         run(arrays)
         times = []
         for _ in range(repeat):

@@ -16,6 +16,7 @@ import numpy as np
 
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import FLOAT_DTYPES, Kernel
+from polyonnx.krnl.memory import aligned_array
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.schedule import Schedule
@@ -36,18 +37,19 @@ def build(schedule: Schedule, options: Options | None = None
 
 def random_arrays(kernel: Kernel, seed: int = 0) -> Arrays:
     """Random inputs (uniform in [-1, 1) for floats, small integers otherwise) and zeroed
-    outputs and temporaries for every buffer of ``kernel``."""
+    outputs and temporaries for every buffer of ``kernel``, 64-byte aligned."""
     rng = np.random.default_rng(seed)
     out: Arrays = {}
     for b in kernel.buffers:
         if b.kind != "input":
-            out[b.name] = np.zeros(b.shape, b.dtype)
+            values = np.zeros(b.shape, b.dtype)
         elif b.dtype in FLOAT_DTYPES:
-            out[b.name] = rng.uniform(-1, 1, b.shape).astype(b.dtype)
+            values = rng.uniform(-1, 1, b.shape).astype(b.dtype)
         elif b.dtype == "bool":
-            out[b.name] = rng.integers(0, 2, b.shape).astype(bool)
+            values = rng.integers(0, 2, b.shape).astype(bool)
         else:
-            out[b.name] = rng.integers(0, 4, b.shape).astype(b.dtype)
+            values = rng.integers(0, 4, b.shape).astype(b.dtype)
+        out[b.name] = aligned_array(values)  # aligned as in a compiled model's memory
     return out
 
 

@@ -1,0 +1,39 @@
+"""Kernels are timed on arrays aligned like a compiled model's memory (64 bytes)."""
+
+import numpy as np
+import pytest
+
+import polyonnx
+from polyonnx.bench.profile import profile
+from polyonnx.krnl.memory import aligned_array
+from polyonnx.schedule.measure import random_arrays
+
+
+@pytest.mark.parametrize("values", [np.arange(10, dtype=np.float32).reshape(2, 5),
+                                    np.zeros((0, 3), np.int64), np.array(True)])
+def test_aligned_array_is_an_aligned_copy(values: np.ndarray) -> None:
+    out = aligned_array(values)
+    assert out.ctypes.data % 64 == 0 and out.flags["C_CONTIGUOUS"] and out.flags["WRITEABLE"]
+    np.testing.assert_array_equal(out, values)
+    assert out.dtype == values.dtype and out.shape == values.shape
+
+
+def test_random_arrays_are_aligned() -> None:
+    kernel = polyonnx.op_kernel("Conv", [(1, 3, 9, 9), (4, 3, 3, 3)], {"pads": [1, 1, 1, 1]})
+    arrays = random_arrays(kernel)
+    assert {b.name for b in kernel.buffers} == set(arrays)
+    assert all(a.ctypes.data % 64 == 0 for a in arrays.values())
+
+
+def test_profile_times_every_kernel() -> None:
+    import onnx.helper as oh
+    from onnx import TensorProto
+
+    model = oh.make_model(oh.make_graph(
+        [oh.make_node("Relu", ["x"], ["r"]), oh.make_node("Softmax", ["r"], ["y"])], "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])]))
+    compiled = polyonnx.compile(model)
+    rows = profile(compiled, repeat=3)
+    assert sorted(r.name for r in rows) == sorted(k.name for k, _ in compiled.asts)
+    assert all(r.seconds > 0 for r in rows)
