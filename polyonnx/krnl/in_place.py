@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from polyonnx.krnl.ir import Aff, Expr, Kernel, Load, Loop, Node, Stmt, loads, map_children
+from polyonnx.krnl.ir import Aff, Kernel, Node, Stmt, loads, perfect_nest, rename_buffers
 
 
 def accumulate_in_place(kernel: Kernel) -> Kernel:
     """``kernel`` with each temp that only feeds one full point-wise epilogue replaced by the
     epilogue's output (see the module docstring)."""
     for temp, target in _candidates(kernel):
-        kernel = _rename(kernel, temp, target)
+        kernel = replace(kernel, body=rename_buffers(kernel.body, {temp: target}),
+                         buffers=tuple(b for b in kernel.buffers if b.name != temp))
     return kernel
 
 
@@ -36,8 +37,8 @@ def _candidates(kernel: Kernel) -> list[tuple[str, str]]:
         if epilogue is None:
             continue
         target = epilogue.write.buffer
-        before = [s for n in kernel.body[:i] for s in _statements(n)]
-        after = [s for n in kernel.body[i + 1:] for s in _statements(n)]
+        before = [s for _, s in replace(kernel, body=kernel.body[:i]).statements()]
+        after = [s for _, s in replace(kernel, body=kernel.body[i + 1:]).statements()]
         for ld in loads(epilogue.body):
             temp = ld.buffer
             if (buffers[temp].kind != "temp" or ld.index != epilogue.write.index
@@ -63,38 +64,15 @@ def _candidates(kernel: Kernel) -> list[tuple[str, str]]:
 def _full_pointwise(node: Node, buffers: dict) -> Stmt | None:
     """The statement of a perfect nest that writes every element of its buffer once, at
     ``[i0, i1, ...]`` of its own loops ``0 <= ik < shape[k]``, or None."""
-    loops: list[Loop] = []
-    while isinstance(node, Loop) and len(node.body) == 1:
-        loops.append(node)
-        node = node.body[0]
-    if not isinstance(node, Stmt) or node.guards:
+    nest = perfect_nest(node)
+    if nest is None or not isinstance(nest[1], Stmt) or nest[1].guards:
         return None
-    shape = buffers[node.write.buffer].shape
-    if len(loops) != len(shape) or node.write.index != tuple(Aff.var(lp.iterator)
+    loops, stmt = nest
+    shape = buffers[stmt.write.buffer].shape
+    if len(loops) != len(shape) or stmt.write.index != tuple(Aff.var(lp.iterator)
                                                              for lp in loops):
         return None
     if any(not (lp.lower.is_const and lp.upper.is_const) or lp.lower.const != 0
            or lp.upper.const != extent for lp, extent in zip(loops, shape, strict=True)):
         return None
-    return node
-
-
-def _statements(node: Node) -> list[Stmt]:
-    if isinstance(node, Stmt):
-        return [node]
-    return [s for child in node.body for s in _statements(child)]
-
-
-def _rename(kernel: Kernel, old: str, new: str) -> Kernel:
-    def expr(e: Expr) -> Expr:
-        e = map_children(e, expr)
-        return replace(e, buffer=new) if isinstance(e, Load) and e.buffer == old else e
-
-    def node(n: Node) -> Node:
-        if isinstance(n, Stmt):
-            write = replace(n.write, buffer=new) if n.write.buffer == old else n.write
-            return replace(n, write=write, body=expr(n.body))
-        return replace(n, body=tuple(node(c) for c in n.body))
-
-    return replace(kernel, body=tuple(node(n) for n in kernel.body),
-                   buffers=tuple(b for b in kernel.buffers if b.name != old))
+    return stmt

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from polyonnx.krnl.ir import Aff, Expr, Iter, Kernel, Load, Loop, Node, Stmt, loads, map_children
-
-
-def _chain(node: Node) -> tuple[list[Loop], Stmt] | None:
-    """The loops of a perfect nest around a single statement, and the statement."""
-    loops: list[Loop] = []
-    while isinstance(node, Loop):
-        if len(node.body) != 1:
-            return None
-        loops.append(node)
-        node = node.body[0]
-    return loops, node
+from polyonnx.krnl.ir import (
+    Aff,
+    Expr,
+    Iter,
+    Kernel,
+    Load,
+    Loop,
+    Node,
+    Stmt,
+    loads,
+    map_children,
+    perfect_nest,
+)
 
 
 def _rewrite(e: Expr, names: dict[str, str], temp: str, producer: Expr | None) -> Expr:
@@ -49,7 +50,7 @@ def _readers(kernel: Kernel, buffer: str) -> int:
 
 
 def _try_inline(kernel: Kernel, first: Node, second: Node) -> Node | None:
-    a, b = _chain(first), _chain(second)
+    a, b = perfect_nest(first), perfect_nest(second)
     if a is None or b is None:
         return None
     (p_loops, p), (c_loops, c) = a, b
@@ -90,7 +91,7 @@ def inline_pointwise(kernel: Kernel) -> Kernel:
         for i in range(len(body) - 1):
             merged = _try_inline(replace(kernel, body=tuple(body)), body[i], body[i + 1])
             if merged is not None:
-                temp = _chain(body[i])[1].write.buffer  # type: ignore[index]
+                temp = perfect_nest(body[i])[1].write.buffer  # type: ignore[index]
                 body[i:i + 2] = [merged]
                 kernel = replace(kernel, buffers=tuple(b for b in kernel.buffers
                                                        if b.name != temp))

@@ -401,6 +401,34 @@ class Loop:
 Node = Loop | Stmt
 
 
+def perfect_nest(node: Node) -> tuple[list[Loop], Node] | None:
+    """The loops of a perfect nest from ``node`` down and the node below them (a statement),
+    or None when some loop has more than one child."""
+    loops: list[Loop] = []
+    while isinstance(node, Loop):
+        if len(node.body) != 1:
+            return None
+        loops.append(node)
+        node = node.body[0]
+    return loops, node
+
+
+def rename_buffers(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:
+    """``nodes`` with every access to buffer ``b`` (write or load) going to ``names[b]``;
+    buffers not in ``names`` keep theirs."""
+    def expr(e: Expr) -> Expr:
+        e = map_children(e, expr)
+        return replace(e, buffer=names.get(e.buffer, e.buffer)) if isinstance(e, Load) else e
+
+    def node(n: Node) -> Node:
+        if isinstance(n, Stmt):
+            write = Access(names.get(n.write.buffer, n.write.buffer), n.write.index)
+            return replace(n, write=write, body=expr(n.body))
+        return replace(n, body=tuple(node(c) for c in n.body))
+
+    return tuple(node(n) for n in nodes)
+
+
 @dataclass(frozen=True, slots=True)
 class Buffer:
     """A dense row-major array. ``kind``: input, output (live after the kernel) or temp."""

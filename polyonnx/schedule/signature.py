@@ -24,41 +24,21 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from polyonnx.krnl.ir import (
-    Access,
     Aff,
     Binary,
     Expr,
     Kernel,
-    Load,
-    Node,
-    Stmt,
     Unary,
-    map_children,
+    rename_buffers,
     walk,
 )
-
-
-def _rename(e: Expr, names: Mapping[str, str]) -> Expr:
-    renamed = map_children(e, lambda c: _rename(c, names))
-    return replace(renamed, buffer=names[e.buffer]) if isinstance(e, Load) else renamed
-
-
-def _rename_nodes(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:
-    out: list[Node] = []
-    for n in nodes:
-        if isinstance(n, Stmt):
-            out.append(replace(n, write=Access(names[n.write.buffer], n.write.index),
-                               body=_rename(n.body, names)))
-        else:
-            out.append(replace(n, body=_rename_nodes(n.body, names)))
-    return tuple(out)
 
 
 def canonical(kernel: Kernel) -> Kernel:
     """``kernel`` named ``k`` with buffers named ``b0, b1, ...`` in argument order."""
     names = {b.name: f"b{k}" for k, b in enumerate(kernel.buffers)}
     return Kernel("k", tuple(replace(b, name=names[b.name]) for b in kernel.buffers),
-                  _rename_nodes(kernel.body, names))
+                  rename_buffers(kernel.body, names))
 
 
 def kernel_signature(kernel: Kernel) -> str:
