@@ -73,8 +73,8 @@ def to_graph(model: ModelSource | onnx.ModelProto,
     options = options or Options()
     graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
     if options.channel_blocks:
-        # Two vectors of float32 per block: the register tile's width (Tiling.for_vector_bits).
-        graph = blocked_layout(graph, block=2 * vector_bits(options) // 32)
+        # A block of channels is one register tile wide.
+        graph = blocked_layout(graph, block=Tiling.for_vector_bits(vector_bits(options)).vector)
     return graph
 
 

@@ -411,12 +411,12 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         block_point = None
         if band is not None:
             k, size = band
-            s, (t, block_point) = _created(s, Split(outer[k], size, floor=True))
-            tiles[k] = t
-            current[current.index(outer[k]):current.index(outer[k]) + 1] = [t, block_point]
+            s, (block, block_point) = _created(s, Split(outer[k], size, floor=True))
+            tiles[k] = block
+            current[current.index(outer[k]):current.index(outer[k]) + 1] = [block, block_point]
         tiles = [tiles[k] for k in order]
         if block_point is not None:
-            tiles.insert(tiles.index(t) + 1, block_point)
+            tiles.insert(tiles.index(block) + 1, block_point)
         inner = list(reduction)
         current += inner
         if at is not None:
