@@ -77,15 +77,18 @@ def _check_dtype(node: Node, ctx: LowerContext, name: str) -> str:
     return dtype
 
 
-def _flat_source(node: Node, ctx: LowerContext, x: str
-                 ) -> tuple[str, tuple[int, ...], tuple[tuple[ir.Buffer, str], ...]]:
-    """``x`` read as one flat axis: its (view) buffer name, shape and the views to declare."""
+def _axis_source(node: Node, ctx: LowerContext, x: str
+                 ) -> tuple[str, tuple[int, ...], int, tuple[tuple[ir.Buffer, str], ...]]:
+    """What Compress and Unique select along: ``x`` and its ``axis`` attribute, or without
+    one ``x`` read as one flat axis. (Buffer name, shape, axis, the views to declare.)"""
     xs = ctx.shape(x)
+    if node.attr("axis") is not None:
+        return x, xs, normalize_axis(node, int(node.attr("axis")), len(xs)), ()
     n = int(np.prod(xs, dtype=np.int64))
     if len(xs) == 1:
-        return x, xs, ()
+        return x, xs, 0, ()
     view = ir.Buffer(f"{node.name}__flat", ctx.dtype(x), (n,), "input")
-    return view.name, (n,), ((view, x),)
+    return view.name, (n,), 0, ((view, x),)
 
 
 @register("NonZero", 9)
@@ -128,13 +131,7 @@ def lower_compress(node: Node, ctx: LowerContext) -> Lowered:
     dtype = _check_dtype(node, ctx, x)
     if ctx.dtype(cond) != "bool" or len(ctx.shape(cond)) != 1:
         raise unsupported(node, ctx, f"condition {cond!r} must be a 1-D bool tensor")
-    views: tuple[tuple[ir.Buffer, str], ...] = ()
-    if node.attr("axis") is None:
-        src, shape, views = _flat_source(node, ctx, x)
-        axis = 0
-    else:
-        src, shape = x, ctx.shape(x)
-        axis = normalize_axis(node, int(node.attr("axis")), len(shape))
+    src, shape, axis, views = _axis_source(node, ctx, x)
     m = min(ctx.shape(cond)[0], shape[axis])
     count, c_at, c_ld = _count(node)
     pos = ir.Buffer(f"{node.name}__pos", I64, (m,), "temp")
@@ -169,13 +166,7 @@ def lower_unique(node: Node, ctx: LowerContext) -> Lowered:
     dtype = _check_dtype(node, ctx, x)
     if not ctx.shape(x):
         raise unsupported(node, ctx, "a scalar input")
-    views: tuple[tuple[ir.Buffer, str], ...] = ()
-    if node.attr("axis") is None:
-        src, shape, views = _flat_source(node, ctx, x)
-        axis = 0
-    else:
-        src, shape = x, ctx.shape(x)
-        axis = normalize_axis(node, int(node.attr("axis")), len(shape))
+    src, shape, axis, views = _axis_source(node, ctx, x)
     n = shape[axis]
     others = [(f"c{d}", e) for d, e in enumerate(shape) if d != axis]
 
