@@ -96,15 +96,22 @@ def _nll(node: Node, ctx: LowerContext, logp: ir.Buffer, target: str, weight: st
     return nests, temps
 
 
+def _loss_inputs(node: Node, ctx: LowerContext, what: str
+                 ) -> tuple[str, str, str, str, str, tuple[int, ...]]:
+    """(X, target, weight, X's dtype, the accumulation dtype, X's shape) of a loss node,
+    X (called ``what`` in errors) checked to be a float ``[N, C, ...]`` tensor."""
+    x, target, weight = node.input(0), node.input(1), node.input(2)
+    dtype = check_dtype(node, ctx, x, FLOATS)
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        raise unsupported(node, ctx, f"{what} of rank {len(shape)} (needs [N, C, ...])")
+    return x, target, weight, dtype, "float32" if dtype == "float16" else dtype, shape
+
+
 @register("NegativeLogLikelihoodLoss")
 def lower_nll_loss(node: Node, ctx: LowerContext) -> Lowered:
     """NegativeLogLikelihoodLoss: ``-input[n, target[n, d], d] * weight[target]``, reduced."""
-    x, target, weight = node.input(0), node.input(1), node.input(2)
-    dtype = check_dtype(node, ctx, x, FLOATS)
-    acc = "float32" if dtype == "float16" else dtype
-    shape = ctx.shape(x)
-    if len(shape) < 2:
-        raise unsupported(node, ctx, f"input of rank {len(shape)} (needs [N, C, ...])")
+    x, target, weight, dtype, acc, shape = _loss_inputs(node, ctx, "input")
     logp = ir.Buffer(x, dtype, shape, "input")
     nests, temps = _nll(node, ctx, logp, target, weight, node.outputs[0], acc)
     return Lowered(nests, tuple(temps))
@@ -113,12 +120,7 @@ def lower_nll_loss(node: Node, ctx: LowerContext) -> Lowered:
 @register("SoftmaxCrossEntropyLoss")
 def lower_softmax_cross_entropy(node: Node, ctx: LowerContext) -> Lowered:
     """SoftmaxCrossEntropyLoss: log-softmax over the classes, then the NLL loss."""
-    x, target, weight = node.input(0), node.input(1), node.input(2)
-    dtype = check_dtype(node, ctx, x, FLOATS)
-    acc = "float32" if dtype == "float16" else dtype
-    shape = ctx.shape(x)
-    if len(shape) < 2:
-        raise unsupported(node, ctx, f"scores of rank {len(shape)} (needs [N, C, ...])")
+    x, target, weight, dtype, acc, shape = _loss_inputs(node, ctx, "scores")
     log_prob = node.outputs[1] if len(node.outputs) > 1 and node.outputs[1] else ""
     logp = ir.Buffer(log_prob or f"{node.name}__log_prob", dtype if log_prob else acc, shape)
     softmax, temps = _log_softmax(node, shape, x, dtype, logp, acc)
