@@ -55,6 +55,7 @@ from polyonnx.schedule.tree import (
     Sequence,
     children,
     find,
+    fresh,
     get,
     instances,
     prefix_map,
@@ -102,15 +103,15 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
     offsets, sizes = _box(region, len(buf.shape), bid, verb, buffer, loop)
     dims, shape = _layout(layout, sizes, verb)
     taken_bufs = {b.name for b in kernel.buffers}
-    tname = _fresh(f"{kernel.name}_{buffer}_{'pack' if layout != Layout() else 'cache'}",
+    tname = fresh(f"{kernel.name}_{buffer}_{'pack' if layout != Layout() else 'cache'}",
                    taken_bufs)
     temp = Buffer(tname, buf.dtype, shape, "temp")
     qnames = _prefix_names(tree, path)
 
     # The copy statement: iterators q (prefix values) and l (the temp's dimensions).
     taken_stmts = {s for s in poly.stmts}
-    cname = _fresh(f"S{len(poly.stmts)}", taken_stmts)
-    q_its = [_fresh(n, set()) for n in qnames]
+    cname = fresh(f"S{len(poly.stmts)}", taken_stmts)
+    q_its = [fresh(n, set()) for n in qnames]
     l_its = _fresh_all([f"t{k}" for k in range(len(dims))], set(q_its))
     elem = _elements(offsets, q_its, dims, l_its, layout)
     copy_loops, copy_guards = _copy_domain(region, bid, q_its, l_its, elem, shape, buf.shape,
@@ -132,7 +133,7 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
     for name in touching:
         info = poly.stmts[name]
         its = set(info.iterators)
-        extra = [_fresh(n, its) for n in qnames]
+        extra = [fresh(n, its) for n in qnames]
         guards, values = _alias(_prefix_guards(prefix, poly, name, extra), extra,
                                 info.iterators)
         offset_affs = [_aff(o, values) for o in offsets]
@@ -146,7 +147,7 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
             out: list[Aff] = []
             for d, f in enumerate(_factors(layout, len(rel))):
                 if f > 1:
-                    u = _fresh(f"u{d}", _its)
+                    u = fresh(f"u{d}", _its)
                     _bounds.append((u, 0, -(-sizes[d] // f) - 1))
                     _guards.append(Cond(rel[d] - Aff.var(u) * f))
                     _guards.append(Cond(Aff.var(u) * f + (f - 1) - rel[d]))
@@ -386,16 +387,8 @@ def _prefix_names(tree: Node, path: Path) -> list[str]:
     return names
 
 
-def _fresh(name: str, taken: set[str]) -> str:
-    out, k = name, 1
-    while out in taken:
-        out, k = f"{name}_{k}", k + 1
-    taken.add(out)
-    return out
-
-
 def _fresh_all(names: list[str], taken: set[str]) -> list[str]:
-    return [_fresh(n, taken) for n in names]
+    return [fresh(n, taken) for n in names]
 
 
 def _prefix_guards(prefix: isl.UnionMap, poly: PolyKernel, name: str,
