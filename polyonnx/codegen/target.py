@@ -86,16 +86,12 @@ def target_machine(options: Options, *, jit: bool = False) -> llvm.TargetMachine
 
 
 def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
-    """Run LLVM's standard O``opt_level`` pipeline (new pass manager) on ``module``, without
-    its loop unroller: the schedule decides what is unrolled (``unroll`` marks, which codegen
-    emits unrolled). LLVM's unroller unrolled the reduction loops of every convolution once
-    more, tripling LLVM's time (ResNet50's kernels: 8.5 s -> 2.7 s without it) for no measured
-    speed (ResNet50 1.12/1.15/1.19x onnxruntime with it, 1.12/1.15/1.20x without; GEMM alike)."""
+    """Run LLVM's standard O``opt_level`` pipeline (new pass manager) on ``module``."""
     if opt_level == 0:
         return
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     pto.loop_vectorization = opt_level >= 2
     pto.slp_vectorization = opt_level >= 2
-    pto.loop_unrolling = False
+    pto.loop_unrolling = opt_level >= 2
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(module, pb)
