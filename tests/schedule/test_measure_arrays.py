@@ -37,3 +37,32 @@ def test_profile_times_every_kernel() -> None:
     rows = profile(compiled, repeat=3)
     assert sorted(r.name for r in rows) == sorted(k.name for k, _ in compiled.asts)
     assert all(r.seconds > 0 for r in rows)
+
+
+def test_profile_in_model_runs_the_model_on_its_own_memory() -> None:
+    import onnx.helper as oh
+    from onnx import TensorProto, numpy_helper
+
+    w = numpy_helper.from_array(np.full((8, 4), 0.5, np.float32), "w")
+    model = oh.make_model(oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["m"]), oh.make_node("Relu", ["m"], ["r"]),
+         oh.make_node("Softmax", ["r"], ["y"])], "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [w]))
+    compiled = polyonnx.compile(model)
+    rows = profile(compiled, repeat=3, in_model=True)
+    assert sorted(r.name for r in rows) == sorted(k.name for k, _ in compiled.asts)
+    assert all(r.seconds > 0 for r in rows)
+    # The places are the model's memory: running the kernels in order on them is an inference.
+    from polyonnx.bench.profile import _model_memory
+    from polyonnx.codegen.kernel_call import kernel_callable
+
+    place = _model_memory(compiled, np.random.default_rng(0))
+    for k, loops in compiled.asts:
+        kernel_callable(k, loops, compiled.options)(
+            {b.name: place(b.name, b.shape, b.dtype) for b in k.buffers})
+    x = place("x", (3, 8), "float32")
+    assert x.min() > 0  # (random feeds)
+    logits = np.maximum(x @ np.full((8, 4), 0.5, np.float32), 0)
+    want = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(place("y", (3, 4), "float32"), want, rtol=1e-5)
