@@ -47,13 +47,17 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
     blocked: dict[str, str] = {}  # NCHW value -> its blocked twin
     plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)  # NCHW available
 
+    def twin_of(name: str) -> str:
+        """The blocked twin of NCHW value ``name`` (declared, not yet produced)."""
+        twin = f"{name}__blk"
+        values[twin] = _blocked_value(values[name], twin, block)
+        blocked[name] = twin
+        return twin
+
     def to_blocked(name: str) -> str:
         if name not in blocked:
-            twin = f"{name}__blk"
-            values[twin] = _blocked_value(values[name], twin, block)
-            nodes.append(Node(f"{name}__to_blocked", "ToBlocked", (name,), (twin,),
+            nodes.append(Node(f"{name}__to_blocked", "ToBlocked", (name,), (twin_of(name),),
                               {"block": block}, DOMAIN))
-            blocked[name] = twin
         return blocked[name]
 
     def to_plain(name: str) -> str:
@@ -72,29 +76,19 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
             if packed not in constants:
                 constants[packed] = _pack_weights(graph.constants[w], block, plain_input)
                 values[packed] = Value(packed, "float32", constants[packed].shape)
-            twin = f"{y}__blk"
-            values[twin] = _blocked_value(values[y], twin, block)
             attrs = {k: v for k, v in node.attrs if k != "group"}
             source = to_plain(x) if plain_input and x in blocked else (
                 x if plain_input else to_blocked(x))
             nodes.append(Node(node.name, "ConvBlocked", (source, packed, node.input(2)),
-                              (twin,), {**attrs, "block": block,
-                                        "plain_input": int(plain_input)}, DOMAIN))
-            blocked[y] = twin
+                              (twin_of(y),), {**attrs, "block": block,
+                                              "plain_input": int(plain_input)}, DOMAIN))
         elif _pool_follows_blocked(node, blocked):
-            y = node.outputs[0]
-            twin = f"{y}__blk"
-            values[twin] = _blocked_value(values[y], twin, block)
             nodes.append(Node(node.name, "MaxPoolBlocked", (blocked[node.inputs[0]],),
-                              (twin,), node.attrs, DOMAIN))
-            blocked[y] = twin
+                              (twin_of(node.outputs[0]),), node.attrs, DOMAIN))
         elif _follows_blocked(graph, node, blocked):
-            y = node.outputs[0]
-            twin = f"{y}__blk"
-            values[twin] = _blocked_value(values[y], twin, block)
             ins = tuple(blocked.get(i, i) for i in node.inputs)
-            nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin,)))
-            blocked[y] = twin
+            nodes.append(dataclasses.replace(node, inputs=ins,
+                                             outputs=(twin_of(node.outputs[0]),)))
         else:
             ins = tuple(to_plain(i) if i in blocked else i for i in node.inputs)
             nodes.append(dataclasses.replace(node, inputs=ins))
