@@ -345,8 +345,7 @@ def _copy_domain(region: isl.Map, bid: str, q_its: list[str], l_its: list[str],
             raise ScheduleError(f"{verb}: the elements written in one iteration of the loop "
                                 "are not a single affine polyhedron (strided or a union); "
                                 "a copy-out would write elements that were not written")
-        dom = dom.remove_divs().convex_hull().intersect(
-            isl.BasicSet.from_set(h.domain().remove_divs().convex_hull()))
+        dom = dom.remove_divs().convex_hull().intersect(h.domain().remove_divs().convex_hull())
         dom = isl.Set.from_basic_set(dom)
     bounds = [(dom.dim_min_val(k).to_python(), dom.dim_max_val(k).to_python())
               for k in range(len(names))]

@@ -13,7 +13,7 @@ from polyonnx.schedule.measure import run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
 from tests.kernels import matmul
-from tests.schedule.zoo import chain, conv
+from tests.schedule.zoo import chain, conv, cumsum
 
 
 def _same_result(s: Schedule) -> None:
@@ -100,3 +100,13 @@ def test_packed_matmul_compiles_and_runs():
     b = rng.standard_normal((k, n)).astype(np.float32)
     (c,) = sess.run([a, b])
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("loop", ["r", "i", "i_1"])
+def test_cache_read_of_an_inexact_region_is_refused_not_a_crash(loop: str) -> None:
+    # After compute_at the elements of X read in one iteration are a union (the copy's row and
+    # the scan's point), so the staged region is their hull, whose guards are not affine here.
+    # This raised AttributeError (an isl call that islpy does not have) instead.
+    s = Schedule.from_kernel(cumsum()).compute_at("r", "i_1")
+    with pytest.raises(ScheduleError, match="not affine"):
+        s.cache_read("X", loop)
