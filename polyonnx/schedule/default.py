@@ -36,12 +36,14 @@ from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
 from polyonnx.schedule.tree import Sequence as TreeSequence
 from polyonnx.schedule.verbs import (
+    ComputeAt,
     Directive,
     Distribute,
     Fuse,
     Isolate,
     Parallel,
     Reorder,
+    ReverseComputeAt,
     Split,
     Unroll,
     Vectorize,
@@ -71,8 +73,10 @@ class Tiling:
 
     unroll: int = 4
     vector: int = 16
-    depth: int = 256
-    """Reduction iterations per cache block (see :func:`_reduction_split`)."""
+    chunk_bytes: int = 16 * 1024
+    """The slice of the vector-moving operand (a conv's weights, a GEMM's B panel) one cache
+    block of the reduction reads per register tile: half of a 32 KiB L1 data cache, so it stays
+    there while the row tiles sweep it (see :func:`_reduction_split`)."""
     paired_rows: int = 0
     """Rows of a tile two vector tiles wide (see :func:`_tile_reduction`); 0: never."""
     parallel_tiles: int = 1
@@ -384,7 +388,9 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     if other_bytes * -(-_extent(red.outer, vec) // v) < moving_bytes * sweeps:
         order = [len(names) - 1, *range(len(names) - 1)]
     ragged = bool(_extent(red.outer, vec) % v or (row and _extent(red.outer, row) % u))
-    depth = _reduction_split(red, tiling)
+    itemsize = max(np.dtype(b.dtype).itemsize for b in poly.kernel.buffers
+                   if b.name in {ld.buffer for ld in moving}) if moving else 4
+    depth = _reduction_split(red, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
     n_outer = len(names)
     # The register tile: the row loop (unrolled) by u, the vector loop by v.
     splits = [(names.index(row), u)] if row else []
@@ -483,6 +489,16 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         at += 1  # (the block loop)
     s, upd_tiles, upd_points, full = tile(s, update, reduction, at, band)
     s = finish(s, upd_tiles, full, [upd_points])
+    if not ragged:
+        # Each output tile is initialised in the first chunk and finished (the epilogue) in
+        # the last, while its accumulators are in registers: one pass over the output per
+        # chunk, not two more (which made L1-sized chunks cost more than they saved).
+        s = s._step(ComputeAt(init_tiles[0], upd_tiles[-1]))
+        for e in epilogue_loops:
+            s, e_tiles, e_points, _ = tile(s, e, [], band=band)
+            s = finish(s, e_tiles, [], [e_points])
+            s = s._step(ReverseComputeAt(e_tiles[0], upd_tiles[-1]))
+        return s, [upd_tiles[:at] if epilogue_loops else upd_tiles]
     if not epilogue_loops:
         return s, [init_tiles, upd_tiles]
     # With an epilogue, the init, the chunks and the epilogue all run on the slice of the
@@ -497,17 +513,17 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     return s, [init_tiles[:at]]
 
 
-def _reduction_split(red: _Reduction, tiling: Tiling) -> int | None:
-    """The chunk of the first reduction loop when the reduction is longer than the tiling's
-    depth (preferring a divisor of that loop's extent), else None."""
+def _reduction_split(red: _Reduction, depth: int) -> int | None:
+    """The chunk of the first reduction loop when the reduction is longer than ``depth``
+    iterations (preferring a divisor of that loop's extent), else None."""
     if any(not (lp.lower.is_const and lp.upper.is_const) for lp in red.inner):
         return None
     extents = [lp.upper.const - lp.lower.const for lp in red.inner]
     total = int(np.prod(extents))
-    if total <= tiling.depth:
+    if total <= depth:
         return None
     per = total // extents[0]
-    chunk = max(1, tiling.depth // per)
+    chunk = max(1, depth // per)
     if chunk >= extents[0]:
         return None
     divisors = [d for d in range(chunk, max(chunk // 2, 1) - 1, -1) if extents[0] % d == 0]

@@ -428,9 +428,10 @@ class ComputeAt(Directive):
 @dataclass(frozen=True)
 class ReverseComputeAt(Directive):
     """Move ``block`` (a consumer nest or statement after the loop's nest) into loop ``loop``
-    of an earlier nest: each instance runs in the first iteration of ``loop`` that writes a
-    value it reads, after that iteration's body. Placing a consumer inside its producer's
-    reduction loop is refused: later iterations still write what it read.
+    of an earlier nest: each instance runs in the last iteration of ``loop`` (and its outer
+    loops) that writes a value it reads, after that iteration's body. Inside a reduction's
+    loop that is the reduction's last iteration (an epilogue fused into a conv's last chunk
+    of input channels).
 
     Before / after ``reverse_compute_at(i_1, i)`` on ``T = A + 1; D = T * 2``::
 
@@ -483,7 +484,10 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
     else:  # moved reads what the target writes
         rel = poly.reads.intersect_domain(m_univ).apply_range(
             poly.writes.intersect_domain(t_univ).reverse())
-    place = rel.apply_range(prefix_map(tree, at, poly)).lexmin()
+    # A producer runs before the first iteration that reads it, a consumer after the last
+    # that writes what it reads.
+    place = rel.apply_range(prefix_map(tree, at, poly))
+    place = place.lexmin() if producer else place.lexmax()
     moved_instances = poly.domain.intersect(m_univ)
     orphans = moved_instances.subtract(place.domain())
     if not orphans.is_empty():

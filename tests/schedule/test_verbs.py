@@ -103,10 +103,17 @@ def test_reduction_loops_are_named_as_such():
         Schedule.from_kernel(matmul(4, 16, 3)).vectorize("k", 2)
 
 
-def test_fusing_relu_inside_the_conv_reduction_loop_is_refused():
+def test_relu_moved_into_the_conv_reduction_loop_runs_after_its_last_iteration():
     s = Schedule.from_kernel(conv(relu=True))
-    with pytest.raises(ScheduleError, match=r"RAW dependence S1\[.*\] -> S2\[.* on Y\["):
-        s.reverse_compute_at("i0", "ic")
+    inside = s.reverse_compute_at("i0", "ic")
+    _same_result(inside)
+    # Each ReLU instance sits in the last input channel of its pixel, after that channel's
+    # taps: (n, oc, oh, ow, the reduction nest, ic = 2, after its body).
+    m = inside.scheduled().schedule.get_map()
+    relu = m.intersect_domain(isl.UnionSet("{ S2[0, 1, 3, 3] }"))
+    last_tap = m.intersect_domain(isl.UnionSet("{ S1[0, 1, 3, 3, 2, 2, 2] }"))
+    assert str(relu.range()).startswith("{ [0, 1, 3, 3, 1, 2, 1,")
+    assert str(last_tap.range()).startswith("{ [0, 1, 3, 3, 1, 2, 0,")
     fused = s.fuse("n", "i0", 4)
     assert fused.loops == ("n", "oc", "oh", "ow", "ic", "kh", "kw")
     _same_result(fused)
