@@ -111,6 +111,10 @@ class KernelEmitter:
     _vector_step: int = field(init=False, default=0)
     _slot: tuple[ir.Value, str, ir.Type] | None = field(init=False, default=None)
     """While emitting a promoted accumulator's statement: (its slot, buffer, vector type)."""
+    _reread: frozenset[tuple[Load, tuple[int, ...], int]] = field(init=False,
+                                                                  default=frozenset())
+    """Inside a promoted reduction: the (vector load, tile position, vector step) instances
+    read from memory at each use (see :meth:`_rereads`)."""
 
     def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
         fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
@@ -376,12 +380,68 @@ class KernelEmitter:
                 b.store(b.load(ptr, typ=vty, align=align), slot)
                 places.append(((call.stmt, *position, j), slot, ptr))
         self._registers = {key: slot for key, slot, _ in places}
+        self._reread = self._rereads(unrolled, vec, call, len(places))
         try:
             self._plain_for(node, env)
         finally:
-            self._registers = None
+            self._registers, self._reread = None, frozenset()
         for _, slot, ptr in places:
             b.store(b.load(slot, typ=vty), ptr, align=align)
+
+    def _rereads(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
+                 accumulators: int) -> frozenset[tuple[Load, tuple[int, ...], int]]:
+        """The vector-load instances of a register tile to read from memory at each use.
+
+        Each iteration of the reduction holds the accumulators, every distinct vector it loads
+        (a conv's weight vectors: one per channel block and vector step) and one broadcast
+        value. When that is more than the register file (a 7 x 2 x 2 conv tile: 28 + 4 + 1 =
+        33 of AVX-512's 32), LLVM spills accumulators (a store and a reload per iteration).
+        Instead the last vectors loaded over the budget are loaded volatile at each of their
+        uses, which keeps LLVM from merging them into one value: they become memory operands
+        of their FMAs, an extra load each, which the load ports absorb.
+        """
+        iterators, stmt = self.stmts[call.stmt]
+        args = dict(zip(iterators, call.args, strict=True))
+        steps = self._lane_steps(call, vec.iterator)
+        trips = [_static_trip(loop) or 0 for loop in unrolled]
+        vector_steps = (_static_trip(vec) or 0) // self._width((call,))
+
+        def moved_by(ld: Load) -> list[int]:
+            """The unrolled loops (by position) the load's address moves with."""
+            out = []
+            for k, loop in enumerate(unrolled):
+                for ix in ld.index:
+                    lins = [_linear(args[n]) for n, _ in ix.terms]
+                    if any(lin is None or lin.get(loop.iterator, 0) for lin in lins):
+                        out.append(k)
+                        break
+            return out
+
+        vectors = []
+        for ld in dict.fromkeys(loads(stmt.body)):
+            if ld.buffer == stmt.write.buffer or any(not isinstance(i, Aff) for i in ld.index):
+                continue
+            if self._element_step(ld.buffer, ld.index, steps) == 1:
+                vectors.append((ld, moved_by(ld)))
+        copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps
+                     for _, moved in vectors)
+        excess = accumulators + copies + 1 - self._vector_registers()
+        if excess <= 0 or not vectors:
+            return frozenset()
+        ld, moved = vectors[-1]
+        # Its distinct copies in emission order (tile positions outermost first, then the
+        # vector step); the last ``excess`` of them are re-read.
+        distinct = sorted({(tuple(p[k] for k in moved), j)
+                           for p in itertools.product(*map(range, trips))
+                           for j in range(vector_steps)})
+        chosen = set(distinct[-excess:])
+        return frozenset((ld, p, j) for p in itertools.product(*map(range, trips))
+                         for j in range(vector_steps)
+                         if (tuple(p[k] for k in moved), j) in chosen)
+
+    def _vector_registers(self) -> int:
+        """Vector registers of the target: 32 with AVX-512 (and on AArch64), 16 with AVX."""
+        return 32 if self.vector_bits >= 512 else 16
 
     def _runtime(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         """The module's declaration of the external function ``name`` (made on first use)."""
@@ -652,7 +712,13 @@ class KernelEmitter:
         if step == 0:
             v = b.load(ptr, typ=mty, align=align)
         elif step == 1:
-            v = b.load(ptr, typ=ir.VectorType(mty, self._lanes[0]), align=align)
+            vty = ir.VectorType(mty, self._lanes[0])
+            if (e, self._tile_position, self._vector_step) in self._reread:
+                v = _VolatileLoad(b.block, ptr, typ=vty)
+                v.align = align
+                b._insert(v)
+            else:
+                v = b.load(ptr, typ=vty, align=align)
         else:  # strided: gather lane by lane
             width = self._lanes[0]
             v = ir.Constant(ir.VectorType(mty, width), ir.Undefined)
@@ -885,6 +951,15 @@ class KernelEmitter:
         if width_src > width_dst:
             return b.trunc(x, to)
         return b.sext(x, to) if signed_src else b.zext(x, to)
+
+
+class _VolatileLoad(ir.LoadInstr):
+    """``load volatile`` (llvmlite's builder has no flag for it)."""
+
+    def descr(self, buf: list[str]) -> None:
+        text: list[str] = []
+        super().descr(text)
+        buf.append(text[0].replace("load ", "load volatile ", 1))
 
 
 def _scalar(ty: ir.Type) -> ir.Type:

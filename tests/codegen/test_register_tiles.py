@@ -1,5 +1,6 @@
 """Register tiles: a reduction around ``unroll`` x ``vector`` accumulators keeps them in stack
-slots (registers after LLVM's SROA), also when an epilogue reads them right after the loop."""
+slots (registers after LLVM's SROA), also when an epilogue reads them right after the loop; a
+tile that needs more than the register file re-reads its last weight vector at each use."""
 
 import numpy as np
 import pytest
@@ -39,6 +40,7 @@ def test_accumulators_live_in_slots_and_results_match(m: int, n: int, k: int) ->
     emit_kernel(module, kernel, loops)
     # One slot per accumulator vector of a full tile (4 rows x 2 vectors of 8 lanes).
     assert str(module).count("alloca <8 x float>") >= 8
+    assert "volatile" not in str(module)  # 8 accumulators + 2 vectors + 1 fit 16 registers
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
     arrays = {"a": a, "b": b, "acc": np.zeros((m, n), np.float32),
@@ -73,6 +75,9 @@ def test_paired_tile_two_unrolled_loops() -> None:
     module = ir.Module()
     emit_kernel(module, kernel, loops, vector_bits=512)
     assert str(module).count("alloca <16 x float>") == nr * 2 * 2
+    # 28 accumulators + 4 weight vectors + 1 broadcast > 32 registers: one weight vector is
+    # loaded at each of its 7 uses (a memory operand) rather than spilling an accumulator.
+    assert str(module).count("load volatile <16 x float>") == nr
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((nr, nk), np.float32), rng.standard_normal((nb, nk, no), np.float32)
     arrays = {"x": x, "w": w, "acc": np.zeros((nb, nr, no), np.float32),
