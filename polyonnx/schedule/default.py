@@ -390,7 +390,7 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     ragged = bool(_extent(red.outer, vec) % v or (row and _extent(red.outer, row) % u))
     itemsize = max(np.dtype(b.dtype).itemsize for b in poly.kernel.buffers
                    if b.name in {ld.buffer for ld in moving}) if moving else 4
-    depth = _reduction_split(red, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
+    chunking = _reduction_split(red, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
     n_outer = len(names)
     # The register tile: the row loop (unrolled) by u, the vector loop by v.
     splits = [(names.index(row), u)] if row else []
@@ -402,7 +402,7 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
              at: int | None = None, band: tuple[int, int] | None = None
              ) -> tuple[Schedule, list[str], list[str], list[str]]:
         """Floor-split the row and vector loops of the perfect nest ``outer`` (the reduction
-        loops inside it; their first cut in chunks of ``depth`` at tile position ``at`` when
+        loops inside it; cut by ``chunking`` into chunk loops at tile position ``at`` when
         given) and order the tile loops before the reduction loops and the points:
         (schedule, tile loops, point loops: row, vector, tile loops: vector, row).
         ``band = (k, size)`` also cuts loop ``k`` in blocks of ``size``, its point loop right
@@ -425,12 +425,13 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
             tiles.insert(tiles.index(block) + 1, block_point)
         inner = list(reduction)
         current += inner
-        if at is not None:
-            s, (chunk, first) = _created(s, Split(reduction[0], depth or 1, floor=True))
-            tiles.insert(at, chunk)
-            inner[0] = first
-            current[current.index(reduction[0]):current.index(reduction[0]) + 1] = [chunk,
-                                                                                    first]
+        if at is not None:  # the chunk loops: whole leading loops, then the chunked one
+            whole, size = chunking
+            cut = reduction[whole]
+            s, (chunk, first) = _created(s, Split(cut, size, floor=True))
+            tiles[at:at] = [*reduction[:whole], chunk]
+            inner = [first, *reduction[whole + 1:]]
+            current[current.index(cut):current.index(cut) + 1] = [chunk, first]
         full = [made[k] for k, _ in reversed(splits)]
         want = tiles + inner + points
         if want != current:
@@ -450,7 +451,7 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         return s
 
     outer, reduction = loops[:n_outer], loops[n_outer:]
-    if depth is None or (epilogue_loops and ragged):
+    if chunking is None or (epilogue_loops and ragged):
         for e in epilogue_loops:
             s = s._step(Fuse(outer[0], e[0], n_outer))
         s, tiles, points, full = tile(s, outer, [])
@@ -460,8 +461,9 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
                              for k in range(0, len(copies), len(points))]
         s = s._step(Reorder((*reduction, *groups[1])))
         return finish(s, tiles, full, groups), [tiles]
-    # A long reduction is cut into chunks of ``depth`` (cache blocking): the operands of one
-    # chunk stay in cache while every output tile of a row takes its share. The chunk loop sits
+    # A long reduction is cut into chunks (cache blocking, see _reduction_split): the operands
+    # of one chunk stay in cache while every output tile of a row takes its share. The chunk
+    # loops sit
     # after the first loop that really iterates, which stays free to run in parallel (a
     # GEMM: before its row tiles, so one chunk of the packed B panels serves all of them).
     # With an epilogue it sits after the first *tile* loop that iterates (see below).
@@ -513,21 +515,24 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     return s, [init_tiles[:at]]
 
 
-def _reduction_split(red: _Reduction, depth: int) -> int | None:
-    """The chunk of the first reduction loop when the reduction is longer than ``depth``
-    iterations (preferring a divisor of that loop's extent), else None."""
+def _reduction_split(red: _Reduction, depth: int) -> tuple[int, int] | None:
+    """How a reduction longer than ``depth`` iterations is cut into cache chunks, else None:
+    ``(whole, size)`` — its first ``whole`` loops go outside the row tiles entirely (each
+    iteration of them holds more than twice ``depth``: a 3x3 conv's input-channel blocks and
+    kernel rows), and the next loop is cut in chunks of ``size`` (preferring a divisor of its
+    extent) so a chunk is about ``depth`` iterations."""
     if any(not (lp.lower.is_const and lp.upper.is_const) for lp in red.inner):
         return None
     extents = [lp.upper.const - lp.lower.const for lp in red.inner]
-    total = int(np.prod(extents))
-    if total <= depth:
+    if int(np.prod(extents)) <= depth:
         return None
-    per = total // extents[0]
-    chunk = max(1, depth // per)
-    if chunk >= extents[0]:
-        return None
-    divisors = [d for d in range(chunk, max(chunk // 2, 1) - 1, -1) if extents[0] % d == 0]
-    return divisors[0] if divisors else chunk
+    whole = 0
+    while int(np.prod(extents[whole + 1:])) > 2 * depth:
+        whole += 1
+    inside = int(np.prod(extents[whole + 1:]))
+    size = max(1, depth // inside)
+    divisors = [d for d in range(size, max(size // 2, 1) - 1, -1) if extents[whole] % d == 0]
+    return whole, divisors[0] if divisors else size
 
 
 def _extent(loops: Sequence[Loop], name: str) -> int:

@@ -57,3 +57,22 @@ def test_default_schedules_compute_the_same_results(monkeypatch):
         c = np.zeros((m, n), np.float32)
         run({"A": a, "B": b, "C": c})
         np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def _reduction(*extents: int) -> default._Reduction:
+    names = [f"r{k}" for k in range(len(extents))]
+    y = Access("y", (Aff.var("o"),))
+    init = Stmt("S0", y, Load("b", (Aff.var("o"),), "float32"))
+    update = Stmt("S1", y, Load("y", (Aff.var("o"),), "float32"))
+    inner = [Loop(n, 0, e, ()) for n, e in zip(names, extents, strict=True)]
+    return default._Reduction([Loop("o", 0, 64, ())], init, inner, update)
+
+
+def test_reduction_chunks_hold_about_depth_iterations():
+    split = default._reduction_split
+    assert split(_reduction(2, 32), 64) is None  # short enough: one chunk
+    assert split(_reduction(8, 32), 64) == (0, 2)  # 1x1 conv: 2 blocks of 32 channels
+    # 3x3 conv: a block of 32 channels has 288 iterations; its kernel rows (96) are the chunk
+    assert split(_reduction(8, 3, 3, 32), 64) == (1, 1)
+    assert split(_reduction(1024,), 128) == (0, 128)  # GEMM: chunks of k
+    assert split(_reduction(3, 7, 7), 64) == (0, 1)  # RGB stem: one input channel
