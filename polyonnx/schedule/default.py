@@ -143,6 +143,11 @@ MIN_PARALLEL_INSTANCES = 1 << 20
 """Statement instances below which a nest stays on one thread: waking the pool and joining
 it costs several µs, about what a million instances (~10 µs) would save on a second core
 (MNIST's convolutions, at 0.2M and 0.6M, ran slower on two threads than on one)."""
+MIN_PARALLEL_BYTES = 256 * 1024
+"""Bytes written above which a nest runs in parallel whatever its instance count: a copy
+(a conv's zero-bordered input: 0.2M instances, 860 KB at 56x56) is bound by memory traffic,
+tens of µs that a second core shares (ResNet50's 56x56 layers on two threads: 1.4 -> 1.1x
+onnxruntime's time with their padding copies in parallel)."""
 
 
 def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
@@ -166,7 +171,8 @@ def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
         top = nodes[0]
         assert isinstance(top, Band)
         below = instances(s.poly, stmts(top))
-        if _instances(s.poly, below) < MIN_PARALLEL_INSTANCES:
+        count, written = _instances(s.poly, below)
+        if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
             continue
         inner = deps.intersect_domain(below).intersect_range(below)
         band = isl.UnionMap.from_domain(below)
@@ -187,17 +193,24 @@ def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
     return _apply(s, steps)
 
 
-def _instances(poly: PolyKernel, domain: isl.UnionSet) -> int:
-    """Statement instances of ``domain``, counted from the krnl loops (guards ignored)."""
+def _instances(poly: PolyKernel, domain: isl.UnionSet) -> tuple[int, int]:
+    """Statement instances of ``domain`` and the bytes they write (each buffer's at most
+    once: a reduction writes its output, not one element per instance), counted from the
+    krnl loops (guards ignored)."""
     total = 0
     names = set()
     domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
+    buffers = {b.name: b for b in poly.kernel.buffers}
+    written: dict[str, int] = {}
     for name in names:
+        info = poly.stmts[name]
         count = 1
-        for lp in poly.stmts[name].loops:
+        for lp in info.loops:
             count *= max(lp.upper.const - lp.lower.const, 1)
         total += count
-    return total
+        out = info.stmt.write.buffer
+        written[out] = written.get(out, 0) + count * np.dtype(buffers[out].dtype).itemsize
+    return total, sum(min(n, buffers[b].nbytes) for b, n in written.items())
 
 
 class _NotApplicable(Exception):

@@ -76,3 +76,17 @@ def test_reduction_chunks_hold_about_depth_iterations():
     assert split(_reduction(8, 3, 3, 32), 64) == (1, 1)
     assert split(_reduction(1024,), 128) == (0, 128)  # GEMM: chunks of k
     assert split(_reduction(3, 7, 7), 64) == (0, 1)  # RGB stem: one input channel
+
+
+def _copy(rows: int) -> Kernel:
+    i, j = Aff.var("i"), Aff.var("j")
+    return Kernel("copy", (Buffer("x", "float32", (rows, 1024), "input"),
+                           Buffer("y", "float32", (rows, 1024), "output")),
+                  (Loop("i", 0, rows, (Loop("j", 0, 1024, (
+                      Stmt("S0", Access("y", (i, j)), Load("x", (i, j), "float32")),)),)),))
+
+
+def test_a_copy_runs_in_parallel_when_it_moves_enough_memory():
+    # 128K instances, far below MIN_PARALLEL_INSTANCES; 512 KiB written: in parallel.
+    assert "// parallel" in _ast(_copy(128))
+    assert "// parallel" not in _ast(_copy(32))  # 128 KiB: one thread
