@@ -495,8 +495,7 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
         relation = (f"writes nothing the statements under {loop} read" if producer
                     else f"reads nothing the statements under {loop} write")
         raise ScheduleError(f"{verb}: instance {sample} of {block} {relation}")
-    dims = isl.MultiUnionPwAff.from_union_pw_multi_aff(
-        isl.UnionPwMultiAff.from_union_map(place))
+    columns = _own_expressions(tree, at, rel.lexmin() if producer else rel.lexmax(), place)
     # Rebuild: drop the moved block, extend each band on the way to ``loop``, insert it there.
     seq_path, index = moved_path[:-1], moved_path[-1]
     parent = get(tree, seq_path)
@@ -509,7 +508,7 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
 
     def extend(node: Node, rest: Path, k: int) -> Node:
         if isinstance(node, Band):
-            sched = node.sched.union_add(dims.get_at(k))
+            sched = node.sched.union_add(columns[k])
             if not rest:
                 body = [moved, node.child] if producer else [node.child, moved]
                 return replace(node, sched=sched, child=sequence(body))
@@ -521,6 +520,41 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
 
     kids[rel_at[0]] = extend(kids[rel_at[0]], rel_at[1:], _outer_bands(tree, seq_path))
     return put(tree, seq_path, sequence(kids))
+
+
+def _own_expressions(tree: Node, at: Path, extreme: isl.UnionMap, place: isl.UnionMap
+                     ) -> list[isl.UnionPwAff]:
+    """The values of the loops down to ``at`` for each moved instance at its ``place``: the
+    loops' own expressions of a target instance ``extreme`` picks (the first or the last of
+    one target statement, in instance order) when they give that place, else ``place`` as
+    isl's lexmin wrote it (``-1 + ob + (1 + ob) mod 2`` for the tile loop ``ob - ob mod 2``:
+    the same values, but AST generation then reconciles two spellings, twice as slowly)."""
+    bands = []
+    node = tree
+    for depth in range(len(at) + 1):
+        if isinstance(node, Band):
+            bands.append(node.sched)
+        if depth < len(at):
+            node = children(node)[at[depth]]
+    pieces: list[isl.Map] = []
+    extreme.foreach_map(pieces.append)
+    by_target: dict[str, isl.UnionMap] = {}
+    for m in pieces:
+        name = m.get_tuple_name(isl.dim_type.out)
+        one = isl.UnionMap.from_map(m)
+        by_target[name] = by_target[name].union(one) if name in by_target else one
+    for chosen in by_target.values():
+        if not chosen.domain().is_equal(place.domain()):
+            continue
+        instance = isl.UnionPwMultiAff.from_union_map(chosen)
+        own = [sched.pullback_union_pw_multi_aff(instance) for sched in bands]
+        same = isl.UnionMap.from_domain(place.domain())
+        for column in own:
+            same = same.flat_range_product(isl.UnionMap.from_union_pw_aff(column))
+        if same.is_equal(place):
+            return own
+    dims = isl.MultiUnionPwAff.from_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(place))
+    return [dims.get_at(k) for k in range(dims.size())]
 
 
 def _outer_bands(tree: Node, path: Path) -> int:
