@@ -14,7 +14,7 @@ wrong softmax.) Vector code comes from the schedule's vector loops, which never 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -359,6 +359,8 @@ class KernelEmitter:
         used = {n for ix in stmt.write.index for n, _ in ix.terms}
         places = []
         trips = [range(_static_trip(loop) or 0) for loop in unrolled]
+        offset = self._tile_offsets(unrolled, vec, call, width)
+        first = None
         for position in itertools.product(*trips):
             tile_env = dict(env)
             for loop, k in zip(unrolled, position, strict=True):
@@ -366,15 +368,25 @@ class KernelEmitter:
                 tile_env[loop.iterator] = b.add(start, ir.Constant(I64, k), flags=["nsw"])
             vec0 = self._iexpr(vec.init, tile_env)
             for j in range(_static_trip(vec) // width):
-                lane_env = {**tile_env, vec.iterator: b.add(vec0, ir.Constant(I64, j * width),
-                                                            flags=["nsw"])}
-                point = {it: self._iexpr(arg, lane_env)
-                         for it, arg in zip(iterators, call.args, strict=True) if it in used}
-                self._lanes = (width, steps)
-                try:
-                    ptr, _ = self._address(stmt.write.buffer, stmt.write.index, point)
-                finally:
-                    self._lanes = None
+                if first is not None and not self.checked:
+                    # One base pointer and constant offsets: LLVM then keeps a single register
+                    # live across the reduction, not one address per accumulator (28 of them
+                    # spilled to the stack around every tile).
+                    ptr = b.gep(first, [ir.Constant(I64, offset(position, j))], inbounds=True,
+                                source_etype=memory_type(buf.dtype))
+                else:
+                    lane_env = {**tile_env,
+                                vec.iterator: b.add(vec0, ir.Constant(I64, j * width),
+                                                    flags=["nsw"])}
+                    point = {it: self._iexpr(arg, lane_env)
+                             for it, arg in zip(iterators, call.args, strict=True)
+                             if it in used}
+                    self._lanes = (width, steps)
+                    try:
+                        ptr, _ = self._address(stmt.write.buffer, stmt.write.index, point)
+                    finally:
+                        self._lanes = None
+                    first = ptr if first is None else first
                 with b.goto_entry_block():
                     slot = b.alloca(vty)
                 b.store(b.load(ptr, typ=vty, align=align), slot)
@@ -387,6 +399,28 @@ class KernelEmitter:
             self._registers, self._reread = None, frozenset()
         for _, slot, ptr in places:
             b.store(b.load(slot, typ=vty), ptr, align=align)
+
+    def _tile_offsets(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
+                      width: int) -> Callable[[tuple[int, ...], int], int]:
+        """Element offset of a register tile's accumulator (tile position, vector step) from
+        the first one's: the written index is affine in the statement iterators, which are
+        linear in the unrolled and vector loops (:meth:`_register_tile` checked both)."""
+        iterators, stmt = self.stmts[call.stmt]
+        args = dict(zip(iterators, call.args, strict=True))
+        shape = self.buffers[stmt.write.buffer][0].shape
+        per_loop = [0] * (len(unrolled) + 1)  # elements per step of each unrolled loop, vec
+        stride = 1
+        for ix, extent in reversed(list(zip(stmt.write.index, shape, strict=True))):
+            for name, c in ix.terms:
+                lin = _linear(args[name]) or {}
+                for k, loop in enumerate((*unrolled, vec)):
+                    per_loop[k] += c * lin.get(loop.iterator, 0) * stride
+            stride *= extent
+
+        def offset(position: tuple[int, ...], j: int) -> int:
+            return sum(p * n for p, n in zip((*position, j * width), per_loop, strict=True))
+
+        return offset
 
     def _rereads(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
                  accumulators: int) -> frozenset[tuple[Load, tuple[int, ...], int]]:

@@ -2,6 +2,8 @@
 slots (registers after LLVM's SROA), also when an epilogue reads them right after the loop; a
 tile that needs more than the register file re-reads its last weight vector at each use."""
 
+import re
+
 import numpy as np
 import pytest
 from llvmlite import ir
@@ -78,6 +80,14 @@ def test_paired_tile_two_unrolled_loops() -> None:
     # 28 accumulators + 4 weight vectors + 1 broadcast > 32 registers: one weight vector is
     # loaded at each of its 7 uses (a memory operand) rather than spilling an accumulator.
     assert str(module).count("load volatile <16 x float>") == nr
+    # The 28 accumulators are addressed from one pointer with constant offsets (one register
+    # live across the reduction instead of 28 spilled addresses): rows 32 floats apart, the
+    # two blocks 7 * 32, the two vector steps 16.
+    geps = re.findall(r"getelementptr inbounds float, ptr (\S+), i64 (\d+)\n", str(module))
+    assert len({base for base, _ in geps}) == 1
+    assert sorted(int(off) for _, off in geps) == sorted(
+        r * 32 + blk * 7 * 32 + j * 16 for r in range(nr) for blk in range(2) for j in range(2)
+        if (r, blk, j) != (0, 0, 0))
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((nr, nk), np.float32), rng.standard_normal((nb, nk, no), np.float32)
     arrays = {"x": x, "w": w, "acc": np.zeros((nb, nr, no), np.float32),
