@@ -357,36 +357,38 @@ class KernelEmitter:
         vty = ir.VectorType(memory_type(buf.dtype), width)
         align = np.dtype(buf.dtype).itemsize
         used = {n for ix in stmt.write.index for n, _ in ix.terms}
-        places = []
-        trips = [range(_static_trip(loop) or 0) for loop in unrolled]
-        offset = self._tile_offsets(unrolled, vec, call, width)
-        first = None
-        for position in itertools.product(*trips):
+
+        def address(position: tuple[int, ...], j: int) -> ir.Value:
+            """The accumulator's address computed from the tile's loop values."""
             tile_env = dict(env)
             for loop, k in zip(unrolled, position, strict=True):
                 start = self._iexpr(loop.init, tile_env)
                 tile_env[loop.iterator] = b.add(start, ir.Constant(I64, k), flags=["nsw"])
-            vec0 = self._iexpr(vec.init, tile_env)
+            lane = b.add(self._iexpr(vec.init, tile_env), ir.Constant(I64, j * width),
+                         flags=["nsw"])
+            point = {it: self._iexpr(arg, {**tile_env, vec.iterator: lane})
+                     for it, arg in zip(iterators, call.args, strict=True) if it in used}
+            self._lanes = (width, steps)
+            try:
+                return self._address(stmt.write.buffer, stmt.write.index, point)[0]
+            finally:
+                self._lanes = None
+
+        # One base pointer and constant offsets: LLVM then keeps a single register live across
+        # the reduction, not one address per accumulator (28 of them spilled to the stack
+        # around every tile). Checked code computes each address, to range-check it.
+        offset = self._tile_offsets(unrolled, vec, call, width)
+        places = []
+        first = None
+        trips = [range(_static_trip(loop) or 0) for loop in unrolled]
+        for position in itertools.product(*trips):
             for j in range(_static_trip(vec) // width):
-                if first is not None and not self.checked:
-                    # One base pointer and constant offsets: LLVM then keeps a single register
-                    # live across the reduction, not one address per accumulator (28 of them
-                    # spilled to the stack around every tile).
+                if first is None or self.checked:
+                    ptr = address(position, j)
+                    first = ptr if first is None else first
+                else:
                     ptr = b.gep(first, [ir.Constant(I64, offset(position, j))], inbounds=True,
                                 source_etype=memory_type(buf.dtype))
-                else:
-                    lane_env = {**tile_env,
-                                vec.iterator: b.add(vec0, ir.Constant(I64, j * width),
-                                                    flags=["nsw"])}
-                    point = {it: self._iexpr(arg, lane_env)
-                             for it, arg in zip(iterators, call.args, strict=True)
-                             if it in used}
-                    self._lanes = (width, steps)
-                    try:
-                        ptr, _ = self._address(stmt.write.buffer, stmt.write.index, point)
-                    finally:
-                        self._lanes = None
-                    first = ptr if first is None else first
                 with b.goto_entry_block():
                     slot = b.alloca(vty)
                 b.store(b.load(ptr, typ=vty, align=align), slot)
@@ -405,20 +407,13 @@ class KernelEmitter:
         """Element offset of a register tile's accumulator (tile position, vector step) from
         the first one's: the written index is affine in the statement iterators, which are
         linear in the unrolled and vector loops (:meth:`_register_tile` checked both)."""
-        iterators, stmt = self.stmts[call.stmt]
-        args = dict(zip(iterators, call.args, strict=True))
-        shape = self.buffers[stmt.write.buffer][0].shape
-        per_loop = [0] * (len(unrolled) + 1)  # elements per step of each unrolled loop, vec
-        stride = 1
-        for ix, extent in reversed(list(zip(stmt.write.index, shape, strict=True))):
-            for name, c in ix.terms:
-                lin = _linear(args[name]) or {}
-                for k, loop in enumerate((*unrolled, vec)):
-                    per_loop[k] += c * lin.get(loop.iterator, 0) * stride
-            stride *= extent
+        _, stmt = self.stmts[call.stmt]
+        per_step = [self._element_step(stmt.write.buffer, stmt.write.index,
+                                       self._iterator_steps(call, loop.iterator) or {})
+                    for loop in (*unrolled, vec)]
 
         def offset(position: tuple[int, ...], j: int) -> int:
-            return sum(p * n for p, n in zip((*position, j * width), per_loop, strict=True))
+            return sum(p * n for p, n in zip((*position, j * width), per_step, strict=True))
 
         return offset
 
@@ -434,22 +429,16 @@ class KernelEmitter:
         uses, which keeps LLVM from merging them into one value: they become memory operands
         of their FMAs, an extra load each, which the load ports absorb.
         """
-        iterators, stmt = self.stmts[call.stmt]
-        args = dict(zip(iterators, call.args, strict=True))
+        _, stmt = self.stmts[call.stmt]
         steps = self._lane_steps(call, vec.iterator)
         trips = [_static_trip(loop) or 0 for loop in unrolled]
         vector_steps = (_static_trip(vec) or 0) // self._width((call,))
+        loop_steps = [self._iterator_steps(call, loop.iterator) or {} for loop in unrolled]
 
         def moved_by(ld: Load) -> list[int]:
             """The unrolled loops (by position) the load's address moves with."""
-            out = []
-            for k, loop in enumerate(unrolled):
-                for ix in ld.index:
-                    lins = [_linear(args[n]) for n, _ in ix.terms]
-                    if any(lin is None or lin.get(loop.iterator, 0) for lin in lins):
-                        out.append(k)
-                        break
-            return out
+            return [k for k, per in enumerate(loop_steps)
+                    if self._element_step(ld.buffer, ld.index, per)]
 
         vectors = []
         for ld in dict.fromkeys(loads(stmt.body)):
@@ -609,15 +598,24 @@ class KernelEmitter:
             widest = max(widest, np.dtype(self.buffers[stmt.write.buffer][0].dtype).itemsize)
         return max(self.vector_bits // (8 * widest), 1)
 
-    def _lane_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
-        """How much each statement iterator moves per lane, or None if not vectorizable."""
-        iterators, stmt = self.stmts[call.stmt]
+    def _iterator_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
+        """How much each statement iterator moves per iteration of loop ``var`` (None when an
+        argument is not linear in the loops)."""
+        iterators, _ = self.stmts[call.stmt]
         steps = {}
         for it, arg in zip(iterators, call.args, strict=True):
             lin = _linear(arg)
             if lin is None:
                 return None
             steps[it] = lin.get(var, 0)
+        return steps
+
+    def _lane_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
+        """How much each statement iterator moves per lane, or None if not vectorizable."""
+        _, stmt = self.stmts[call.stmt]
+        steps = self._iterator_steps(call, var)
+        if steps is None:
+            return None
         if any(isinstance(i, Expr) for ld in loads(stmt.body) for i in ld.index):
             return None  # gathers stay scalar
         if self._element_step(stmt.write.buffer, stmt.write.index, steps) != 1:
