@@ -476,10 +476,9 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         return finish(s, tiles, full, groups), [tiles]
     # A long reduction is cut into chunks (cache blocking, see _reduction_split): the operands
     # of one chunk stay in cache while every output tile of a row takes its share. The chunk
-    # loops sit
-    # after the first loop that really iterates, which stays free to run in parallel (a
-    # GEMM: before its row tiles, so one chunk of the packed B panels serves all of them).
-    # With an epilogue it sits after the first *tile* loop that iterates (see below).
+    # loops sit after the first loop that really iterates, which stays free to run in parallel
+    # (a GEMM: before its row tiles, so one chunk of the packed B panels serves all of them).
+    # With an epilogue they sit after the first *tile* loop that iterates (see below).
     sizes_of = dict(splits)
     counts = [-(-_extent(red.outer, names[k]) // sizes_of.get(k, 1)) for k in order]
     extents = [_extent(red.outer, names[k]) for k in order]
@@ -504,28 +503,18 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         at += 1  # (the block loop)
     s, upd_tiles, upd_points, full = tile(s, update, reduction, at, band)
     s = finish(s, upd_tiles, full, [upd_points])
-    if not ragged:
-        # Each output tile is initialised in the first chunk and finished (the epilogue) in
-        # the last, while its accumulators are in registers: one pass over the output per
-        # chunk, not two more (which made L1-sized chunks cost more than they saved).
-        s = s._step(ComputeAt(init_tiles[0], upd_tiles[-1]))
-        for e in epilogue_loops:
-            s, e_tiles, e_points, _ = tile(s, e, [], band=band)
-            s = finish(s, e_tiles, [], [e_points])
-            s = s._step(ReverseComputeAt(e_tiles[0], upd_tiles[-1]))
-        return s, [upd_tiles[:at] if epilogue_loops else upd_tiles]
-    if not epilogue_loops:
+    if ragged:  # (without an epilogue: ragged tiles with one took the unchunked way above)
         return s, [init_tiles, upd_tiles]
-    # With an epilogue, the init, the chunks and the epilogue all run on the slice of the
-    # output that the tile loops outside the chunk loop own (a conv's block of output
-    # channels), which stays in cache from the init to the epilogue.
-    s = s._step(Fuse(init_tiles[0], upd_tiles[0], at))
+    # Each output tile is initialised in the first chunk and finished (the epilogue) in the
+    # last, while its accumulators are in registers: one pass over the output per chunk, not
+    # two more (which made L1-sized chunks cost more than they saved).
+    s = s._step(ComputeAt(init_tiles[0], upd_tiles[-1]))
     for e in epilogue_loops:
         s, e_tiles, e_points, _ = tile(s, e, [], band=band)
-        s = s._step(Fuse(init_tiles[0], e_tiles[0], at))
         s = finish(s, e_tiles, [], [e_points])
-    # (Below the fused loops there are several nests: not one band.)
-    return s, [init_tiles[:at]]
+        s = s._step(ReverseComputeAt(e_tiles[0], upd_tiles[-1]))
+    # (With an epilogue, below the chunk loops there are several nests: not one band.)
+    return s, [upd_tiles[:at] if epilogue_loops else upd_tiles]
 
 
 def _reduction_split(red: _Reduction, depth: int) -> tuple[int, int] | None:
