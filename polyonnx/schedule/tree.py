@@ -196,27 +196,36 @@ def value_range(band: Band, poly: PolyKernel) -> tuple[int, int]:
             int(hi.get_coordinate_val(isl.dim_type.set, 0).to_python()))
 
 
+def bands_on_path(tree: Node, path: Path, inclusive: bool = True) -> list[Band]:
+    """The bands on the way to the node at ``path``, outermost first: the loops enclosing it,
+    and the node itself when it is a band and ``inclusive``."""
+    out, node = [], tree
+    for depth in range(len(path) + inclusive):
+        if isinstance(node, Band):
+            out.append(node)
+        if depth < len(path):
+            node = children(node)[path[depth]]
+    return out
+
+
 def bands_above(tree: Node, path: Path) -> int:
     """The loops enclosing the node at ``path``: its position in :func:`prefix_map`'s values."""
-    count, node = 0, tree
-    for i in path:
-        count += isinstance(node, Band)
-        node = children(node)[i]
-    return count
+    return len(bands_on_path(tree, path, inclusive=False))
 
 
 def prefix_map(tree: Node, path: Path, poly: PolyKernel, inclusive: bool = True) -> isl.UnionMap:
     """Instances below ``path`` -> the values of the loops on the way there (outermost first),
     the node at ``path`` included when it is a band and ``inclusive``."""
     below = instances(poly, stmts(get(tree, path)))
+    return values_map(below, [band.sched for band in bands_on_path(tree, path, inclusive)])
+
+
+def values_map(below: isl.UnionSet, columns: list[isl.UnionPwAff]) -> isl.UnionMap:
+    """The instances ``below`` -> the values of ``columns`` (loop schedules), in order."""
     out = isl.UnionMap.from_domain(below)
-    node = tree
-    for depth in range(len(path) + inclusive):
-        if isinstance(node, Band):
-            out = out.flat_range_product(isl.UnionMap.from_union_pw_aff(node.sched)
-                                         .intersect_domain(below))
-        if depth < len(path):
-            node = children(node)[path[depth]]
+    for column in columns:
+        out = out.flat_range_product(isl.UnionMap.from_union_pw_aff(column)
+                                     .intersect_domain(below))
     return out
 
 

@@ -29,6 +29,8 @@ from polyonnx.schedule.tree import (
     Path,
     Sequence,
     band_paths,
+    bands_above,
+    bands_on_path,
     children,
     find,
     fresh,
@@ -39,6 +41,7 @@ from polyonnx.schedule.tree import (
     stmts,
     universe,
     value_range,
+    values_map,
     walk,
 )
 
@@ -518,7 +521,7 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
         inner[rest[0]] = extend(inner[rest[0]], rest[1:], k)
         return Sequence(tuple(inner))
 
-    kids[rel_at[0]] = extend(kids[rel_at[0]], rel_at[1:], _outer_bands(tree, seq_path))
+    kids[rel_at[0]] = extend(kids[rel_at[0]], rel_at[1:], bands_above(tree, seq_path))
     return put(tree, seq_path, sequence(kids))
 
 
@@ -529,13 +532,7 @@ def _own_expressions(tree: Node, at: Path, extreme: isl.UnionMap, place: isl.Uni
     one target statement, in instance order) when they give that place, else ``place`` as
     isl's lexmin wrote it (``-1 + ob + (1 + ob) mod 2`` for the tile loop ``ob - ob mod 2``:
     the same values, but AST generation then reconciles two spellings, twice as slowly)."""
-    bands = []
-    node = tree
-    for depth in range(len(at) + 1):
-        if isinstance(node, Band):
-            bands.append(node.sched)
-        if depth < len(at):
-            node = children(node)[at[depth]]
+    bands = [band.sched for band in bands_on_path(tree, at)]
     pieces: list[isl.Map] = []
     extreme.foreach_map(pieces.append)
     by_target: dict[str, isl.UnionMap] = {}
@@ -548,18 +545,10 @@ def _own_expressions(tree: Node, at: Path, extreme: isl.UnionMap, place: isl.Uni
             continue
         instance = isl.UnionPwMultiAff.from_union_map(chosen)
         own = [sched.pullback_union_pw_multi_aff(instance) for sched in bands]
-        same = isl.UnionMap.from_domain(place.domain())
-        for column in own:
-            same = same.flat_range_product(isl.UnionMap.from_union_pw_aff(column))
-        if same.is_equal(place):
+        if values_map(place.domain(), own).is_equal(place):
             return own
     dims = isl.MultiUnionPwAff.from_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(place))
     return [dims.get_at(k) for k in range(dims.size())]
-
-
-def _outer_bands(tree: Node, path: Path) -> int:
-    """How many bands enclose the node at ``path``."""
-    return sum(isinstance(get(tree, path[:d]), Band) for d in range(len(path)))
 
 
 def check_compute_at(tree: Node, poly: PolyKernel, d: ComputeAt) -> None:
