@@ -22,6 +22,7 @@ always does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,9 +32,10 @@ import numpy as np
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
+from polyonnx.schedule.legality import loops_that_may_carry
 from polyonnx.schedule.poly import PolyKernel, initial_schedule
 from polyonnx.schedule.trace import Trace
-from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
+from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts, values_map
 from polyonnx.schedule.tree import Sequence as TreeSequence
 from polyonnx.schedule.verbs import (
     ComputeAt,
@@ -157,11 +159,11 @@ def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
     The loop of band member ``m`` is parallel when every dependence that has distance 0 on
     the members before it has distance 0 on ``m`` too: under the mark, a loop that codegen
     meets first has all the members before it fixed (isl made no loop for them), so the
-    dependences among its iterations are exactly those. (The verb checks each named loop
-    again; this finds them with one distance computation per nest.)
+    dependences among its iterations are exactly those (:func:`loops_that_may_carry`). (The
+    verb checks each named loop again; this finds them with one distance computation per
+    nest.)
     """
     steps: list[Directive] = []
-    deps = s.dependences.all
     paths = band_paths(s.tree)
     for names in bands:
         if not names:
@@ -174,20 +176,11 @@ def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
         count, written = _instances(s.poly, below)
         if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
             continue
-        inner = deps.intersect_domain(below).intersect_range(below)
-        band = isl.UnionMap.from_domain(below)
-        for b in nodes:
-            assert isinstance(b, Band)
-            band = band.flat_range_product(isl.UnionMap.from_union_pw_aff(b.sched)
-                                           .intersect_domain(below))
-        distances = inner.apply_domain(band).apply_range(band).deltas()
-        dims = [f"x{k}" for k in range(len(names))]
-        safe = []
-        for m in range(len(names)):
-            prefix = " and ".join(f"{d} = 0" for d in dims[:m]) or "true"
-            carried = isl.UnionSet(f"{{ [{', '.join(dims)}] : {prefix} and {dims[m]} != 0 }}")
-            if distances.intersect(carried).is_empty():
-                safe.append(names[m])
+        may = loops_that_may_carry(
+            s.dependences, below,
+            functools.partial(values_map, below, [b.sched for b in nodes]),
+            range(len(names)))
+        safe = [n for m, n in enumerate(names) if m not in may]
         if safe:
             steps.append(Parallel(names[0], tuple(safe)))
     return _apply(s, steps)
