@@ -115,6 +115,8 @@ class KernelEmitter:
                                                                   default=frozenset())
     """Inside a promoted reduction: the (vector load, tile position, vector step) instances
     read from memory at each use (see :meth:`_rereads`)."""
+    _numbered: dict[tuple, ir.Value] = field(init=False, default_factory=dict)
+    """Integer instructions already emitted, by (block, op, operands): see :meth:`_int`."""
 
     def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
         fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
@@ -363,9 +365,9 @@ class KernelEmitter:
             tile_env = dict(env)
             for loop, k in zip(unrolled, position, strict=True):
                 start = self._iexpr(loop.init, tile_env)
-                tile_env[loop.iterator] = b.add(start, ir.Constant(I64, k), flags=["nsw"])
-            lane = b.add(self._iexpr(vec.init, tile_env), ir.Constant(I64, j * width),
-                         flags=["nsw"])
+                tile_env[loop.iterator] = self._int("add", start, ir.Constant(I64, k))
+            lane = self._int("add", self._iexpr(vec.init, tile_env),
+                             ir.Constant(I64, j * width))
             point = {it: self._iexpr(arg, {**tile_env, vec.iterator: lane})
                      for it, arg in zip(iterators, call.args, strict=True) if it in used}
             self._lanes = (width, steps)
@@ -485,7 +487,7 @@ class KernelEmitter:
         init = self._iexpr(node.init, env)
         outer = self._tile_position
         for k in range(trip):
-            value = self.builder.add(init, ir.Constant(I64, k), flags=["nsw"]) if k else init
+            value = self._int("add", init, ir.Constant(I64, k))
             self._tile_position = (*outer, k)
             self._nodes(node.body, {**env, node.iterator: value})
         self._tile_position = outer
@@ -498,6 +500,32 @@ class KernelEmitter:
             with orelse:
                 self._nodes(node.orelse, env)
 
+    def _int(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``x op y`` on i64 (``add``, ``sub``, ``mul``: nsw; ``sdiv``, ``srem``), folded when
+        an operand is constant and reused when this block already computed it. Addresses are
+        sums of products of the same loop values, once per access of every unrolled statement:
+        numbering them here leaves LLVM (and llvmlite's IR printer) a third of the
+        instructions to parse and simplify, for the same machine code."""
+        cx = x.constant if isinstance(x, ir.Constant) else None
+        cy = y.constant if isinstance(y, ir.Constant) else None
+        if cx is not None and cy is not None and op in ("add", "sub", "mul"):
+            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub"
+                               else cx * cy)
+        if op == "mul" and 0 in (cx, cy):
+            return ir.Constant(I64, 0)
+        if (op == "add" and cx == 0) or (op == "mul" and cx == 1):
+            return y
+        if (op in ("add", "sub") and cy == 0) or (op in ("mul", "sdiv") and cy == 1):
+            return x
+        key = (self.builder.block, op, x if cx is None else cx, y if cy is None else cy)
+        hit = self._numbered.get(key)
+        if hit is None:
+            b = self.builder
+            hit = (getattr(b, op)(x, y, flags=["nsw"]) if op in ("add", "sub", "mul")
+                   else getattr(b, op)(x, y))
+            self._numbered[key] = hit
+        return hit
+
     def _iexpr(self, e: la.IExpr, env: dict[str, ir.Value]) -> ir.Value:
         b = self.builder
         if isinstance(e, la.IConst):
@@ -506,18 +534,14 @@ class KernelEmitter:
             return env[e.name]
         a = [self._iexpr(x, env) for x in e.args]
         op = e.op
-        if op == "add":
-            return b.add(a[0], a[1], flags=["nsw"])
-        if op == "sub":
-            return b.sub(a[0], a[1], flags=["nsw"])
-        if op == "mul":
-            return b.mul(a[0], a[1], flags=["nsw"])
+        if op in ("add", "sub", "mul"):
+            return self._int(op, a[0], a[1])
         if op == "neg":
-            return b.sub(ir.Constant(I64, 0), a[0], flags=["nsw"])
+            return self._int("sub", ir.Constant(I64, 0), a[0])
         if op in ("div", "pdiv_q"):
-            return b.sdiv(a[0], a[1])
+            return self._int("sdiv", a[0], a[1])
         if op in ("pdiv_r", "zdiv_r"):
-            return b.srem(a[0], a[1])
+            return self._int("srem", a[0], a[1])
         if op == "fdiv_q":
             # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
             neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
@@ -561,7 +585,7 @@ class KernelEmitter:
         if trip is not None and trip <= MAX_VECTOR_STEPS * width:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
             for k in range(trip // width):
-                base = b.add(init, ir.Constant(I64, k * width), flags=["nsw"])
+                base = self._int("add", init, ir.Constant(I64, k * width))
                 self._vector_step = k
                 self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
             self._vector_step = 0
@@ -674,15 +698,10 @@ class KernelEmitter:
         self.builder.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
 
     def _aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.builder
-        out: ir.Value | None = None
+        out: ir.Value = ir.Constant(I64, 0)
         for name, c in a.terms:
-            term = point[name] if c == 1 else b.mul(point[name], ir.Constant(I64, c),
-                                                    flags=["nsw"])
-            out = term if out is None else b.add(out, term, flags=["nsw"])
-        if out is None:
-            return ir.Constant(I64, a.const)
-        return out if a.const == 0 else b.add(out, ir.Constant(I64, a.const), flags=["nsw"])
+            out = self._int("add", out, self._int("mul", point[name], ir.Constant(I64, c)))
+        return self._int("add", out, ir.Constant(I64, a.const))
 
     def _address(self, buffer: str, index: tuple[Aff | Expr, ...],
                  point: Mapping[str, ir.Value]) -> tuple[ir.Value, int]:
@@ -703,8 +722,8 @@ class KernelEmitter:
                 v = self._expr(ix, point)
                 v = b.sext(v, I64) if v.type.width < 64 else v
                 self._check_range(v, extent)
-            term = v if stride == 1 else b.mul(v, ir.Constant(I64, stride), flags=["nsw"])
-            linear = term if linear is None else b.add(linear, term, flags=["nsw"])
+            term = self._int("mul", v, ir.Constant(I64, stride))
+            linear = term if linear is None else self._int("add", linear, term)
             stride *= extent
         if linear is None:  # a scalar buffer
             linear = ir.Constant(I64, 0)

@@ -15,12 +15,21 @@ from polyonnx.options import Options
 LLVM_LOCK = threading.RLock()
 
 
+#: See :func:`init_llvm`.
+SCHEDULER_REGION_LIMIT = 200
+
+
 @functools.cache
 def init_llvm() -> None:
     """Initialise LLVM's native target once (``llvm.initialize()`` is gone in llvmlite 0.45+)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
+    # The machine scheduler's dependence graph grows quadratically with a block's memory
+    # operations until it holds this many (LLVM's default: 1000); a conv's unrolled
+    # zero-border fill has thousands of stores in one block (0.6 s of code generation for
+    # one ResNet50 kernel). At 200 every ResNet50 kernel's object code is the same, 3x faster.
+    llvm.set_option("", f"-dag-maps-huge-region={SCHEDULER_REGION_LIMIT}")
 
 
 @functools.cache

@@ -119,3 +119,21 @@ def test_bool_buffers_round_trip():
     y = np.zeros(3, bool)
     _run(k, default_schedule(k).schedule, {"x": np.array([0.1, 0.9, 0.4], np.float32), "y": y})
     assert list(y) == [True, False, True]
+
+
+def test_address_arithmetic_is_folded_and_numbered():
+    # A register-tiled matmul's unrolled statements compute the same address terms again and
+    # again: each is emitted once per block, and nothing multiplies by 0 or 1 or adds 0.
+    import re
+
+    k = matmul(32, 64, 9)
+    text = _llvm_text(k, default_schedule(k).schedule)
+    for block in re.split(r"\n(?=[\w.\"]+:\n)", text):
+        arithmetic = re.findall(r"= ((?:add|sub|mul|sdiv|srem) nsw i64 .*|sdiv i64 .*)", block)
+        assert len(arithmetic) == len(set(arithmetic)), block
+    assert not re.search(r"(mul nsw i64 [^\n]*, (0|1)|add nsw i64 [^\n]*, 0)\n", text)
+    rng = np.random.default_rng(3)
+    a, b = rng.random((32, 9), np.float32), rng.random((9, 64), np.float32)
+    c = np.zeros((32, 64), np.float32)
+    _run(k, default_schedule(k).schedule, {"A": a, "B": b, "C": c})
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
