@@ -112,6 +112,10 @@ class PolyKernel:
         default_factory=dict, init=False, repr=False, compare=False)
     """Memo of :func:`polyonnx.schedule.tree.instances` (statement names -> their domain):
     schedule trees and legality checks ask for the same few sets over and over."""
+    single_value_memo: dict[object, bool] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Memo of :func:`polyonnx.schedule.tree.single_valued` (band -> whether it takes one
+    value): the isl tree of every schedule in a trace is built from the same bands."""
 
     @staticmethod
     def build(kernel: Kernel) -> PolyKernel:

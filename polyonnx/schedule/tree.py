@@ -4,7 +4,8 @@ Every loop is a one-member band with a name (``oc``, ``oc_o``, ``oc_i`` ...) and
 function of the statement instances below it; siblings sit in a :class:`Sequence`; each leaf is
 one statement. Verbs rewrite this small immutable tree; :func:`to_isl` builds the isl schedule
 tree from it (with ``mark`` nodes for ``parallel``/``vector``, the ``unroll`` AST loop type and
-``isolate`` AST build options), and that isl tree is what legality checks and codegen see.
+``isolate`` AST build options, and without the loops of one iteration), and that isl tree is
+what legality checks and codegen see.
 
 Example:
     >>> from tests.kernels import matmul                                   # doctest: +SKIP
@@ -271,6 +272,14 @@ def _build(at: isl.ScheduleNode, node: Node, poly: PolyKernel) -> isl.ScheduleNo
         for i, c in enumerate(node.children):
             at = _build(at.child(i).child(0), c, poly).parent().parent()
         return at
+    if _elided(node, poly):
+        # isl makes no loop of a band that takes one value (a batch of 1, a channel tile as
+        # wide as the channels ...), but each band is one more dimension of every set the AST
+        # generator builds: a third of ResNet50's AST generation time went to 258 of them.
+        # A parallel mark moves to the band's loops inside it (see _mark_text).
+        at = _build(at, node.child, poly)
+        text = _mark_text(node, at.get_schedule_depth(), poly)
+        return at.insert_mark(isl.Id(text)) if text else at
     depth = at.get_schedule_depth()
     below = instances(poly, stmts(node))
     chain = [node]
@@ -289,22 +298,45 @@ def _build(at: isl.ScheduleNode, node: Node, poly: PolyKernel) -> isl.ScheduleNo
     elif node.isolate:
         at = at.band_set_ast_build_options(_full_tiles(at, node, poly))
     at = _build(at.child(0), chain[-1].child, poly).parent()
-    if node.mark:
-        at = at.insert_mark(isl.Id(_mark_text(node, depth)))
-    return at
+    text = _mark_text(node, depth, poly)
+    return at.insert_mark(isl.Id(text)) if text else at
 
 
-def _mark_text(band: Band, depth: int) -> str:
-    """The isl mark above ``band`` (at schedule depth ``depth``): ``parallel c1 c3`` names the
-    AST iterators (``c<schedule depth>``) of the loops in ``band.named``."""
+def single_valued(band: Band, poly: PolyKernel) -> bool:
+    """Whether ``band`` takes a single value on the instances below it (a loop of one
+    iteration)."""
+    out = poly.single_value_memo.get(band)
+    if out is None:
+        values = band_map(band, poly).range()
+        out = poly.single_value_memo[band] = (
+            values.n_set() == 1 and isl.Set.from_union_set(values).is_singleton())
+    return out
+
+
+def _elided(band: Band, poly: PolyKernel) -> bool:
+    """Whether ``band`` is left out of the isl tree: a plain loop of one iteration."""
+    return (band.members == 1 and not band.grouped and not band.isolate and not band.unroll
+            and single_valued(band, poly))
+
+
+def _mark_text(band: Band, depth: int, poly: PolyKernel) -> str:
+    """The isl mark above ``band`` (at schedule depth ``depth``), or "" for none: a
+    ``parallel`` mark names the AST iterators (``c<schedule depth>``) of the loops in
+    ``band.named`` that are in the isl tree (``parallel c1 c3``); a band left out of it
+    (:func:`_elided`) is no loop, and keeps no other mark."""
+    if not band.mark or (_elided(band, poly) and not band.named):
+        return ""
     if not band.named:
         return band.mark
     depths = {}
     node: Node = band
     while isinstance(node, Band):
-        depths[node.name] = depth
-        depth, node = depth + 1, node.child
-    return " ".join([band.mark, *(f"c{depths[n]}" for n in band.named)])
+        if node.grouped or not _elided(node, poly):
+            depths[node.name] = depth
+            depth += 1
+        node = node.child
+    named = [f"c{depths[n]}" for n in band.named if n in depths]
+    return " ".join([band.mark, *named]) if named else ""
 
 
 def _isolate_band(depth: int, members: int, full: tuple[tuple[int, int], ...]) -> isl.UnionSet:

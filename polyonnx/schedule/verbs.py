@@ -577,8 +577,8 @@ class Parallel(Directive):
 
     With ``named`` (``loop`` and/or loops perfectly nested in it), the mark names those loops
     instead: ``parallel c1 c3``, their AST iterators (``c<schedule depth>``). Codegen runs in
-    parallel the first loop under the mark that isl generates, if it is named: when isl makes
-    no loop for an outer loop of one value, the next one may still run in parallel. Each named
+    parallel the first loop under the mark that isl generates, if it is named (a loop of one
+    iteration is left out of the isl tree and named by no mark). Each named
     loop is refused if it carries a dependence once the loops outside it are fixed. This is
     the form the default strategies use.
 

@@ -39,6 +39,8 @@ def _mark_innermost(schedule: isl.Schedule) -> isl.Schedule:
             visit(node.child(c), depth + 1)
 
     visit(schedule.get_root(), 0)
+    if best is None:  # a loop of one iteration is no band of the isl tree
+        return schedule
     return best[1].insert_mark(isl.Id("vector")).get_schedule()
 
 
