@@ -22,7 +22,6 @@ always does.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -35,7 +34,7 @@ from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
 from polyonnx.schedule.legality import loops_that_may_carry
 from polyonnx.schedule.poly import PolyKernel, initial_schedule
 from polyonnx.schedule.trace import Trace
-from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts, values_map
+from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
 from polyonnx.schedule.tree import Sequence as TreeSequence
 from polyonnx.schedule.verbs import (
     ComputeAt,
@@ -176,10 +175,8 @@ def _parallel_outer(s: Schedule, bands: list[list[str]]) -> Schedule:
         count, written = _instances(s.poly, below)
         if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
             continue
-        may = loops_that_may_carry(
-            s.dependences, below,
-            functools.partial(values_map, below, [b.sched for b in nodes]),
-            range(len(names)))
+        may = loops_that_may_carry(s.dependences, below, [b.sched for b in nodes],
+                                   range(len(names)))
         safe = [n for m, n in enumerate(names) if m not in may]
         if safe:
             steps.append(Parallel(names[0], tuple(safe)))

@@ -19,13 +19,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import loads
 from polyonnx.schedule.poly import Dependences, PolyKernel
+from polyonnx.schedule.tree import values_map
 
 
 def check_order(verb: str, poly: PolyKernel, deps: Dependences, schedule: isl.Schedule) -> None:
@@ -78,32 +79,53 @@ def _runs_before(deps: isl.UnionMap, order: isl.UnionMap) -> bool:
 
 
 def loops_that_may_carry(deps: Dependences, below: isl.UnionSet,
-                         loops: Callable[[], isl.UnionMap], depths: Sequence[int]) -> set[int]:
-    """Which of the loops at ``depths`` (0: outermost) of ``loops()`` (the instances ``below``
-    them -> the values of the loops on the way there, outermost first) may carry a dependence.
-    A loop left out carries none, exactly as :func:`check_not_carried` decides it; one
-    returned is then checked (and refused in words) by it. One distance computation serves
-    every loop of a nest, and none is needed for instances without dependences among them."""
+                         columns: Sequence[isl.UnionPwAff], depths: Iterable[int]) -> set[int]:
+    """Which of the loops at ``depths`` (0: outermost) of ``columns`` (the schedules of the
+    loops on the way to the instances ``below``, outermost first) may carry a dependence. A
+    loop left out carries none, exactly as :func:`check_not_carried` decides it; one returned
+    is then checked (and refused in words) by it. One distance computation serves every loop
+    of a nest, none is needed for instances without dependences among them, and the
+    distances of a nest are remembered (``deps.carried_memo``) for any prefix of its loops
+    (whether a loop carries a dependence depends only on it and the loops outside it)."""
+    key = (id(below), *map(id, columns))
+    hit = deps.carried_memo.get(key)
+    if hit is None:
+        hit = next((v for k, v in deps.carried_memo.items()
+                    if k[0] == key[0] and k[:len(key)] == key), None)
+    if hit is None:
+        # (below and columns are kept alive with the entry: the key holds their ids)
+        hit = deps.carried_memo[key] = (below, tuple(columns),
+                                        _distances(deps, below, columns), {})
+    _, _, (decided, distances), carried = hit
+    if not decided:
+        return set(depths)
+    if distances is None:
+        return set()
+    dims = [f"x{k}" for k in range(isl.Set.from_union_set(distances).dim(isl.dim_type.set))]
+    for d in depths:
+        if d not in carried:
+            cond = " and ".join([*(f"{x} = 0" for x in dims[:d]), f"{dims[d]} != 0"])
+            carried[d] = not distances.intersect(
+                isl.UnionSet(f"{{ [{', '.join(dims)}] : {cond} }}")).is_empty()
+    return {d for d in depths if carried[d]}
+
+
+def _distances(deps: Dependences, below: isl.UnionSet, columns: Sequence[isl.UnionPwAff]
+               ) -> tuple[bool, isl.UnionSet | None]:
+    """(decided, the distances of the dependences among ``below`` in the values of
+    ``columns``, as one set, or None when there are none); not decided when the shortcut
+    does not apply, and every loop may carry."""
     rel = deps.all.intersect_domain(below).intersect_range(below)
     if rel.is_empty():
-        return set()
-    values = loops()
+        return True, None
+    values = values_map(below, list(columns))
     if not below.is_subset(values.domain()):
-        return set(depths)  # (not a function of every instance: the exact test decides)
+        return False, None  # (not a function of every instance: the exact test decides)
     # A loop carries a dependence when source and sink agree on the loops outside it but not
     # on it: their distance is 0 on those loops and not on it (the loops are functions of the
     # instances, into one space).
     distances = rel.apply_domain(values).apply_range(values).deltas()
-    if distances.n_set() != 1:
-        return set(depths)
-    dims = [f"x{k}" for k in range(isl.Set.from_union_set(distances).dim(isl.dim_type.set))]
-    out = set()
-    for d in depths:
-        carried = " and ".join([*(f"{x} = 0" for x in dims[:d]), f"{dims[d]} != 0"])
-        if not distances.intersect(isl.UnionSet(f"{{ [{', '.join(dims)}] : {carried} }}")
-                                   ).is_empty():
-            out.add(d)
-    return out
+    return distances.n_set() == 1, distances
 
 
 def _kinds(deps: Dependences) -> tuple[tuple[str, isl.UnionMap], ...]:

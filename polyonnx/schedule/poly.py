@@ -62,6 +62,10 @@ class Dependences:
     reads: isl.UnionMap
     writes: isl.UnionMap
     order: isl.Schedule
+    carried_memo: dict[tuple[int, ...], tuple] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Memo of :func:`polyonnx.schedule.legality.loops_that_may_carry`: the default strategy
+    finds its parallel loops and the final check proves them with the same distances."""
 
     @functools.cached_property
     def raw(self) -> isl.UnionMap:

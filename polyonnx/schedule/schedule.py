@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import islpy as isl
 import numpy as np
@@ -45,6 +45,7 @@ from polyonnx.schedule.tree import (
     band_map,
     band_paths,
     bands_above,
+    bands_on_path,
     get,
     initial_tree,
     instances,
@@ -248,7 +249,7 @@ class Schedule:
             if node.mark == "vector" and any(isinstance(n, Band) for _, n in walk(node.child)):
                 raise ScheduleError(f"{verb}: the vector loop {node.name} would hold loops")
 
-    def _may_carry(self, paths: dict[str, Path], names: tuple[str, ...]) -> list[str]:
+    def _may_carry(self, paths: Mapping[str, Path], names: tuple[str, ...]) -> list[str]:
         """Of the loops ``names`` of one mark, those that :func:`check_not_carried` must
         check: found with one distance computation when they are nested over the same
         statements (one nest), else all of them."""
@@ -258,8 +259,8 @@ class Schedule:
                or stmts(get(self.tree, paths[n])) != under for n in names):
             return list(names)
         depth = {n: bands_above(self.tree, paths[n]) for n in names}
-        may = loops_that_may_carry(self.dependences, instances(self.poly, under),
-                                   lambda: prefix_map(self.tree, paths[deepest], self.poly),
+        columns = [b.sched for b in bands_on_path(self.tree, paths[deepest])]
+        may = loops_that_may_carry(self.dependences, instances(self.poly, under), columns,
                                    [depth[n] for n in names])
         return [n for n in names if depth[n] in may]
 

@@ -21,9 +21,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import islpy as isl
 
@@ -110,9 +112,11 @@ def walk(node: Node, path: Path = ()) -> Iterator[tuple[Path, Node]]:
         yield from walk(c, path + (i,))
 
 
-def band_paths(tree: Node) -> dict[str, Path]:
-    """Loop name -> path of its band."""
-    return {n.name: p for p, n in walk(tree) if isinstance(n, Band)}
+@functools.lru_cache(maxsize=64)
+def band_paths(tree: Node) -> Mapping[str, Path]:
+    """Loop name -> path of its band (read-only: remembered for the few trees a schedule
+    is made of, which verbs and checks look loops up in thousands of times)."""
+    return MappingProxyType({n.name: p for p, n in walk(tree) if isinstance(n, Band)})
 
 
 def get(tree: Node, path: Path) -> Node:
