@@ -750,8 +750,8 @@ class KernelEmitter:
     def _splat(self, v: ir.Value, width: int) -> ir.Value:
         b = self.builder
         vec_ty = ir.VectorType(v.type, width)
-        one = b.insert_element(ir.Constant(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined),
+        one = b.insert_element(_whole(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, _whole(vec_ty, ir.Undefined),
                                 ir.Constant(ir.VectorType(I32, width), [0] * width))
 
     def _load(self, e: Load, point: Mapping[str, ir.Value]) -> ir.Value:
@@ -773,7 +773,7 @@ class KernelEmitter:
                 v = b.load(ptr, typ=vty, align=align)
         else:  # strided: gather lane by lane
             width = self._lanes[0]
-            v = ir.Constant(ir.VectorType(mty, width), ir.Undefined)
+            v = _whole(ir.VectorType(mty, width), ir.Undefined)
             for lane in range(width):
                 p = b.gep(ptr, [ir.Constant(I64, lane * step)], inbounds=True, source_etype=mty)
                 v = b.insert_element(v, b.load(p, typ=mty, align=align), ir.Constant(I32, lane))
@@ -827,7 +827,7 @@ class KernelEmitter:
         ty = args[0].type
         if libm and isinstance(ty, ir.VectorType):
             # libm has no vector entry points: call it lane by lane.
-            out = ir.Constant(ty, ir.Undefined)
+            out = _whole(ty, ir.Undefined)
             for lane in range(ty.count):
                 idx = ir.Constant(I32, lane)
                 r = self._float_call(base, [b.extract_element(a, idx) for a in args], dtype, True)
@@ -1032,7 +1032,17 @@ def _const_like(ty: ir.Type, value: float | int) -> ir.Constant:
     return ir.Constant(ty, value)
 
 
+def _whole(ty: ir.Type, value: None | object) -> ir.Constant:
+    """``zeroinitializer`` (None) or ``undef`` (``ir.Undefined``) of ``ty`` in one word:
+    llvmlite spells a vector constant element by element (a broadcast printed 48 words)."""
+    out = ir.Constant(ty, None)
+    out.constant = value
+    return out
+
+
 def _zero(ty: ir.Type) -> ir.Constant:
+    if isinstance(ty, ir.VectorType):
+        return _whole(ty, None)
     return _const_like(ty, 0.0 if isinstance(_scalar(ty), ir.HalfType | ir.FloatType |
                                              ir.DoubleType) else 0)
 
