@@ -115,6 +115,11 @@ class KernelEmitter:
                                                                   default=frozenset())
     """Inside a promoted reduction: the (vector load, tile position, vector step) instances
     read from memory at each use (see :meth:`_rereads`)."""
+    _into_slots: bool = field(init=False, default=True)
+    """Whether a statement of a promoted register tile writes its accumulator's slot (init,
+    reduction) or memory (a tile group's epilogue, see :meth:`_tile_group`)."""
+    _filled: set[tuple[int, ...]] = field(init=False, default_factory=set)
+    """The tile points a tile group's init or epilogue has written."""
     _numbered: dict[tuple, ir.Value] = field(init=False, default_factory=dict)
     """Integer instructions already emitted, by (block, op, operands): see :meth:`_int`."""
 
@@ -137,7 +142,14 @@ class KernelEmitter:
     # ------------------------------------------------------------------ loop structure
 
     def _nodes(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value]) -> None:
-        for node in nodes:
+        i = 0
+        while i < len(nodes):
+            taken = self._tile_group(nodes, i, env)
+            if taken:
+                i += taken
+                continue
+            node = nodes[i]
+            i += 1
             if isinstance(node, la.For):
                 self._for(node, env)
             elif isinstance(node, la.If):
@@ -304,23 +316,10 @@ class KernelEmitter:
         while len(cur.body) == 1 and isinstance(cur.body[0], la.For):
             cur = cur.body[0]
             chain.append(cur.iterator)
-        unrolled: list[la.For] = []
-        body = cur.body
-        while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
-               and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
-            loop = body[0].body[0]
-            trip = _static_trip(loop)
-            if trip is None or trip > MAX_UNROLL or loop.inc != 1:
-                return None
-            unrolled.append(loop)
-            body = loop.body
-        if not unrolled or not (len(body) == 1 and isinstance(body[0], la.Mark)
-                                and body[0].name == "vector" and len(body[0].body) == 1
-                                and isinstance(body[0].body[0], la.For)):
+        nest = _unrolled_vector_nest(cur.body)
+        if nest is None:
             return None
-        vec = body[0].body[0]
-        if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
-            return None
+        unrolled, vec = nest
         starts = [_linear(loop.init) for loop in (*unrolled, vec)]
         if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
             return None  # the tile moves with the reduction (skewed or triangular loops)
@@ -343,21 +342,39 @@ class KernelEmitter:
         same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
         if len(same) != 1 or same[0].index != stmt.write.index:
             return None
-        return tuple(unrolled), vec, call
+        return unrolled, vec, call
 
     def _promoted_for(self, node: la.For, env: dict[str, ir.Value],
-                      unrolled: tuple[la.For, ...], vec: la.For, call: la.Call) -> None:
-        """Emit the reduction ``node`` with the tile's accumulators in stack slots: loaded
-        before the loop, stored after it. LLVM turns the slots into registers (they alias
-        nothing), which it does not reliably do for the buffer itself once other loads and
-        stores of it follow the loop (a fused epilogue)."""
+                      unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
+                      places: list[_Accumulator] | None = None) -> None:
+        """Emit the reduction ``node`` with the tile's accumulators in stack slots. LLVM turns
+        the slots into registers (they alias nothing), which it does not reliably do for the
+        buffer itself once other loads and stores of it follow the loop (a fused epilogue).
+        Alone, the tile is loaded from memory before the loop and stored after it; within a
+        tile group (:meth:`_tile_group`), ``places`` come initialised and are left to the
+        epilogue."""
+        alone = places is None
+        if places is None:
+            places = self._accumulators(env, unrolled, vec, call)
+            self._load_accumulators(places)
+        self._registers = {(call.stmt, *a.position, a.step): a.slot for a in places}
+        self._reread = self._rereads(unrolled, vec, call, len(places))
+        try:
+            self._plain_for(node, env)
+        finally:
+            self._registers, self._reread = None, frozenset()
+        if alone:
+            self._store_accumulators(places)
+
+    def _accumulators(self, env: dict[str, ir.Value], unrolled: tuple[la.For, ...],
+                      vec: la.For, call: la.Call) -> list[_Accumulator]:
+        """A stack slot and the address of each accumulator of a register tile."""
         b = self.builder
         iterators, stmt = self.stmts[call.stmt]
         width = self._width((call,))
         steps = self._lane_steps(call, vec.iterator)
         buf = self.buffers[stmt.write.buffer][0]
         vty = ir.VectorType(memory_type(buf.dtype), width)
-        align = np.dtype(buf.dtype).itemsize
         used = {n for ix in stmt.write.index for n, _ in ix.terms}
 
         def address(position: tuple[int, ...], j: int) -> ir.Value:
@@ -393,16 +410,120 @@ class KernelEmitter:
                                 source_etype=memory_type(buf.dtype))
                 with b.goto_entry_block():
                     slot = b.alloca(vty)
-                b.store(b.load(ptr, typ=vty, align=align), slot)
-                places.append(((call.stmt, *position, j), slot, ptr))
-        self._registers = {key: slot for key, slot, _ in places}
-        self._reread = self._rereads(unrolled, vec, call, len(places))
+                places.append(_Accumulator(position, j, slot, ptr, vty,
+                                           np.dtype(buf.dtype).itemsize))
+        return places
+
+    def _load_accumulators(self, places: list[_Accumulator]) -> None:
+        b = self.builder
+        for a in places:
+            b.store(b.load(a.ptr, typ=a.type, align=a.align), a.slot)
+
+    def _store_accumulators(self, places: list[_Accumulator]) -> None:
+        b = self.builder
+        for a in places:
+            b.store(b.load(a.slot, typ=a.type), a.ptr, align=a.align)
+
+    def _tile_group(self, nodes: tuple[la.LNode, ...], i: int, env: dict[str, ir.Value]) -> int:
+        """Emit ``nodes[i:]`` as one register tile when they are its init (a straight-line
+        nest that writes every accumulator and reads none: a conv's bias), its reduction, and
+        its epilogue (one that rewrites every accumulator from its value: the residual Add and
+        the ReLU), with at least one of the two: the init writes the accumulators' slots
+        instead of memory and the epilogue reads them from the slots, so the tile goes to
+        memory once instead of three times (``init -> store, load -> reduction -> store,
+        load -> epilogue -> store``). How many nodes it emitted (0: none, emit as usual)."""
+        if self._registers is not None or self._lanes is not None:
+            return 0
+        init = nodes[i] if isinstance(nodes[i], la.Mark) else None
+        at = i + (init is not None)
+        if at >= len(nodes) or not isinstance(nodes[at], la.For):
+            return 0
+        tile = self._register_tile(nodes[at])
+        if tile is None or (init is not None and not self._covers(init, tile, reads=False)):
+            return 0
+        after = nodes[at + 1] if at + 1 < len(nodes) else None
+        epilogue = after if after is not None and self._covers(after, tile, reads=True) \
+            else None
+        if init is None and epilogue is None:
+            return 0
+        places = self._accumulators(env, *tile)
+        if init is not None:
+            self._fill(init, env, places, into_slots=True)
+        else:
+            self._load_accumulators(places)
+        self._promoted_for(nodes[at], env, *tile, places=places)
+        if epilogue is not None:
+            self._fill(epilogue, env, places, into_slots=False)
+        else:
+            self._store_accumulators(places)
+        return at + 1 - i + (epilogue is not None)
+
+    def _covers(self, nest: la.LNode, tile: tuple[tuple[la.For, ...], la.For, la.Call],
+                reads: bool) -> bool:
+        """Whether ``nest`` is a straight-line nest of one statement over the same unrolled
+        and vector loops as ``tile`` writing, at each point, the tile's accumulator there;
+        reading it too (``reads``: an epilogue, only that element) or not at all (an init)."""
+        parsed = _unrolled_vector_nest((nest,))
+        if parsed is None or len(parsed[1].body) != 1 or not isinstance(parsed[1].body[0],
+                                                                         la.Call):
+            return False
+        loops, theirs = (*parsed[0], parsed[1]), (*tile[0], tile[1])
+        call, tile_call = parsed[1].body[0], tile[2]
+        if len(loops) != len(theirs) or any(
+                a.init != b.init or a.inc != 1 or _static_trip(a) != _static_trip(b)
+                for a, b in zip(loops, theirs, strict=True)):
+            return False
+        _, stmt = self.stmts[call.stmt]
+        _, tile_stmt = self.stmts[tile_call.stmt]
+        if (stmt.guards or stmt.write.buffer != tile_stmt.write.buffer
+                or self._width((call,)) != self._width((tile_call,))
+                or self._lane_steps(call, parsed[1].iterator) is None):
+            return False
+        rename = {a.iterator: b.iterator for a, b in zip(loops, theirs, strict=True)}
+        if (self._element(call, stmt.write.index, rename)
+                != self._element(tile_call, tile_stmt.write.index, {})):
+            return False
+        same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
+        return all(ld.index == stmt.write.index for ld in same) if reads else not same
+
+    def _element(self, call: la.Call, index: tuple[Aff | Expr, ...],
+                 rename: Mapping[str, str]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
+        """Each index of a statement instance as a linear form of the AST's loop variables
+        (renamed by ``rename``), None when one is not affine."""
+        iterators, _ = self.stmts[call.stmt]
+        args = {it: _linear(arg) for it, arg in zip(iterators, call.args, strict=True)}
+        out = []
+        for ix in index:
+            if not isinstance(ix, Aff):
+                return None
+            form = {"": ix.const}
+            for name, c in ix.terms:
+                lin = args[name]
+                if lin is None:
+                    return None
+                for var, k in lin.items():
+                    var = rename.get(var, var)
+                    form[var] = form.get(var, 0) + c * k
+            out.append(tuple(sorted((v, k) for v, k in form.items() if k)))
+        return tuple(out)
+
+    def _fill(self, nest: la.LNode, env: dict[str, ir.Value], places: list[_Accumulator],
+              into_slots: bool) -> None:
+        """Emit the init (``into_slots``) or epilogue ``nest`` of a tile group: its statement
+        at each tile point reads (epilogue) and writes (init) that point's slot."""
+        parsed = _unrolled_vector_nest((nest,))
+        assert parsed is not None
+        stmt = parsed[1].body[0].stmt
+        self._registers = {(stmt, *a.position, a.step): a.slot for a in places}
+        self._into_slots, self._filled = into_slots, set()
         try:
-            self._plain_for(node, env)
+            self._nodes((nest,), env)
         finally:
-            self._registers, self._reread = None, frozenset()
-        for _, slot, ptr in places:
-            b.store(b.load(slot, typ=vty), ptr, align=align)
+            self._registers, self._into_slots = None, True
+        if len(self._filled) != len(places):  # (_covers matched a nest emitted otherwise)
+            raise CodegenError(f"{self.kernel.name}: a register tile's "
+                               f"{'init' if into_slots else 'epilogue'} reached "
+                               f"{len(self._filled)} of its {len(places)} accumulators")
 
     def _tile_offsets(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
                       width: int) -> Callable[[tuple[int, ...], int], int]:
@@ -686,9 +807,12 @@ class KernelEmitter:
                 self._slot = None
             if not isinstance(value.type, ir.VectorType):
                 value = self._splat(value, self._lanes[0])
-            self.builder.store(value, slot)
-            return
-        value = self._expr(stmt.body, point)
+            self._filled.add((*self._tile_position, self._vector_step))
+            if self._into_slots:
+                self.builder.store(value, slot)
+                return
+        else:
+            value = self._expr(stmt.body, point)
         ptr, step = self._address(stmt.write.buffer, stmt.write.index, point)
         buf = self.buffers[stmt.write.buffer][0]
         if self._lanes is not None and not isinstance(value.type, ir.VectorType):
@@ -1012,6 +1136,42 @@ class _VolatileLoad(ir.LoadInstr):
         text: list[str] = []
         super().descr(text)
         buf.append(text[0].replace("load ", "load volatile ", 1))
+
+
+@dataclass(frozen=True)
+class _Accumulator:
+    """One vector of a register tile: its tile position and vector step, the stack slot it
+    lives in during the reduction and its address in memory."""
+
+    position: tuple[int, ...]
+    step: int
+    slot: ir.Value
+    ptr: ir.Value
+    type: ir.Type
+    align: int
+
+
+def _unrolled_vector_nest(body: tuple[la.LNode, ...]
+                          ) -> tuple[tuple[la.For, ...], la.For] | None:
+    """(unrolled loops, vector loop) when ``body`` is one or more ``unroll`` loops of constant
+    trip counts, one inside the other, around one ``vector`` loop of one statement."""
+    unrolled: list[la.For] = []
+    while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
+           and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
+        loop = body[0].body[0]
+        trip = _static_trip(loop)
+        if trip is None or trip > MAX_UNROLL or loop.inc != 1:
+            return None
+        unrolled.append(loop)
+        body = loop.body
+    if not unrolled or not (len(body) == 1 and isinstance(body[0], la.Mark)
+                            and body[0].name == "vector" and len(body[0].body) == 1
+                            and isinstance(body[0].body[0], la.For)):
+        return None
+    vec = body[0].body[0]
+    if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
+        return None
+    return tuple(unrolled), vec
 
 
 def _scalar(ty: ir.Type) -> ir.Type:

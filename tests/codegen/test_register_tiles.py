@@ -95,3 +95,37 @@ def test_paired_tile_two_unrolled_loops() -> None:
     kernel_callable(kernel, loops)(arrays)
     np.testing.assert_allclose(arrays["y"], np.maximum(np.einsum("rk,bko->bro", x, w), 0),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_bias_and_relu_stay_in_the_tile_registers():
+    # acc = bias; acc += a @ b; acc = max(acc, 0), all on the output: the bias goes straight
+    # into the accumulators' slots and the ReLU reads them there, so each accumulator is
+    # stored to memory once (by the ReLU), not three times (bias, sums, ReLU).
+    m, n, k = 8, 32, 9
+    i, j, r = Aff.var("i"), Aff.var("j"), Aff.var("r")
+    y = Access("y", (i, j))
+    kernel = Kernel("k", (Buffer("a", "float32", (m, k), "input"),
+                          Buffer("b", "float32", (k, n), "input"),
+                          Buffer("bias", "float32", (n,), "input"),
+                          Buffer("y", "float32", (m, n), "output")),
+                    (Loop("i", 0, m, (Loop("j", 0, n, (
+                        Stmt("S0", y, Load("bias", (j,), "float32")),
+                        Loop("r", 0, k, (Stmt("S1", y, Load("y", (i, j), "float32")
+                                              + Load("a", (i, r), "float32")
+                                              * Load("b", (r, j), "float32")),)))),)),
+                     Loop("i", 0, m, (Loop("j", 0, n, (
+                         Stmt("S2", y, maximum(Load("y", (i, j), "float32"), 0.0)),)),))))
+    loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
+    module = ir.Module()
+    emit_kernel(module, kernel, loops)
+    text = str(module)
+    slots = text.count("alloca <8 x float>")
+    assert slots == 8  # 4 rows x 2 vectors
+    memory_stores = re.findall(r"store <8 x float> \S+, ptr ", text)
+    assert len(memory_stores) == slots
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    arrays = {"a": a, "b": b, "bias": bias, "y": np.full((m, n), np.nan, np.float32)}
+    kernel_callable(kernel, loops)(arrays)
+    np.testing.assert_allclose(arrays["y"], np.maximum(a @ b + bias, 0), rtol=1e-5, atol=1e-5)
