@@ -434,7 +434,7 @@ class KernelEmitter:
         load -> epilogue -> store``). How many nodes it emitted (0: none, emit as usual)."""
         if self._registers is not None or self._lanes is not None:
             return 0
-        init = nodes[i] if isinstance(nodes[i], la.Mark) else None
+        init = nodes[i] if isinstance(nodes[i], la.Mark | la.If) else None
         at = i + (init is not None)
         if at >= len(nodes) or not isinstance(nodes[at], la.For):
             return 0
@@ -447,22 +447,41 @@ class KernelEmitter:
         if init is None and epilogue is None:
             return 0
         places = self._accumulators(env, *tile)
-        if init is not None:
-            self._fill(init, env, places, into_slots=True)
-        else:
-            self._load_accumulators(places)
+        self._guarded(init, env, lambda nest: self._fill(nest, env, places, into_slots=True),
+                      lambda: self._load_accumulators(places))
         self._promoted_for(nodes[at], env, *tile, places=places)
-        if epilogue is not None:
-            self._fill(epilogue, env, places, into_slots=False)
-        else:
-            self._store_accumulators(places)
+        self._guarded(epilogue, env,
+                      lambda nest: self._fill(nest, env, places, into_slots=False),
+                      lambda: self._store_accumulators(places))
         return at + 1 - i + (epilogue is not None)
+
+    def _guarded(self, node: la.LNode | None, env: dict[str, ir.Value],
+                 fill: Callable[[la.LNode], None], otherwise: Callable[[], None]) -> None:
+        """``fill(nest)`` for a tile group's init or epilogue ``node``, or ``otherwise()``
+        without one; a chunked reduction's (``if`` first chunk / ``if`` last chunk) runs
+        ``otherwise()`` in the other chunks (they load / store the running sums)."""
+        if node is None:
+            otherwise()
+        elif isinstance(node, la.If):
+            with self.builder.if_else(self._iexpr(node.cond, env)) as (then, orelse):
+                with then:
+                    fill(node.then[0])
+                with orelse:
+                    otherwise()
+        else:
+            fill(node)
 
     def _covers(self, nest: la.LNode, tile: tuple[tuple[la.For, ...], la.For, la.Call],
                 reads: bool) -> bool:
         """Whether ``nest`` is a straight-line nest of one statement over the same unrolled
         and vector loops as ``tile`` writing, at each point, the tile's accumulator there;
-        reading it too (``reads``: an epilogue, only that element) or not at all (an init)."""
+        reading it too (``reads``: an epilogue, only that element) or not at all (an init).
+        The nest may be the only branch of an ``if`` (a chunked reduction's first or last
+        chunk)."""
+        if isinstance(nest, la.If):
+            if len(nest.then) != 1 or nest.orelse:
+                return False
+            nest = nest.then[0]
         parsed = _unrolled_vector_nest((nest,))
         if parsed is None or len(parsed[1].body) != 1 or not isinstance(parsed[1].body[0],
                                                                          la.Call):
