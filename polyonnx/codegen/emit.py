@@ -357,7 +357,7 @@ class KernelEmitter:
         if places is None:
             places = self._accumulators(env, unrolled, vec, call)
             self._load_accumulators(places)
-        self._registers = {(call.stmt, *a.position, a.step): a.slot for a in places}
+        self._registers = self._slots_of(call.stmt, places)
         self._reread = self._rereads(unrolled, vec, call, len(places))
         try:
             self._plain_for(node, env)
@@ -413,6 +413,14 @@ class KernelEmitter:
                 places.append(_Accumulator(position, j, slot, ptr, vty,
                                            np.dtype(buf.dtype).itemsize))
         return places
+
+    def _slots_of(self, stmt: str, places: list[_Accumulator]
+                  ) -> dict[tuple[str | int, ...], ir.Value]:
+        """The slot of each accumulator, keyed as :meth:`_call` looks them up: statement, tile
+        position (after the iterations of any ``unroll`` loops around the tile) and vector
+        step."""
+        outer = self._tile_position
+        return {(stmt, *outer, *a.position, a.step): a.slot for a in places}
 
     def _load_accumulators(self, places: list[_Accumulator]) -> None:
         b = self.builder
@@ -533,7 +541,7 @@ class KernelEmitter:
         parsed = _unrolled_vector_nest((nest,))
         assert parsed is not None
         stmt = parsed[1].body[0].stmt
-        self._registers = {(stmt, *a.position, a.step): a.slot for a in places}
+        self._registers = self._slots_of(stmt, places)
         self._into_slots, self._filled = into_slots, set()
         try:
             self._nodes((nest,), env)
@@ -600,7 +608,8 @@ class KernelEmitter:
                            for p in itertools.product(*map(range, trips))
                            for j in range(vector_steps)})
         chosen = set(distinct[-excess:])
-        return frozenset((ld, p, j) for p in itertools.product(*map(range, trips))
+        outer = self._tile_position  # (the iterations of unroll loops around the tile)
+        return frozenset((ld, (*outer, *p), j) for p in itertools.product(*map(range, trips))
                          for j in range(vector_steps)
                          if (tuple(p[k] for k in moved), j) in chosen)
 

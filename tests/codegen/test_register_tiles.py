@@ -133,3 +133,34 @@ def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int) -> None:
     arrays = {"a": a, "b": b, "bias": bias, "y": np.full((m, n), np.nan, np.float32)}
     kernel_callable(kernel, loops)(arrays)
     np.testing.assert_allclose(arrays["y"], np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_register_tile_inside_an_unrolled_loop():
+    # A batch loop unrolled by codegen around a register tile: the tile's accumulators are
+    # found again in each unrolled copy (their keys start with the copy's iteration).
+    from polyonnx.schedule.schedule import Schedule
+    from polyonnx.schedule.verbs import Unroll
+
+    nb, m, n, nk = 2, 8, 32, 5
+    b, i, j, r = (Aff.var(v) for v in "bijr")
+    y = Access("y", (b, i, j))
+    update = Stmt("S1", y, Load("y", (b, i, j), "float32")
+                  + Load("a", (b, i, r), "float32") * Load("w", (r, j), "float32"))
+    kernel = Kernel("k", (Buffer("a", "float32", (nb, m, nk), "input"),
+                          Buffer("w", "float32", (nk, n), "input"),
+                          Buffer("y", "float32", (nb, m, n), "output")),
+                    (Loop("b", 0, nb, (Loop("i", 0, m, (Loop("j", 0, n, (
+                        Stmt("S0", y, Const(0.0, "float32")),
+                        Loop("r", 0, nk, (update,)))),)),)),))
+    s = Schedule.from_kernel(kernel).apply_all(default_schedule(kernel).trace.directives)
+    s = s.apply(Unroll("b", mark=True))
+    text = s.ast_text()
+    assert text.count("// unroll") == 3 and text.index("// unroll") < text.index("for (int c3")
+    loops = la.from_isl(build_ast(s.isl_schedule))
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((nb, m, nk)).astype(np.float32)
+    w = rng.standard_normal((nk, n)).astype(np.float32)
+    arrays = {"a": a, "w": w, "y": np.full((nb, m, n), np.nan, np.float32)}
+    kernel_callable(kernel, loops)(arrays)
+    np.testing.assert_allclose(arrays["y"], np.einsum("bik,kj->bij", a, w), rtol=1e-5,
+                               atol=1e-5)
