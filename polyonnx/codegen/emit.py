@@ -250,12 +250,15 @@ class KernelEmitter:
 
         # The chunk body is a function of its own whose buffer arguments are ``noalias`` (as
         # the kernel's are): read back from ``ctx`` they would lose that, and with it the
-        # register tiles (LLVM could no longer keep accumulators in registers).
+        # register tiles (LLVM could no longer keep accumulators in registers). It is not
+        # inlined into the wrapper: LLVM would optimise its loops twice, before and after
+        # (ResNet50's optimiser time at 2 threads: 2.2 -> 1.7 s), to save one call per chunk.
         base = f"{self.fn.name}.parallel{self._parallel_count}"
         self._parallel_count += 1
         body_fn = ir.Function(self.module, ir.FunctionType(
             I32, [PTR] * len(buffers) + [I64] * (2 + len(names))), name=f"{base}.body")
         body_fn.attributes.add("nounwind")
+        body_fn.attributes.add("noinline")
         body_fn.linkage = "internal"
         saved = (self.fn, self.builder, dict(self.buffers), self.fail_block)
         try:
