@@ -510,8 +510,8 @@ class KernelEmitter:
                 or self._lane_steps(call, parsed[1].iterator) is None):
             return False
         rename = {a.iterator: b.iterator for a, b in zip(loops, theirs, strict=True)}
-        if (self._element(call, stmt.write.index, rename)
-                != self._element(tile_call, tile_stmt.write.index, {})):
+        element = self._element(call, stmt.write.index, rename)
+        if element is None or element != self._element(tile_call, tile_stmt.write.index, {}):
             return False
         same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
         return all(ld.index == stmt.write.index for ld in same) if reads else not same
