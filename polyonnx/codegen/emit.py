@@ -439,10 +439,10 @@ class KernelEmitter:
         """Emit ``nodes[i:]`` as one register tile when they are its init (a straight-line
         nest that writes every accumulator and reads none: a conv's bias), its reduction, and
         its epilogue (one that rewrites every accumulator from its value: the residual Add and
-        the ReLU), with at least one of the two: the init writes the accumulators' slots
-        instead of memory and the epilogue reads them from the slots, so the tile goes to
-        memory once instead of three times (``init -> store, load -> reduction -> store,
-        load -> epilogue -> store``). How many nodes it emitted (0: none, emit as usual)."""
+        the ReLU), each when there is one: the init writes the accumulators' slots instead of
+        memory and the epilogue reads them from the slots, so the tile goes to memory once
+        instead of three times (``init -> store, load -> reduction -> store, load -> epilogue
+        -> store``). How many nodes it emitted (0: no register tile here, emit as usual)."""
         if self._registers is not None or self._lanes is not None:
             return 0
         init = nodes[i] if isinstance(nodes[i], la.Mark | la.If) else None
@@ -455,8 +455,9 @@ class KernelEmitter:
         after = nodes[at + 1] if at + 1 < len(nodes) else None
         epilogue = after if after is not None and self._covers(after, tile, reads=True) \
             else None
-        if init is None and epilogue is None:
-            return 0
+        if init is None and epilogue is None:  # the tile alone (analysed once, not again)
+            self._promoted_for(nodes[at], env, *tile)
+            return 1
         places = self._accumulators(env, *tile)
         self._guarded(init, env, lambda nest: self._fill(nest, env, places, into_slots=True),
                       lambda: self._load_accumulators(places))
@@ -494,8 +495,7 @@ class KernelEmitter:
                 return False
             nest = nest.then[0]
         parsed = _unrolled_vector_nest((nest,))
-        if parsed is None or len(parsed[1].body) != 1 or not isinstance(parsed[1].body[0],
-                                                                         la.Call):
+        if parsed is None:
             return False
         loops, theirs = (*parsed[0], parsed[1]), (*tile[0], tile[1])
         call, tile_call = parsed[1].body[0], tile[2]
