@@ -5,7 +5,13 @@ A shared library is the model's object code plus its weights (assembled from a b
 It exports the C API in the header written beside it::
 
     int polyonnx_run(void *const *inputs, void *const *outputs);   /* 0 on success */
+    int polyonnx_run_in(void *const *inputs, void *const *outputs, void *workspace);
+    size_t polyonnx_workspace_size(void);
     const char *polyonnx_metadata(void);                             /* JSON: inputs, outputs */
+
+``polyonnx_run`` allocates a workspace per call; ``polyonnx_run_in`` runs in one the caller
+keeps: ``polyonnx_workspace_size()`` bytes, 64-byte aligned, zeroed before its first run and
+then left to the model (one run at a time in it).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ def header(compiled: Compiled) -> str:
     lines = [
         f"/* polyonnx: compiled model {compiled.graph.name!r}. */",
         "#pragma once",
+        "#include <stddef.h>",
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",
@@ -83,6 +90,11 @@ def header(compiled: Compiled) -> str:
     lines += [
         " * Returns 0 on success, non-zero when a run-time check failed or memory ran out. */",
         "int polyonnx_run(void *const *inputs, void *const *outputs);",
+        "/* The same in a workspace the caller keeps: polyonnx_workspace_size() bytes, 64-byte",
+        " * aligned, zeroed before its first run and then left to the model (one run at a",
+        " * time in it). Saves allocating one per call. */",
+        "int polyonnx_run_in(void *const *inputs, void *const *outputs, void *workspace);",
+        "size_t polyonnx_workspace_size(void);",
         "/* JSON describing the inputs and outputs (name, dtype, shape). */",
         "const char *polyonnx_metadata(void);",
         "#ifdef __cplusplus",

@@ -7,7 +7,9 @@ of the first kernel that failed a run-time check.
 
 For a shared library (``aot=True``) the module also exports the C API described in the header
 that :mod:`polyonnx.codegen.aot` writes: ``polyonnx_run(inputs, outputs)`` (weights embedded,
-workspace allocated per call) and ``polyonnx_metadata()`` (a JSON description).
+workspace allocated per call), ``polyonnx_run_in(inputs, outputs, workspace)`` with a workspace
+the caller keeps (``polyonnx_workspace_size()`` bytes, zeroed before its first use) and
+``polyonnx_metadata()`` (a JSON description).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, replace
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.emit import I8, I32, I64, PTR, emit_kernel
+from polyonnx.codegen.emit import I1, I8, I32, I64, PTR, emit_kernel
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
 from polyonnx.krnl.program import Program
@@ -118,12 +120,25 @@ def _c_api(module: ir.Module, run: ir.Function, plan: MemoryPlan, metadata: str)
     aligned_alloc = ir.Function(module, ir.FunctionType(PTR, [I64, I64]), name="aligned_alloc")
     free = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name="free")
 
+    # polyonnx_run_in(inputs, outputs, workspace): the caller keeps a zeroed workspace.
+    run_in = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR]), name="polyonnx_run_in")
+    b = ir.IRBuilder(run_in.append_basic_block("entry"))
+    b.ret(b.call(run, [run_in.args[0], run_in.args[1], weights, run_in.args[2]]))
+    size = max(plan.workspace_size, ALIGN)
+    fn = ir.Function(module, ir.FunctionType(I64, []), name="polyonnx_workspace_size")
+    ir.IRBuilder(fn.append_basic_block("entry")).ret(ir.Constant(I64, size))
+
+    # polyonnx_run(inputs, outputs): a workspace of its own per call.
     fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), name="polyonnx_run")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    size = max(plan.workspace_size, ALIGN)
     ws = b.call(aligned_alloc, [ir.Constant(I64, ALIGN), ir.Constant(I64, size)])
     with b.if_then(b.icmp_unsigned("==", ws, ir.Constant(PTR, None)), likely=False):
         b.ret(ir.Constant(I32, -1))
+    if plan.zeroed_size:  # the zero-bordered buffers' bytes (see MemoryPlan.zeroed_size)
+        memset = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I8, I64, I1]),
+                             name="llvm.memset.p0.i64")
+        b.call(memset, [ws, ir.Constant(I8, 0), ir.Constant(I64, plan.zeroed_size),
+                        ir.Constant(I1, 0)])
     rc = b.call(run, [fn.args[0], fn.args[1], weights, ws])
     b.call(free, [ws])
     b.ret(rc)

@@ -416,14 +416,34 @@ def perfect_nest(node: Node) -> tuple[list[Loop], Node] | None:
 def rename_buffers(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:
     """``nodes`` with every access to buffer ``b`` (write or load) going to ``names[b]``;
     buffers not in ``names`` keep theirs."""
+    return move_buffers(nodes, {b: (to, ()) for b, to in names.items()})
+
+
+def move_buffers(nodes: tuple[Node, ...], moves: Mapping[str, tuple[str, tuple[int, ...]]]
+                 ) -> tuple[Node, ...]:
+    """``nodes`` with every access ``b[i...]`` (write or load) going to ``to[i + offset...]``
+    for ``moves[b] = (to, offset)`` (an empty offset: none). A moved access must be affine."""
+    def index(buffer: str, idx: tuple[Index, ...]) -> tuple[str, tuple[Index, ...]]:
+        if buffer not in moves:
+            return buffer, idx
+        to, offset = moves[buffer]
+        if not offset:
+            return to, idx
+        if not all(isinstance(i, Aff) for i in idx):
+            raise ValueError(f"buffer {buffer}: a computed index cannot be moved into {to}")
+        return to, tuple(i + o for i, o in zip(idx, offset, strict=True))  # type: ignore[operator]
+
     def expr(e: Expr) -> Expr:
         e = map_children(e, expr)
-        return replace(e, buffer=names.get(e.buffer, e.buffer)) if isinstance(e, Load) else e
+        if not isinstance(e, Load):
+            return e
+        buffer, idx = index(e.buffer, e.index)
+        return replace(e, buffer=buffer, index=idx)
 
     def node(n: Node) -> Node:
         if isinstance(n, Stmt):
-            write = Access(names.get(n.write.buffer, n.write.buffer), n.write.index)
-            return replace(n, write=write, body=expr(n.body))
+            return replace(n, write=Access(*index(n.write.buffer, n.write.index)),
+                           body=expr(n.body))
         return replace(n, body=tuple(node(c) for c in n.body))
 
     return tuple(node(n) for n in nodes)
@@ -456,6 +476,31 @@ class Buffer:
     def __str__(self) -> str:
         short = {"input": "in", "output": "out", "temp": "tmp"}[self.kind]
         return f"{short} {self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Border:
+    """Value ``value`` stored inside the zero-bordered buffer :attr:`buffer`: element ``i`` of
+    the value at ``i + begin``, ``begin`` and ``end`` zero elements before and after it along
+    each axis (see :mod:`polyonnx.krnl.borders`)."""
+
+    value: str
+    begin: tuple[int, ...]
+    end: tuple[int, ...]
+
+    @property
+    def buffer(self) -> str:
+        return f"{self.value}__bordered"
+
+    def shape(self, value_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The buffer's shape around a value of ``value_shape``."""
+        return tuple(lo + n + hi for lo, n, hi in
+                     zip(self.begin, value_shape, self.end, strict=True))
+
+    def covers(self, begin: tuple[int, ...], end: tuple[int, ...]) -> bool:
+        """Whether the border is at least ``begin`` / ``end`` wide along every axis."""
+        return all(have >= want for have, want in zip((*self.begin, *self.end),
+                                                      (*begin, *end), strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,10 @@
 Feeds and outputs live in the caller's arrays, constants in one read-only weights blob, and every
 intermediate in one workspace, packed by liveness (buffers whose kernel ranges do not overlap may
 share bytes). Offsets are aligned to 64 bytes (a cache line; also what aligned vector loads want).
+
+Zero-bordered buffers (:mod:`polyonnx.krnl.borders`) come first, in the workspace's
+``zeroed_size`` bytes, which must be zero before the first run: no kernel writes a border, so
+they stay zero as long as those bytes are shared only among buffers of one shape and border.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class MemoryPlan:
     slots: dict[str, Slot]
     weights_size: int
     workspace_size: int
+    zeroed_size: int = 0
+    """The workspace's first bytes, holding the zero-bordered buffers: zero them before the
+    first run (the runtime allocates zeroed workspaces) and keep the workspace for later runs."""
 
     def slot(self, program: Program, buffer: str) -> Slot:
         return self.slots[program.root(buffer)]
@@ -84,27 +91,44 @@ def plan_memory(program: Program) -> MemoryPlan:
     # Live ranges (first, last kernel index) and sizes of the workspace roots.
     live: dict[str, list[int]] = {}
     size: dict[str, int] = {}
+    zones: dict[tuple, list[str]] = {}  # bordered roots by shape, dtype and border
     for k, kernel in enumerate(program.kernels):
         for b in kernel.buffers:
             root = program.root(b.name)
             if root in slots:
                 continue
+            if root not in live and root in program.borders:
+                border = program.borders[root]
+                zones.setdefault((b.shape, b.dtype, border.begin, border.end), []).append(root)
             rng = live.setdefault(root, [k, k])
             rng[1] = k
             size[root] = max(size.get(root, 0), b.nbytes)
 
-    # Greedy: biggest first, lowest offset that overlaps no placed buffer live at the same time.
+    # Bordered buffers first, each shape and border in a zone of its own.
+    zeroed = 0
+    for roots in zones.values():
+        zeroed = _align(_pack(roots, live, size, zeroed, slots))
+    bordered = {r for roots in zones.values() for r in roots}
+    workspace = _pack([r for r in live if r not in bordered], live, size, zeroed, slots)
+    return MemoryPlan(slots, weights_size, workspace, zeroed)
+
+
+def _pack(roots: list[str], live: dict[str, list[int]], size: dict[str, int], start: int,
+          slots: dict[str, Slot]) -> int:
+    """Place ``roots`` in the workspace from byte ``start`` (into ``slots``); the end.
+
+    Greedy: biggest first, lowest offset that overlaps no placed buffer live at the same time.
+    """
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
-    for root in sorted(live, key=lambda r: (-size[r], r)):
+    for root in sorted(roots, key=lambda r: (-size[r], r)):
         first, last = live[root]
         need = _align(max(size[root], 1))
         clashes = sorted((o, e) for o, e, f, lst in placed if f <= last and first <= lst)
-        at = 0
+        at = start
         for o, e in clashes:
             if at + need <= o:
                 break
             at = max(at, _align(e))
         placed.append((at, at + need, first, last))
         slots[root] = Slot("workspace", at)
-    workspace = max((e for _, e, _, _ in placed), default=0)
-    return MemoryPlan(slots, weights_size, workspace)
+    return max((e for _, e, _, _ in placed), default=start)

@@ -17,6 +17,7 @@ import numpy as np
 from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
+from polyonnx.krnl.borders import store_bordered, zero_borders
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, lower_node
@@ -40,6 +41,9 @@ class Program:
     counts: tuple[str, ...] = ()
     """The count buffers of ``dynamic``: extra entry-point outputs after the graph outputs
     (output slot ``len(outputs) + k``), each one int64 holding an extent after the run."""
+    borders: Mapping[str, ir.Border] = field(default_factory=dict)
+    """Zero-bordered buffers by name (see :mod:`polyonnx.krnl.borders`): their borders must
+    be zero when a run starts, and no kernel writes them."""
 
     def root(self, name: str) -> str:
         return self.storage.get(name, name)
@@ -87,15 +91,19 @@ def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
 def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str],
                  constants: dict[str, np.ndarray] | None = None,
                  views: dict[str, str] | None = None,
-                 dynamic: dict[str, DynamicOutput] | None = None) -> ir.Kernel:
+                 dynamic: dict[str, DynamicOutput] | None = None,
+                 borders: Mapping[str, ir.Border] | None = None) -> ir.Kernel:
     """Lower the nodes of one fusion group into one kernel.
 
     ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
     Constants the lowerings derive (repacked weights) are added to ``constants``, read-only
     views (view name -> value) to ``views``, outputs with data-dependent extents to
     ``dynamic`` (their buffers get the maximal shape; their count buffers are kernel outputs).
+    Values in ``borders`` are stored in their zero-bordered buffers.
     """
-    ctx = LowerContext(graph)
+    borders = borders or {}
+    bordered = {b.buffer: b for b in borders.values()}
+    ctx = LowerContext(graph, borders)
     body: list[ir.Node] = []
     temps: dict[str, ir.Buffer] = {}
     derived: dict[str, np.ndarray] = {}
@@ -108,6 +116,8 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
         temps.update({t.name: t for t in lowered.temps})
         derived.update(lowered.constants)
         for buffer, value in lowered.views:
+            if value in borders:  # (zero_borders leaves out values that views read)
+                raise ValueError(f"kernel {name}: a view of zero-bordered value {value}")
             view_buffers[buffer.name] = buffer
             if views is not None:
                 views[buffer.name] = value
@@ -129,6 +139,11 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
             c = derived[b]
             buffers.append(ir.Buffer(b, c.dtype.name, c.shape, "input"))
             continue
+        if b in bordered:  # read by a convolution, around the value
+            border = bordered[b]
+            buffers.append(ir.Buffer(b, ctx.dtype(border.value),
+                                     border.shape(ctx.shape(border.value)), "input"))
+            continue
         if b in view_buffers:
             # A view is a second name for memory: isl would not see a dependence through it.
             if b in written or (views or {}).get(b) in written:
@@ -145,6 +160,8 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
         buffers.append(ir.Buffer(b, v.dtype, shape, kind))
     kernel = accumulate_in_place(inline_pointwise(ir.Kernel(
         _identifier(name), tuple(buffers), tuple(body), tuple(n.name for n in nodes))))
+    # (After the epilogues are in place: they match a temp to the value it becomes by shape.)
+    kernel = store_bordered(kernel, borders)
     return replace(kernel, body=_renumber(kernel.body, [0]))
 
 
@@ -172,6 +189,9 @@ def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
 def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     """Lower fusion groups (in execution order) into a :class:`Program`."""
     storage: dict[str, str] = {}
+    borders = zero_borders(graph, {o for group in groups
+                                   if not all(n.op_type in VIEW_OPS for n in group)
+                                   for n in group for o in n.outputs if o})
     output_names = {v.name for v in graph.outputs}
     consumers = graph.consumers()
     kernels: list[ir.Kernel] = []
@@ -190,7 +210,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
         kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
-                              derived, views, dynamic)
+                              derived, views, dynamic, borders)
         for view, value in views.items():
             storage.setdefault(view, storage.get(value, value))
         if kernel.statements():  # zero-size outputs lower to nothing
@@ -243,4 +263,5 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     out_dynamic = {o.name: dynamic[o.name] for o in graph.outputs if not o.is_static}
     counts = tuple(dict.fromkeys(c for d in out_dynamic.values() for c in d.counts if c))
     return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
-                   constants, storage, out_dynamic, counts)
+                   constants, storage, out_dynamic, counts,
+                   borders={b.buffer: b for b in borders.values()})

@@ -102,12 +102,18 @@ class Executable:
             meta = json.loads(lib.polyonnx_metadata().decode())
         except (OSError, AttributeError, ValueError) as e:
             raise ModelError(f"{path}: not a polyonnx shared library ({e})") from None
-        run = lib.polyonnx_run
-        run.restype, run.argtypes = ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]
+        if not hasattr(lib, "polyonnx_run_in"):
+            raise ModelError(f"{path}: a polyonnx library without polyonnx_run_in (written "
+                             "by an older polyonnx): write it again")
+        # Runs in this executable's workspaces (zeroed when allocated, one per thread).
+        run = lib.polyonnx_run_in
+        run.restype, run.argtypes = ctypes.c_int32, [ctypes.c_void_p] * 3
+        lib.polyonnx_workspace_size.restype = ctypes.c_int64
         return Executable(
             [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["inputs"]],
             [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["outputs"]],
-            lambda ins, outs, _w, _ws: run(ins, outs), None, 0, [], keep_alive=lib,
+            lambda ins, outs, _w, ws: run(ins, outs, ws), None,
+            lib.polyonnx_workspace_size(), [], keep_alive=lib,
             dynamic=_dynamic_shapes(meta), count_outputs=meta.get("count_outputs", 0))
 
     def _workspace(self) -> int:

@@ -30,7 +30,7 @@ import islpy as isl
 import numpy as np
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
+from polyonnx.krnl.ir import Aff, Index, Kernel, Loop, Stmt, loads
 from polyonnx.schedule.legality import loops_that_may_carry
 from polyonnx.schedule.poly import PolyKernel, initial_schedule
 from polyonnx.schedule.trace import Trace
@@ -315,7 +315,7 @@ def _reduction_nest(nest: Loop) -> _Reduction | None:
     names = [lp.iterator for lp in outer]
     if init.guards or update.write != init.write or len(outer) < 2:
         return None
-    if tuple(init.write.index) != tuple(Aff.var(n) for n in names[-len(init.write.index):]):
+    if _offsets(init.write.index, names) is None:
         return None
     if any(not (lp.lower.is_const and lp.upper.is_const) for lp in outer):
         return None
@@ -333,13 +333,29 @@ def _pointwise_consumer(nest: object, red: _Reduction) -> Stmt | None:
     if stmt.guards or any((a.lower, a.upper) != (b.lower, b.upper)
                           for a, b in zip(loops, red.outer, strict=True)):
         return None
-    point = tuple(Aff.var(lp.iterator) for lp in loops)
-    if stmt.write.index != point:
+    names = [lp.iterator for lp in loops]
+    if len(stmt.write.index) != len(names) or _offsets(stmt.write.index, names) is None:
         return None
+    out = _offsets(red.init.write.index, [lp.iterator for lp in red.outer])
     reads_out = [ld for ld in loads(stmt.body) if ld.buffer == red.init.write.buffer]
-    if not reads_out or any(ld.index != point for ld in reads_out):
+    if not reads_out or any(len(ld.index) != len(names) or _offsets(ld.index, names) != out
+                            for ld in reads_out):
         return None
     return stmt
+
+
+def _offsets(index: Sequence[Index], names: Sequence[str]) -> tuple[int, ...] | None:
+    """The constants ``c`` with ``index == (m + c[0], ..., n + c[-1])`` for the last loops
+    ``m ... n`` of ``names`` (a point of the nest, or its place in a zero-bordered buffer), or
+    None when ``index`` is not such a translate."""
+    if len(index) > len(names):
+        return None
+    out = []
+    for i, n in zip(index, names[len(names) - len(index):], strict=True):
+        if not isinstance(i, Aff) or not (i - Aff.var(n)).is_const:
+            return None
+        out.append((i - Aff.var(n)).const)
+    return tuple(out)
 
 
 def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
@@ -543,7 +559,7 @@ def _vector_nest(s: Schedule, nest: Loop, loops: list[str]
         return None
     stmt = body[0]
     its = list(s.poly.stmts[stmt.name].iterators)
-    if stmt.write.index and stmt.write.index[-1] != Aff.var(its[-1]):
+    if stmt.write.index and _offsets(stmt.write.index[-1:], its) is None:
         return None
     transposed = _transposing_loop(stmt, its, chain)
     if transposed is not None:

@@ -10,7 +10,8 @@ Tensors are ``[N, C/b, spatial..., b]``. ``ConvBlocked`` is a direct convolution
 so ``o`` (a block of output channels, contiguous in ``Y`` and ``W``) is the vector loop and
 ``ow`` the register-tile rows that share each weight vector; the epilogue (Relu, the residual
 Add) is an element-wise nest over the same points that the schedule fuses into the tile. A
-padded window reads a zero-bordered copy of ``X`` (border slabs written once, as for Conv).
+padded window reads ``X`` zero-bordered: in place when the kernel producing it wrote it into its
+border (:mod:`polyonnx.krnl.borders`), else from a copy (border slabs written once, as for Conv).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ For a 2-D, ungrouped Conv with padding the nest is::
 When the window reaches into the padding, the input is first copied into a zero-bordered temp
 ``<node>__pad`` so the reduction has no guards: its inner loops then have constant bounds, which
 is what lets the default schedule keep a register tile of outputs through the whole reduction
-(guards would give every tap its own loop bounds). Grouped convolutions
+(guards would give every tap its own loop bounds). A channel-blocked input that another kernel
+computes needs no copy: that kernel writes it into a zero-bordered buffer
+(:mod:`polyonnx.krnl.borders`), which :func:`padded_input` then reads. Grouped convolutions
 split the output channel into ``g`` (group) and ``oc`` (channel within the group) because the
 input channel ``g * C/group + ic`` must stay affine; a depthwise Conv has no ``oc``/``ic`` loop.
 """
@@ -195,9 +197,16 @@ def padded_input(node: Node, ctx: LowerContext, x: str, win: Window, positions: 
                  ) -> tuple[str, tuple[ir.Node, ...], tuple[ir.Buffer, ...], list[Aff]]:
     """A zero-bordered copy ``<node>__pad`` of the window's input ``x`` (``[N, C, spatial...,
     unpadded trailing axes...]``): (its name, the nests that fill it, its temp buffer, the
-    window ``positions`` moved into it)."""
+    window ``positions`` moved into it). When ``x`` is stored with a zero border at least as
+    wide as the padding (:mod:`polyonnx.krnl.borders`), that buffer is read and nothing is
+    copied."""
     xs, rank = ctx.shape(x), len(win.kernel)
     spatial, extra = xs[2:2 + rank], xs[2 + rank:]
+    border, unpadded = ctx.border(x), (0,) * len(extra)
+    if border is not None and border.covers((0, 0, *win.pads_begin, *unpadded),
+                                            (0, 0, *win.pads_end, *unpadded)):
+        return border.buffer, (), (), [pos + lo for pos, lo in
+                                       zip(positions, border.begin[2:2 + rank], strict=True)]
     padded = tuple(size + lo + hi for size, lo, hi in
                    zip(spatial, win.pads_begin, win.pads_end, strict=True))
     source, dtype = f"{node.name}__pad", ctx.dtype(x)

@@ -17,8 +17,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,9 +29,11 @@ from polyonnx.krnl import ir
 
 @dataclass(frozen=True)
 class LowerContext:
-    """What a lowering may ask about the graph: shapes, dtypes and constant values."""
+    """What a lowering may ask about the graph: shapes, dtypes, constant values, and which
+    values are stored zero-bordered (see :mod:`polyonnx.krnl.borders`)."""
 
     graph: Graph
+    borders: Mapping[str, ir.Border] = field(default_factory=dict)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(int(d) for d in self.graph.value(name).shape)
@@ -42,6 +44,10 @@ class LowerContext:
 
     def dtype(self, name: str) -> str:
         return self.graph.value(name).dtype
+
+    def border(self, name: str) -> ir.Border | None:
+        """How value ``name`` is stored zero-bordered, or None when it is stored as it is."""
+        return self.borders.get(name)
 
     def constant(self, name: str) -> np.ndarray | None:
         """The compile-time value of ``name`` (an initializer), or None."""

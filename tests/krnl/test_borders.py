@@ -1,0 +1,133 @@
+"""Zero-bordered storage: which values get a border, how kernels address it, where the memory
+plan puts it, and that the compiled model still matches onnxruntime run after run."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polyonnx
+from polyonnx import pipeline
+from polyonnx.krnl.memory import plan_memory
+
+F = TensorProto.FLOAT
+C = 64  # a multiple of every host's channel block
+
+
+def _model(nodes: list[onnx.NodeProto], outputs: list[str], channels: int = C,
+           weights: dict[str, tuple[int, ...]] | None = None) -> onnx.ModelProto:
+    """A model over ``x: [1, channels, 9, 9]`` with random weights of the given shapes."""
+    rng = np.random.default_rng(len(nodes))
+    inits = [numpy_helper.from_array(
+        (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+        for name, shape in (weights or {}).items()]
+    graph = helper.make_graph(nodes, "borders",
+                              [helper.make_tensor_value_info("x", F, [1, channels, 9, 9])],
+                              [helper.make_tensor_value_info(o, F, None) for o in outputs],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _conv(x: str, w: str, y: str, **attrs: object) -> onnx.NodeProto:
+    return helper.make_node("Conv", [x, w], [y], **attrs)
+
+
+def _bottleneck(x: str, tag: str, pads: list[int], strides: list[int] | None = None
+                ) -> tuple[list[onnx.NodeProto], dict[str, tuple[int, ...]]]:
+    """``x`` -> 1x1 conv -> relu -> 3x3 conv (pads, strides) -> relu: ``r2{tag}``."""
+    nodes = [_conv(x, f"w1{tag}", f"c1{tag}"),
+             helper.make_node("Relu", [f"c1{tag}"], [f"r1{tag}"]),
+             _conv(f"r1{tag}", f"w2{tag}", f"c2{tag}", pads=pads, strides=strides or [1, 1]),
+             helper.make_node("Relu", [f"c2{tag}"], [f"r2{tag}"])]
+    return nodes, {f"w1{tag}": (C, C, 1, 1), f"w2{tag}": (C, C, 3, 3)}
+
+
+def _program(model: onnx.ModelProto) -> pipeline.Program:
+    return pipeline.lower(pipeline.to_graph(model))
+
+
+def _run_against_onnxruntime(model: onnx.ModelProto, threads: int, runs: int = 2) -> None:
+    sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
+                                                                     cache=False))
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(threads)
+    for _ in range(runs):  # a border the first run wrote would show in the second
+        x = rng.standard_normal((1, C, 9, 9)).astype(np.float32)
+        for got, want in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x}), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_padded_convs_input_is_written_into_its_border_by_the_producer() -> None:
+    nodes, weights = _bottleneck("x", "", [1, 1, 1, 1])
+    program = _program(_model(nodes, ["r2"], weights=weights))
+    [(name, border)] = program.borders.items()
+    assert name == "r1__blk__bordered" and border.value == "r1__blk"
+    assert border.begin == border.end == (0, 0, 1, 1, 0)
+    [producer, conv] = [k for k in program.kernels if name in {b.name for b in k.buffers}]
+    assert producer.buffer(name).kind == "output" and producer.buffer(name).shape[2:4] == (11, 11)
+    assert f"{name}[n, ob, oh + 1, ow + 1, o] = " in str(producer)
+    assert conv.buffer(name).kind == "input"
+    assert f"{name}[n, ib, kh + oh, kw + ow, i]" in str(conv)
+    assert not [b for k in program.kernels for b in k.buffers if b.name.endswith("__pad")]
+
+
+def test_a_border_is_as_wide_as_the_widest_padding_read() -> None:
+    nodes = [_conv("x", "w1", "c1"), helper.make_node("Relu", ["c1"], ["r1"]),
+             _conv("r1", "w2", "ya", pads=[1, 0, 1, 2]),
+             _conv("r1", "w2", "yb", pads=[2, 1, 0, 0])]
+    program = _program(_model(nodes, ["ya", "yb"],
+                              weights={"w1": (C, C, 1, 1), "w2": (C, C, 3, 3)}))
+    [border] = program.borders.values()
+    assert (border.begin, border.end) == ((0, 0, 2, 1, 0), (0, 0, 1, 2, 0))
+
+
+@pytest.mark.parametrize("case", ["residual_read", "graph_output", "graph_input", "unpadded"])
+def test_values_read_otherwise_keep_their_own_buffers(case: str) -> None:
+    conv3 = _conv("r1", "w2", "y", pads=[1, 1, 1, 1])
+    nodes = [_conv("x", "w1", "c1"), helper.make_node("Relu", ["c1"], ["r1"]), conv3]
+    outputs = ["y"]
+    if case == "residual_read":
+        nodes.append(helper.make_node("Add", ["y", "r1"], ["s"]))
+        outputs = ["s"]
+    elif case == "graph_output":
+        outputs.append("r1")
+    elif case == "graph_input":  # (an image's 3 channels: the conv reads x unblocked)
+        nodes = [_conv("x", "w3", "y", pads=[1, 1, 1, 1])]
+    else:
+        nodes[-1] = _conv("r1", "w1", "y")
+    program = _program(_model(nodes, outputs, 3 if case == "graph_input" else C,
+                              {"w1": (C, C, 1, 1), "w2": (C, C, 3, 3), "w3": (C, 3, 3, 3)}))
+    assert not program.borders
+
+
+def test_a_layout_change_writes_the_border_of_a_blocked_input() -> None:
+    program = _program(_model([_conv("x", "w", "y", pads=[1, 1, 1, 1])], ["y"],
+                              weights={"w": (C, C, 3, 3)}))
+    [border] = program.borders.values()
+    assert border.value == "x__blk"
+    assert not [b for k in program.kernels for b in k.buffers if b.name.endswith("__pad")]
+
+
+def test_the_plan_keeps_borders_apart_from_every_other_buffer() -> None:
+    first, w1 = _bottleneck("x", "a", [1, 1, 1, 1])
+    second, w2 = _bottleneck("r2a", "b", [1, 1, 1, 1])
+    program = _program(_model(first + second, ["r2b"], weights={**w1, **w2}))
+    plan = plan_memory(program)
+    assert len(program.borders) == 2 and plan.zeroed_size > 0
+    bordered = {plan.slots[name].where for name in program.borders}
+    # One shape and border, never live at once: the two share their bytes.
+    assert bordered == {0}
+    others = [s.where for name, s in plan.slots.items()
+              if s.region == "workspace" and name not in program.borders]
+    assert others and min(others) >= plan.zeroed_size
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bordered_models_match_onnxruntime_run_after_run(threads: int) -> None:
+    first, w1 = _bottleneck("x", "a", [1, 1, 1, 1])
+    second, w2 = _bottleneck("r2a", "b", [0, 2, 1, 1], strides=[2, 1])
+    _run_against_onnxruntime(_model(first + second, ["r2b"], weights={**w1, **w2}), threads)
