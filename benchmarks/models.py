@@ -2,8 +2,9 @@
 
 For each model (random weights, from ``tests/models/builders.py``) and thread count, prints
 polyonnx's cold compile time (on-disk kernel cache off), the median latency of polyonnx and of
-onnxruntime (CPU provider, ``intra_op_num_threads``) and the ratio polyonnx / onnxruntime
-(> 1: polyonnx is slower).
+onnxruntime (CPU provider, ``intra_op_num_threads``), timed in alternation round by round
+(:func:`polyonnx.bench.timing.interleaved`), and the ratio polyonnx / onnxruntime (> 1:
+polyonnx is slower).
 
 Usage::
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +29,7 @@ import onnx
 import onnxruntime as ort
 
 import polyonnx
+from polyonnx.bench.timing import WARM_S, interleaved
 
 
 def _builders() -> ModuleType:
@@ -56,25 +57,9 @@ class Row:
     threads: int
     compile_s: float
     polyonnx_s: float
-    polyonnx_runs: int
     ort_s: float
-    ort_runs: int
+    runs: int
     max_rel_err: float
-
-
-def median_latency(run: Callable[[], object], repeat: int, budget_s: float) -> tuple[float, int]:
-    """Median wall time of ``run()`` after one warm-up call: ``repeat`` runs, fewer (at least
-    3) when they would not fit in ``budget_s`` seconds."""
-    t = time.perf_counter()
-    run()
-    first = time.perf_counter() - t
-    n = max(3, min(repeat, int(budget_s / max(first, 1e-9))))
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), n
 
 
 def measure(name: str, threads: int, repeat: int, budget_s: float) -> Row:
@@ -93,9 +78,12 @@ def measure(name: str, threads: int, repeat: int, budget_s: float) -> Row:
     got, want = sess.run(None, feeds), ref.run(None, feeds)
     err = max(float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
               for a, b in zip(got, want, strict=True))
-    poly_s, poly_n = median_latency(lambda: sess.run(None, feeds), repeat, budget_s)
-    ort_s, ort_n = median_latency(lambda: ref.run(None, feeds), repeat, budget_s)
-    return Row(name, threads, compile_s, poly_s, poly_n, ort_s, ort_n, err)
+    # Interleaved: the machine's speed drifts by tens of percent within minutes, and timing
+    # one contender after the other turned that drift into the ratio.
+    (poly_s, ort_s), runs = interleaved(
+        [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
+        WARM_S if threads > 1 else 0.0)
+    return Row(name, threads, compile_s, poly_s, ort_s, runs, err)
 
 
 def _ms(s: float) -> str:
@@ -104,13 +92,13 @@ def _ms(s: float) -> str:
 
 def table(rows: Sequence[Row]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| model | threads | compile (s) | polyonnx (ms) | onnxruntime (ms) | "
+    lines = ["| model | threads | compile (s) | polyonnx (ms) | onnxruntime (ms) | runs | "
              "polyonnx / ort | max rel err |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append(f"| {r.model} | {r.threads} | {r.compile_s:.2f} | {_ms(r.polyonnx_s)} "
-                     f"(n={r.polyonnx_runs}) | {_ms(r.ort_s)} (n={r.ort_runs}) | "
-                     f"{r.polyonnx_s / r.ort_s:.2f} | {r.max_rel_err:.1e} |")
+        lines.append(f"| {r.model} | {r.threads} | {r.compile_s:.2f} | {_ms(r.polyonnx_s)} | "
+                     f"{_ms(r.ort_s)} | {r.runs} | {r.polyonnx_s / r.ort_s:.2f} | "
+                     f"{r.max_rel_err:.1e} |")
     return "\n".join(lines)
 
 
@@ -119,9 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--repeat", type=int, default=20,
-                   help="timed runs per measurement (default 20; at least 3)")
-    p.add_argument("--budget", type=float, default=20.0,
-                   help="seconds of timed runs per measurement before --repeat is cut")
+                   help="timed rounds per measurement, each one run of either contender "
+                        "(default 20; at least 3)")
+    p.add_argument("--budget", type=float, default=40.0,
+                   help="seconds of timed rounds per measurement before --repeat is cut")
     args = p.parse_args(argv)
     print(f"polyonnx {polyonnx.__version__}, onnxruntime {ort.__version__}", flush=True)
     rows = []
