@@ -55,10 +55,12 @@ def _worker(job: _Job) -> bytes | str:
 
 
 def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], options: Options,
-                    *, jit: bool) -> dict[str, bytes]:
+                    *, jit: bool, meanwhile: Callable[[], object] | None = None
+                    ) -> dict[str, bytes]:
     """Object code of each ``(symbol, make_module)``: from the cache, else compiled (in
     parallel when there is enough of it). The symbol names the module's content (see
-    :func:`polyonnx.codegen.module.kernel_symbol`), so a cache hit needs no IR at all."""
+    :func:`polyonnx.codegen.module.kernel_symbol`), so a cache hit needs no IR at all.
+    ``meanwhile()`` is called once, while worker processes compile if there are any."""
     spec = (*machine(options), options.opt_level, jit)
     out: dict[str, bytes] = {}
     todo: list[tuple[str, str, Callable[[], ir.Module]]] = []  # (symbol, cache key, make)
@@ -69,19 +71,26 @@ def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], opti
             out[symbol] = hit
         else:
             todo.append((symbol, key, make))
-    if not todo:
-        return out
+    side_done = False
+
+    def side() -> None:  # meanwhile(), once
+        nonlocal side_done
+        if meanwhile is not None and not side_done:
+            meanwhile()
+        side_done = True
+
     workers = min(len(todo), os.cpu_count() or 1)
-    results: list[bytes | str]
+    results: list[bytes | str] = []
     if workers > 1 and len(todo) >= PARALLEL_MIN_MODULES:
-        results = _forked(workers, [(make, spec) for _, _, make in todo])
-    else:
+        results = _forked(workers, [(make, spec) for _, _, make in todo], side)
+    elif todo:
         texts = [str(make()) for _, _, make in todo]
         if workers > 1 and sum(map(len, texts)) >= PARALLEL_MIN_BYTES:
-            results = _forked(workers, [(t, spec) for t in texts])
+            results = _forked(workers, [(t, spec) for t in texts], side)
         else:
             with LLVM_LOCK:
                 results = [_worker((t, spec)) for t in texts]
+    side()
     for (symbol, key, make), result in zip(todo, results, strict=True):
         if isinstance(result, str):
             str(make())  # an error building the IR (in a worker) is raised as it is
@@ -92,8 +101,9 @@ def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], opti
     return out
 
 
-def _forked(workers: int, jobs: list[_Job]) -> list[bytes | str]:
+def _forked(workers: int, jobs: list[_Job], meanwhile: Callable[[], object]
+            ) -> list[bytes | str]:
     """:func:`_worker` of each job, in a pool of forked processes."""
     # LLVM_LOCK is held, so no thread of ours is inside LLVM while the process is copied.
     with LLVM_LOCK:
-        return forked_map(_worker, jobs, workers, CodegenError)
+        return forked_map(_worker, jobs, workers, CodegenError, meanwhile)

@@ -82,15 +82,18 @@ class Executable:
         from polyonnx.codegen.jit import jit_with_objects
         from polyonnx.codegen.objects import compile_objects
 
-        objects = compile_objects(compiled.kernel_modules(), compiled.options, jit=True)
+        program = compiled.program
+        weights: list[np.ndarray] = []  # (laid out while worker processes compile: 0.03-0.3 s)
+        objects = compile_objects(compiled.kernel_modules(), compiled.options, jit=True,
+                                  meanwhile=lambda: weights.append(
+                                      compiled.plan.weights_blob(program)))
         address, module = jit_with_objects(compiled.entry_module(), objects, compiled.entry,
                                            compiled.options)
-        program = compiled.program
         meta = json.loads(compiled.metadata())
         return Executable(
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.inputs],
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.outputs],
-            _RUN(address), compiled.plan.weights_blob(program), compiled.plan.workspace_size,
+            _RUN(address), weights[0], compiled.plan.workspace_size,
             [k.ops for k in program.kernels], keep_alive=module,
             dynamic=_dynamic_shapes(meta), count_outputs=meta["count_outputs"])
 
