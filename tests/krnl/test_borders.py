@@ -131,3 +131,37 @@ def test_bordered_models_match_onnxruntime_run_after_run(threads: int) -> None:
     first, w1 = _bottleneck("x", "a", [1, 1, 1, 1])
     second, w2 = _bottleneck("r2a", "b", [0, 2, 1, 1], strides=[2, 1])
     _run_against_onnxruntime(_model(first + second, ["r2b"], weights={**w1, **w2}), threads)
+
+
+def _random_chain(seed: int) -> onnx.ModelProto:
+    """Two to four convolutions over ``C`` channels with random kernels, pads, strides and
+    dilations, each followed by a ReLU, a residual Add (when the shape allows) or nothing:
+    values that padded convs read, sometimes also read otherwise."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    weights: dict[str, tuple[int, ...]] = {}
+    value, size = "x", 9
+    for k in range(int(rng.integers(2, 5))):
+        kernel, stride, dilation = (int(rng.choice([1, 3])), int(rng.integers(1, 3)),
+                                    int(rng.integers(1, 3)))
+        begin, end = (int(p) for p in rng.integers(0, kernel, 2))
+        pads = [begin, begin, end, end]  # (square outputs)
+        if size + pads[0] + pads[2] < (kernel - 1) * dilation + 1:
+            kernel, pads = 1, [0] * 4  # (the window would not fit)
+        weights[f"w{k}"] = (C, C, kernel, kernel)
+        nodes.append(_conv(value, f"w{k}", f"c{k}", pads=pads, strides=[stride, stride],
+                           dilations=[dilation, dilation]))
+        new = (size + pads[0] + pads[2] - (kernel - 1) * dilation - 1) // stride + 1
+        after = str(rng.choice(["Relu", "Add", "none"]))
+        if after == "Relu":
+            nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
+        elif after == "Add" and new == size:
+            nodes.append(helper.make_node("Add", [f"c{k}", value], [f"r{k}"]))
+        value, size = nodes[-1].output[0], new
+    return _model(nodes, [value], weights=weights)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_conv_chains_match_onnxruntime(seed: int) -> None:
+    model = _random_chain(seed)
+    _run_against_onnxruntime(model, threads=1 + seed % 2, runs=2)
