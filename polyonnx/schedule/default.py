@@ -89,11 +89,14 @@ class Tiling:
         """Two float32 vectors wide; as many rows as the register file holds accumulators for
         (16 vector registers with AVX2, 32 with AVX-512). With 32 registers a tile may also be
         7 rows by two vector tiles (28 accumulators, each row's broadcast serving 4 FMAs).
-        With several threads, 4 tiles per thread: the pool's chunks (it cuts a parallel loop
-        in up to 4 per thread)."""
+        With several threads, 2 tiles per thread at least (a worker the OS wakes late leaves
+        its share to the others). 4 per thread, the most chunks the pool cuts a loop into,
+        ran no faster (ResNet50 at 2 threads: 0.969 / 0.957x onnxruntime, libraries
+        interleaved) and cost isl a row-block loop in more kernels: 0.4-0.8 s more CPU to
+        schedule and generate ASTs."""
         return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32,
                       paired_rows=7 if bits >= 512 else 0,
-                      parallel_tiles=4 * threads if threads > 1 else 1)
+                      parallel_tiles=2 * threads if threads > 1 else 1)
 
     def rows(self, extent: int) -> int:
         """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
