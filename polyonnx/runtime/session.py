@@ -70,11 +70,16 @@ class Executable:
                  count_outputs: int = 0) -> None:
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self._call, self._weights = call, weights
+        # (Addresses looked up once: ``.ctypes.data`` costs ~1.5 µs, MNIST runs in ~30.)
+        self._weights_address = weights.ctypes.data if weights is not None else None
         self._workspace_bytes = workspace_bytes
         self._kernel_ops = kernel_ops
         self._keep_alive = keep_alive
         self._dynamic = dict(dynamic or {})
         self._count_outputs = count_outputs
+        self._output_specs = [(self._dynamic[j].max_shape if j in self._dynamic
+                               else tuple(o.shape), np.dtype(o.dtype))
+                              for j, o in enumerate(self.outputs)]
         self._local = threading.local()
 
     @staticmethod
@@ -121,20 +126,19 @@ class Executable:
 
     def _workspace(self) -> int:
         # One workspace per thread, so one session can run on several threads at once.
-        ws = getattr(self._local, "workspace", None)
-        if ws is None:
-            ws = self._local.workspace = aligned_empty(max(self._workspace_bytes, 64))
-        return ws.ctypes.data
+        address = getattr(self._local, "address", None)
+        if address is None:
+            self._local.workspace = aligned_empty(max(self._workspace_bytes, 64))
+            address = self._local.address = self._local.workspace.ctypes.data
+        return address
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-        outs = [np.empty(self._dynamic[j].max_shape if j in self._dynamic else tuple(o.shape),
-                         dtype=o.dtype) for j, o in enumerate(self.outputs)]
+        outs = [np.empty(shape, dtype) for shape, dtype in self._output_specs]
         counts = [np.zeros(1, dtype=np.int64) for _ in range(self._count_outputs)]
         table = outs + counts
         in_ptrs = (ctypes.c_void_p * max(len(feeds), 1))(*[f.ctypes.data for f in feeds])
         out_ptrs = (ctypes.c_void_p * max(len(table), 1))(*[o.ctypes.data for o in table])
-        weights = self._weights.ctypes.data if self._weights is not None else None
-        rc = self._call(in_ptrs, out_ptrs, weights, self._workspace())
+        rc = self._call(in_ptrs, out_ptrs, self._weights_address, self._workspace())
         if rc != 0:
             raise InputError(self._describe_failure(rc))
         for j, dyn in self._dynamic.items():
@@ -183,7 +187,7 @@ def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
         else:
             raise InputError(f"input {arg.name!r}: expected a numpy array, got "
                              f"{type(value).__name__}")
-    if value.dtype != np.dtype(arg.dtype):
+    if value.dtype != arg.dtype:
         raise InputError(f"input {arg.name!r}: expected dtype {arg.dtype} ({arg.type}), "
                          f"got {value.dtype}")
     want = tuple(arg.shape)
@@ -192,7 +196,8 @@ def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
         raise InputError(f"input {arg.name!r}: expected shape {list(want)}, got "
                          f"{list(value.shape)}")
     # Native code wants dense row-major data aligned to the element size: copy otherwise.
-    if not value.flags.c_contiguous or value.ctypes.data % max(value.dtype.itemsize, 1):
+    flags = value.flags
+    if not (flags.c_contiguous and flags.aligned):
         value = np.array(value, order="C", copy=True)
     return value
 
@@ -259,13 +264,14 @@ class InferenceSession:
         """Run the model; ``output_names=None`` returns every output, in order."""
         if not isinstance(input_feed, Mapping):
             raise InputError("input_feed must be a dict of input name -> numpy array")
-        names = [a.name for a in self._inputs]
-        unknown = sorted(set(input_feed) - set(names))
-        if unknown:
-            raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
-        missing = [n for n in names if n not in input_feed]
-        if missing:
-            raise InputError(f"missing input(s) {missing}")
+        if len(input_feed) != len(self._inputs) or any(a.name not in input_feed
+                                                       for a in self._inputs):
+            names = [a.name for a in self._inputs]
+            unknown = sorted(set(input_feed) - set(names))
+            if unknown:
+                raise InputError(f"unknown input name(s) {unknown}; the model's inputs are "
+                                 f"{names}")
+            raise InputError(f"missing input(s) {[n for n in names if n not in input_feed]}")
         feeds = [_check_feed(a, input_feed[a.name]) for a in self._inputs]
         exe = self._executable(feeds)
         outs = exe.run(feeds)

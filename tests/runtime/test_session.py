@@ -82,6 +82,16 @@ def test_non_contiguous_feeds_are_copied(session):
     np.testing.assert_allclose(got, feed["x"] * feed["w"], rtol=1e-6)
 
 
+def test_misaligned_feeds_are_copied(session):
+    feed = _feed()
+    raw = np.zeros(feed["x"].nbytes + 1, np.uint8)
+    x = raw[1:].view(np.float32).reshape(feed["x"].shape)  # (one byte off its alignment)
+    x[...] = feed["x"]
+    assert not x.flags.aligned
+    got = session.run(["z"], {"x": x, "w": feed["w"]})[0]
+    np.testing.assert_allclose(got, feed["x"] * feed["w"], rtol=1e-6)
+
+
 def test_nan_and_inf_propagate(session):
     x = np.array([[np.nan, np.inf, -np.inf], [1, 2, 3]], np.float32)
     w = np.ones((2, 3), np.float32)
