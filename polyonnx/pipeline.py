@@ -203,24 +203,28 @@ class Compiled:
         return CodegenConfig(self.options.checked, vector_bits(self.options),
                              thread_count(self.options))
 
+    @functools.cached_property
+    def symbols(self) -> tuple[str, ...]:
+        """Each kernel's function name (:func:`polyonnx.codegen.module.kernel_symbol`)."""
+        return tuple(kernel_symbol(k, ast, self.config) for k, ast in self.asts)
+
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The whole model in one LLVM module (what ``--emit llvm|asm|obj`` shows)."""
         return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
                             config=self.config, aot=aot, metadata=self.metadata(),
-                            triple=triple)
+                            triple=triple, symbols=self.symbols)
 
     def entry_module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The entry point alone, calling kernels declared from :meth:`kernel_modules`."""
         return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
                             config=self.config, aot=aot, metadata=self.metadata(),
-                            triple=triple, with_kernels=False)
+                            triple=triple, with_kernels=False, symbols=self.symbols)
 
     def kernel_modules(self, triple: str = "") -> list[tuple[str, Callable[[], ir.Module]]]:
         """Each distinct kernel function: its symbol and how to make its module."""
         config = self.config
         out: dict[str, Callable[[], ir.Module]] = {}
-        for kernel, ast in self.asts:
-            symbol = kernel_symbol(kernel, ast, config)
+        for (kernel, ast), symbol in zip(self.asts, self.symbols, strict=True):
             if symbol not in out:
                 out[symbol] = functools.partial(
                     lambda k, a: kernel_module(k, a, config, triple)[1], kernel, ast)

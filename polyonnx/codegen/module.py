@@ -65,17 +65,20 @@ def kernel_module(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
 def build_module(program: Program, plan: MemoryPlan,
                  kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
                  config: CodegenConfig = CodegenConfig(), aot: bool = False,
-                 metadata: str = "", triple: str = "", with_kernels: bool = True) -> ir.Module:
+                 metadata: str = "", triple: str = "", with_kernels: bool = True,
+                 symbols: Sequence[str] | None = None) -> ir.Module:
     """The entry point (and, with ``with_kernels``, every kernel function) in one module;
     without ``with_kernels`` the kernels are only declared, to be linked from their own
-    modules (:func:`kernel_module`)."""
+    modules (:func:`kernel_module`). ``symbols``: the kernels' :func:`kernel_symbol`, when
+    the caller has them."""
     module = ir.Module(name=prefix)
     if triple:
         module.triple = triple
     functions: dict[str, ir.Function] = {}
     order = []
-    for k, ast in kernels:
-        symbol = kernel_symbol(k, ast, config)
+    if symbols is None:
+        symbols = [kernel_symbol(k, ast, config) for k, ast in kernels]
+    for (k, ast), symbol in zip(kernels, symbols, strict=True):
         if symbol not in functions:
             if with_kernels:
                 functions[symbol] = emit_kernel(module, replace(k, name=symbol), ast,
