@@ -11,6 +11,7 @@ they stay zero as long as those bytes are shared only among buffers of one shape
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,8 +56,26 @@ class MemoryPlan:
         return blob
 
 
+HUGE_PAGE = 2 << 20
+"""From two of these on, :func:`aligned_empty` asks the kernel for transparent huge pages."""
+
+
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """A zeroed uint8 array of ``nbytes`` whose data pointer is 64-byte aligned."""
+    """A zeroed uint8 array of ``nbytes`` whose data pointer is 64-byte aligned.
+
+    From ``2 * HUGE_PAGE`` bytes on (a workspace, the weights) it starts on a huge-page boundary
+    of its own mapping, advised ``MADV_HUGEPAGE`` where the OS has it: numpy's own arrays of
+    that size got huge pages for the weights but not for ResNet50's 12 MB workspace, which
+    then ran 1-3.5% slower (TLB misses as kernels sweep it; interleaved runs, 1 and 2
+    threads)."""
+    if nbytes >= 2 * HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        # Private (a shared mapping would get no huge pages, and forked workers would share
+        # it) and anonymous: zeroed.
+        region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        raw = np.frombuffer(region, dtype=np.uint8)
+        start = (-raw.ctypes.data) % HUGE_PAGE
+        region.madvise(mmap.MADV_HUGEPAGE, start, nbytes - nbytes % HUGE_PAGE)
+        return raw[start:start + nbytes]
     raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
     start = (-raw.ctypes.data) % ALIGN
     return raw[start:start + nbytes]

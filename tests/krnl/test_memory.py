@@ -1,0 +1,37 @@
+"""Workspace and weights memory: zeroed, aligned, huge-page backed when large."""
+
+from __future__ import annotations
+
+import mmap
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyonnx.krnl.memory import ALIGN, HUGE_PAGE, aligned_empty
+
+
+@pytest.mark.parametrize("nbytes", [1, 100, 3 * HUGE_PAGE + 5])
+def test_aligned_empty_is_zeroed_aligned_and_writable(nbytes: int) -> None:
+    a = aligned_empty(nbytes)
+    assert a.nbytes == nbytes and a.dtype == np.uint8 and a.flags.writeable
+    assert a.ctypes.data % (HUGE_PAGE if nbytes >= 2 * HUGE_PAGE else ALIGN) == 0
+    assert not a.any()
+    a[:] = 7
+    assert int(a[-1]) == 7
+
+
+@pytest.mark.skipif(not (Path("/proc/self/smaps").exists() and hasattr(mmap, "MADV_HUGEPAGE")),
+                    reason="Linux smaps and MADV_HUGEPAGE")
+def test_large_arrays_are_advised_for_huge_pages() -> None:
+    a = aligned_empty(3 * HUGE_PAGE)
+    start = a.ctypes.data
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", Path("/proc/self/smaps").read_text()):
+        lo, hi = (int(v, 16) for v in block.split()[0].split("-"))
+        if lo <= start < hi:
+            flags = re.search(r"VmFlags:(.*)", block)
+            assert flags is not None and " hg" in flags.group(1)
+            assert " sh" not in flags.group(1)  # private: forked workers do not share it
+            return
+    pytest.fail("the array's mapping is not in /proc/self/smaps")
