@@ -41,7 +41,7 @@ from llvmlite import ir
 from polyonnx import cache
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
-from polyonnx.codegen.target import thread_count, vector_bits
+from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits
 from polyonnx.errors import PolyonnxError, ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.frontend.importer import import_model
@@ -102,7 +102,8 @@ def schedule(program: Program, options: Options,
     kernels to schedule is scheduled by a pool, one process per core). With ``trees``, every
     kernel not served by the cache is scheduled in this process and keeps its schedule.
     """
-    tiling = Tiling.for_vector_bits(vector_bits(options), thread_count(options))
+    tiling = Tiling.for_vector_bits(vector_bits(options), thread_count(options),
+                                    l1_data_bytes(options))
     strategy = functools.partial(default_schedule, tiling=tiling)
     chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
                                                              schedules or {}).items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from pathlib import Path
 
 import llvmlite.binding as llvm
 
@@ -63,6 +64,34 @@ def vector_bits(options: Options) -> int:
     if "avx" in enabled or "avx2" in enabled:
         return 256
     return 128
+
+
+L1_DATA_BYTES = 32 * 1024
+"""The L1 data cache assumed when the target's is unknown (cross-compiling, or no OS answer)."""
+
+
+def l1_data_bytes(options: Options) -> int:
+    """The target's L1 data cache per core: the host's (Linux: sysfs) when compiling for the
+    host CPU; else, or when the OS does not say, :data:`L1_DATA_BYTES`."""
+    if machine(options)[:2] != host_cpu()[:2]:
+        return L1_DATA_BYTES
+    return _host_l1_data_bytes() or L1_DATA_BYTES
+
+
+@functools.cache
+def _host_l1_data_bytes() -> int:
+    """The L1 data cache of CPU 0 from ``/sys/devices/system/cpu/cpu0/cache``, or 0."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / f).read_text().strip()
+                                 for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20}
+        if level == "1" and kind in ("Data", "Unified") and size[:-1].isdigit() \
+                and size[-1] in units:
+            return int(size[:-1]) * units[size[-1]]
+    return 0
 
 
 def machine(options: Options) -> tuple[str, str, str]:

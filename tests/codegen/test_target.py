@@ -1,0 +1,19 @@
+"""What codegen and the schedules are told about the target: the host's caches, or defaults."""
+
+from __future__ import annotations
+
+import polyonnx
+from polyonnx.codegen.target import L1_DATA_BYTES, l1_data_bytes
+from polyonnx.schedule.default import Tiling
+
+
+def test_the_host_l1_sizes_the_cache_chunks() -> None:
+    host = l1_data_bytes(polyonnx.Options())
+    assert 8 * 1024 <= host <= 4 * 1024 * 1024  # read from the OS, or the default
+    assert Tiling.for_vector_bits(512, 1, host).chunk_bytes == host // 2
+
+
+def test_another_target_gets_the_default_l1() -> None:
+    for options in (polyonnx.Options(target="aarch64-unknown-linux-gnu"),
+                    polyonnx.Options(cpu="x86-64-v2")):
+        assert l1_data_bytes(options) == L1_DATA_BYTES
