@@ -150,8 +150,8 @@ class KernelEmitter:
                 continue
             node = nodes[i]
             i += 1
-            if isinstance(node, la.For):
-                self._for(node, env)
+            if isinstance(node, la.For):  # (not a register tile: _tile_group looked)
+                self._plain_for(node, env)
             elif isinstance(node, la.If):
                 self._if(node, env)
             elif isinstance(node, la.Mark) and node.name == "vector" and len(node.body) == 1 \
