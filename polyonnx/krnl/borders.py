@@ -39,13 +39,13 @@ def zero_borders(graph: Graph, computed: Set[str]) -> dict[str, ir.Border]:
     for name, readers in graph.consumers().items():
         if name not in computed or name in outputs or not graph.value(name).is_static:
             continue
-        pads = [_input_pads(node, ctx) if node.inputs[0] == name
-                and name not in node.inputs[1:] else None for node in readers]
-        if not pads or any(p is None for p in pads):
+        pads = [p for node in readers if node.inputs[0] == name
+                and name not in node.inputs[1:] and (p := _input_pads(node, ctx)) is not None]
+        if len(pads) != len(readers):  # (some reader is not a ConvBlocked reading it as X)
             continue
         axes = range(len(graph.value(name).shape))
-        begin = tuple(max(p[0][k] for p in pads if p) for k in axes)
-        end = tuple(max(p[1][k] for p in pads if p) for k in axes)
+        begin = tuple(max(p[0][k] for p in pads) for k in axes)
+        end = tuple(max(p[1][k] for p in pads) for k in axes)
         if any(begin) or any(end):
             borders[name] = ir.Border(name, begin, end)
     return borders

@@ -358,9 +358,10 @@ def _offsets(index: Sequence[Index], names: Sequence[str]) -> tuple[int, ...] | 
         return None
     out = []
     for i, n in zip(index, names[len(names) - len(index):], strict=True):
-        if not isinstance(i, Aff) or not (i - Aff.var(n)).is_const:
+        shift = i - Aff.var(n) if isinstance(i, Aff) else None
+        if shift is None or not shift.is_const:
             return None
-        out.append((i - Aff.var(n)).const)
+        out.append(shift.const)
     return tuple(out)
 
 
