@@ -33,7 +33,7 @@ def _candidates(kernel: Kernel) -> list[tuple[str, str]]:
     buffers = {b.name: b for b in kernel.buffers}
     out = []
     for i, node in enumerate(kernel.body):
-        epilogue = _full_pointwise(node, buffers)
+        epilogue = full_pointwise(node, buffers)
         if epilogue is None:
             continue
         target = epilogue.write.buffer
@@ -63,7 +63,7 @@ def _uses(stmt: Stmt, buffer: str) -> bool:
     return stmt.write.buffer == buffer or any(o.buffer == buffer for o in loads(stmt.body))
 
 
-def _full_pointwise(node: Node, buffers: dict) -> Stmt | None:
+def full_pointwise(node: Node, buffers: dict) -> Stmt | None:
     """The statement of a perfect nest that writes every element of its buffer once, at
     ``[i0, i1, ...]`` of its own loops ``0 <= ik < shape[k]``, or None."""
     nest = perfect_nest(node)

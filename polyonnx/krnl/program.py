@@ -9,7 +9,7 @@ value whose memory it occupies.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -21,6 +21,7 @@ from polyonnx.krnl.borders import store_bordered, zero_borders
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, lower_node
+from polyonnx.krnl.residual import residual_in_place
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
@@ -92,14 +93,19 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
                  constants: dict[str, np.ndarray] | None = None,
                  views: dict[str, str] | None = None,
                  dynamic: dict[str, DynamicOutput] | None = None,
-                 borders: Mapping[str, ir.Border] | None = None) -> ir.Kernel:
+                 borders: Mapping[str, ir.Border] | None = None,
+                 dying: Collection[str] = (), fixed: Collection[str] = (),
+                 shared: dict[str, str] | None = None) -> ir.Kernel:
     """Lower the nodes of one fusion group into one kernel.
 
     ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
     Constants the lowerings derive (repacked weights) are added to ``constants``, read-only
     views (view name -> value) to ``views``, outputs with data-dependent extents to
     ``dynamic`` (their buffers get the maximal shape; their count buffers are kernel outputs).
-    Values in ``borders`` are stored in their zero-bordered buffers.
+    Values in ``borders`` are stored in their zero-bordered buffers. A residual among
+    ``dying`` (values no later kernel reads) that an epilogue adds is updated in place
+    (:mod:`polyonnx.krnl.residual`): ``shared`` gets ``{output: residual}``, the output taking
+    the residual's memory (not an output in ``fixed``, a graph output's or a bordered one's).
     """
     borders = borders or {}
     bordered = {b.buffer: b for b in borders.values()}
@@ -108,6 +114,7 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
     temps: dict[str, ir.Buffer] = {}
     derived: dict[str, np.ndarray] = {}
     view_buffers: dict[str, ir.Buffer] = {}
+    viewed: set[str] = set()
     maximal: dict[str, DynamicOutput] = {}
     for node in nodes:
         lowered = lower_node(node, ctx)
@@ -119,6 +126,7 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
             if value in borders:  # (zero_borders leaves out values that views read)
                 raise ValueError(f"kernel {name}: a view of zero-bordered value {value}")
             view_buffers[buffer.name] = buffer
+            viewed.add(value)
             if views is not None:
                 views[buffer.name] = value
     if constants is not None:
@@ -160,9 +168,30 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
         buffers.append(ir.Buffer(b, v.dtype, shape, kind))
     kernel = accumulate_in_place(inline_pointwise(ir.Kernel(
         _identifier(name), tuple(buffers), tuple(body), tuple(n.name for n in nodes))))
+    # (A residual read through a view of it too is not updated in place.)
+    kernel, moved = residual_in_place(kernel, set(dying) - viewed,
+                                      {*fixed, *maximal, *borders})
+    if shared is not None:
+        shared.update(moved)
     # (After the epilogues are in place: they match a temp to the value it becomes by shape.)
     kernel = store_bordered(kernel, borders)
     return replace(kernel, body=_renumber(kernel.body, [0]))
+
+
+def _dying(graph: Graph, groups: Sequence[Sequence[Node]], at: int, storage: Mapping[str, str],
+           borders: Mapping[str, ir.Border]) -> set[str]:
+    """The values group ``at`` reads that no later group reads and whose memory is the
+    workspace's alone: not a graph input, output or constant, not a view or viewed, not
+    zero-bordered."""
+    group_of = {n.name: gi for gi, g in enumerate(groups) for n in g}
+    consumers = graph.consumers()
+    outside = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
+    viewed = {n.inputs[0] for g in groups if g and all(n.op_type in VIEW_OPS for n in g)
+              for n in g}
+    return {v for n in groups[at] for v in n.inputs
+            if v and v not in outside and v not in viewed and v not in storage
+            and v not in borders
+            and all(group_of[c.name] <= at for c in consumers.get(v, []))}
 
 
 def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
@@ -198,6 +227,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     derived: dict[str, np.ndarray] = {}
     views: dict[str, str] = {}
     dynamic: dict[str, DynamicOutput] = {}
+    shared: dict[str, str] = {}
     for gi, group in enumerate(groups):
         group = list(group)
         if all(n.op_type in VIEW_OPS for n in group):
@@ -210,7 +240,12 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
         kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
-                              derived, views, dynamic, borders)
+                              derived, views, dynamic, borders,
+                              dying=_dying(graph, groups, gi, storage, borders),
+                              fixed=output_names, shared=shared)
+        for out, residual in shared.items():
+            storage[out] = storage.get(residual, residual)
+        shared.clear()
         for view, value in views.items():
             storage.setdefault(view, storage.get(value, value))
         if kernel.statements():  # zero-size outputs lower to nothing
