@@ -178,20 +178,22 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[s
     return replace(kernel, body=_renumber(kernel.body, [0]))
 
 
-def _dying(graph: Graph, groups: Sequence[Sequence[Node]], at: int, storage: Mapping[str, str],
-           borders: Mapping[str, ir.Border]) -> set[str]:
-    """The values group ``at`` reads that no later group reads and whose memory is the
-    workspace's alone: not a graph input, output or constant, not a view or viewed, not
-    zero-bordered."""
-    group_of = {n.name: gi for gi, g in enumerate(groups) for n in g}
-    consumers = graph.consumers()
+def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
+                  borders: Mapping[str, ir.Border]) -> dict[str, int]:
+    """The last group reading each value whose memory is the workspace's alone: not a graph
+    input, output or constant, no view's input or output, not zero-bordered. (A value an
+    output took the memory of, :mod:`polyonnx.krnl.residual`, was read by no later group:
+    its memory's other values are dead when the last one dies.)"""
+    views = {v for g in groups if g and all(n.op_type in VIEW_OPS for n in g)
+             for n in g for v in (*n.inputs, *n.outputs)}
     outside = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
-    viewed = {n.inputs[0] for g in groups if g and all(n.op_type in VIEW_OPS for n in g)
-              for n in g}
-    return {v for n in groups[at] for v in n.inputs
-            if v and v not in outside and v not in viewed and v not in storage
-            and v not in borders
-            and all(group_of[c.name] <= at for c in consumers.get(v, []))}
+    last: dict[str, int] = {}
+    for gi, group in enumerate(groups):
+        for n in group:
+            for v in n.inputs:
+                if v and v not in outside and v not in views and v not in borders:
+                    last[v] = gi
+    return last
 
 
 def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
@@ -228,6 +230,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     views: dict[str, str] = {}
     dynamic: dict[str, DynamicOutput] = {}
     shared: dict[str, str] = {}
+    last = _last_readers(graph, groups, borders)
     for gi, group in enumerate(groups):
         group = list(group)
         if all(n.op_type in VIEW_OPS for n in group):
@@ -241,7 +244,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
         kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
                               derived, views, dynamic, borders,
-                              dying=_dying(graph, groups, gi, storage, borders),
+                              dying={v for n in group for v in n.inputs if last.get(v) == gi},
                               fixed=output_names, shared=shared)
         for out, residual in shared.items():
             storage[out] = storage.get(residual, residual)

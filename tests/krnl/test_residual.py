@@ -164,3 +164,17 @@ def test_a_residual_the_reduction_also_reads_stays() -> None:
     model = _model(nodes, ["out"])
     assert not _shares(model)
     _matches_onnxruntime(model)
+
+
+def test_consecutive_blocks_update_one_buffer() -> None:
+    # z = relu(conv_a(conv_c(y)) + y) after y = relu(conv_b(x) + a): y took a's memory, and
+    # z takes it again (a is dead once y is computed, y once z is).
+    model = _model(_block([helper.make_node("Conv", ["y", "wc"], ["c"]),
+                           helper.make_node("Conv", ["c", "wa"], ["d"]),
+                           helper.make_node("Add", ["d", "y"], ["t"]),
+                           helper.make_node("Relu", ["t"], ["z"]),
+                           helper.make_node("Conv", ["z", "wb"], ["out"])]), ["out"])
+    program = pipeline.lower(pipeline.to_graph(model))
+    roots = {b: program.root(b) for b in ("y__blk", "z__blk")}
+    assert roots == {"y__blk": "a__blk", "z__blk": "a__blk"}
+    _matches_onnxruntime(model)
