@@ -118,6 +118,9 @@ class KernelEmitter:
     _into_slots: bool = field(init=False, default=True)
     """Whether a statement of a promoted register tile writes its accumulator's slot (init,
     reduction) or memory (a tile group's epilogue, see :meth:`_tile_group`)."""
+    _initialising: bool = field(init=False, default=False)
+    """While emitting a tile group's init: its statement reads the accumulator's element from
+    memory (a residual the sums start from), its slot holds nothing yet."""
     _filled: set[tuple[int, ...]] = field(init=False, default_factory=set)
     """The tile points a tile group's init or epilogue has written."""
     _numbered: dict[tuple, ir.Value] = field(init=False, default_factory=dict)
@@ -437,7 +440,8 @@ class KernelEmitter:
 
     def _tile_group(self, nodes: tuple[la.LNode, ...], i: int, env: dict[str, ir.Value]) -> int:
         """Emit ``nodes[i:]`` as one register tile when they are its init (a straight-line
-        nest that writes every accumulator and reads none: a conv's bias), its reduction, and
+        nest that writes every accumulator: a conv's bias, plus the residual in memory when
+        the sums start from it), its reduction, and
         its epilogue (one that rewrites every accumulator from its value: the residual Add and
         the ReLU), each when there is one: the init writes the accumulators' slots instead of
         memory and the epilogue reads them from the slots, so the tile goes to memory once
@@ -450,11 +454,10 @@ class KernelEmitter:
         if at >= len(nodes) or not isinstance(nodes[at], la.For):
             return 0
         tile = self._register_tile(nodes[at])
-        if tile is None or (init is not None and not self._covers(init, tile, reads=False)):
+        if tile is None or (init is not None and not self._covers(init, tile)):
             return 0
         after = nodes[at + 1] if at + 1 < len(nodes) else None
-        epilogue = after if after is not None and self._covers(after, tile, reads=True) \
-            else None
+        epilogue = after if after is not None and self._covers(after, tile) else None
         if init is None and epilogue is None:  # the tile alone (analysed once, not again)
             self._promoted_for(nodes[at], env, *tile)
             return 1
@@ -483,13 +486,13 @@ class KernelEmitter:
         else:
             fill(node)
 
-    def _covers(self, nest: la.LNode, tile: tuple[tuple[la.For, ...], la.For, la.Call],
-                reads: bool) -> bool:
+    def _covers(self, nest: la.LNode, tile: tuple[tuple[la.For, ...], la.For, la.Call]
+                ) -> bool:
         """Whether ``nest`` is a straight-line nest of one statement over the same unrolled
-        and vector loops as ``tile`` writing, at each point, the tile's accumulator there;
-        reading it too (``reads``: an epilogue, only that element) or not at all (an init).
-        The nest may be the only branch of an ``if`` (a chunked reduction's first or last
-        chunk)."""
+        and vector loops as ``tile`` writing, at each point, the tile's accumulator there, and
+        reading no other element of it (an epilogue reads the sum there; an init, the value
+        in memory the sums start from: a residual updated in place). The nest may be the
+        only branch of an ``if`` (a chunked reduction's first or last chunk)."""
         if isinstance(nest, la.If):
             if len(nest.then) != 1 or nest.orelse:
                 return False
@@ -513,8 +516,8 @@ class KernelEmitter:
         element = self._element(call, stmt.write.index, rename)
         if element is None or element != self._element(tile_call, tile_stmt.write.index, {}):
             return False
-        same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
-        return all(ld.index == stmt.write.index for ld in same) if reads else not same
+        return all(ld.index == stmt.write.index for ld in loads(stmt.body)
+                   if ld.buffer == stmt.write.buffer)
 
     def _element(self, call: la.Call, index: tuple[Aff | Expr, ...],
                  rename: Mapping[str, str]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
@@ -545,11 +548,12 @@ class KernelEmitter:
         assert parsed is not None
         stmt = parsed[1].body[0].stmt
         self._registers = self._slots_of(stmt, places)
-        self._into_slots, self._filled = into_slots, set()
+        self._into_slots = self._initialising = into_slots
+        self._filled = set()
         try:
             self._nodes((nest,), env)
         finally:
-            self._registers, self._into_slots = None, True
+            self._registers, self._into_slots, self._initialising = None, True, False
         if len(self._filled) != len(places):  # (_covers matched a nest emitted otherwise)
             raise CodegenError(f"{self.kernel.name}: a register tile's "
                                f"{'init' if into_slots else 'epilogue'} reached "
@@ -831,7 +835,7 @@ class KernelEmitter:
         if slot is not None:  # an accumulator of a promoted register tile
             buf = self.buffers[stmt.write.buffer][0]
             vty = ir.VectorType(memory_type(buf.dtype), self._lanes[0])
-            self._slot = (slot, stmt.write.buffer, vty)
+            self._slot = None if self._initialising else (slot, stmt.write.buffer, vty)
             try:
                 value = self._expr(stmt.body, point)
             finally:

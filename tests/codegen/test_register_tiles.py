@@ -97,22 +97,28 @@ def test_paired_tile_two_unrolled_loops() -> None:
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("k, stores", [(9, 1), (600, 2)])
-def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int) -> None:
+def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int, residual: bool) -> None:
     # acc = bias; acc += a @ b; acc = max(acc, 0), all on the output: the bias goes straight
     # into the accumulators' slots and the ReLU reads them there, so each accumulator is
     # stored to memory once (by the ReLU), not three times (bias, sums, ReLU). A reduction
     # long enough to run in chunks does that in its first and last chunk (an `if` each) and
-    # stores the running sums in the others: two stores in the code.
+    # stores the running sums in the others: two stores in the code. With a residual updated
+    # in place (krnl/residual.py: acc = bias + acc, y holding the residual), the init reads
+    # it from memory into the slots.
     m, n = 8, 32
     i, j, r = Aff.var("i"), Aff.var("j"), Aff.var("r")
     y = Access("y", (i, j))
+    init = Load("bias", (j,), "float32")
+    if residual:
+        init = init + Load("y", (i, j), "float32")
     kernel = Kernel("k", (Buffer("a", "float32", (m, k), "input"),
                           Buffer("b", "float32", (k, n), "input"),
                           Buffer("bias", "float32", (n,), "input"),
                           Buffer("y", "float32", (m, n), "output")),
                     (Loop("i", 0, m, (Loop("j", 0, n, (
-                        Stmt("S0", y, Load("bias", (j,), "float32")),
+                        Stmt("S0", y, init),
                         Loop("r", 0, k, (Stmt("S1", y, Load("y", (i, j), "float32")
                                               + Load("a", (i, r), "float32")
                                               * Load("b", (r, j), "float32")),)))),)),
@@ -130,9 +136,12 @@ def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int) -> None:
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    arrays = {"a": a, "b": b, "bias": bias, "y": np.full((m, n), np.nan, np.float32)}
+    start = rng.standard_normal((m, n)).astype(np.float32) if residual else \
+        np.full((m, n), np.nan, np.float32)
+    arrays = {"a": a, "b": b, "bias": bias, "y": start.copy()}
     kernel_callable(kernel, loops)(arrays)
-    np.testing.assert_allclose(arrays["y"], np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
+    want = np.maximum(a @ b + bias + (start if residual else 0), 0)
+    np.testing.assert_allclose(arrays["y"], want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_register_tile_inside_an_unrolled_loop():
