@@ -37,9 +37,13 @@ class CodegenConfig:
     checked: bool = False
     vector_bits: int = 256
     threads: int = 1
+    prefetch_above: int = 0
+    """Register tiles prefetch the operands larger than this they stream through (the
+    target's L2 cache; 0: never; see :meth:`~polyonnx.codegen.emit.KernelEmitter._streamed`)."""
 
     def key(self) -> str:
-        return f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
+        return (f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
+                f",prefetch_above={self.prefetch_above}")
 
 
 def kernel_symbol(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig) -> str:
@@ -58,7 +62,7 @@ def kernel_module(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
     if triple:
         module.triple = triple
     emit_kernel(module, replace(kernel, name=symbol), ast, config.checked, config.vector_bits,
-                config.threads)
+                config.threads, config.prefetch_above)
     return symbol, module
 
 
@@ -83,7 +87,7 @@ def build_module(program: Program, plan: MemoryPlan,
             if with_kernels:
                 functions[symbol] = emit_kernel(module, replace(k, name=symbol), ast,
                                                 config.checked, config.vector_bits,
-                                                config.threads)
+                                                config.threads, config.prefetch_above)
             else:
                 fnty = ir.FunctionType(I32, [PTR] * len(k.buffers))
                 functions[symbol] = ir.Function(module, fnty, name=symbol)

@@ -2,14 +2,18 @@
 slots (registers after LLVM's SROA), also when an epilogue reads them right after the loop; a
 tile that needs more than the register file re-reads its last weight vector at each use."""
 
+import ctypes
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 from llvmlite import ir
 
+import polyonnx
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.emit import emit_kernel
+from polyonnx.codegen.emit import PREFETCH_BYTES, emit_kernel
+from polyonnx.codegen.jit import jit
 from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.schedule.astgen import build_ast
@@ -95,6 +99,33 @@ def test_paired_tile_two_unrolled_loops() -> None:
     kernel_callable(kernel, loops)(arrays)
     np.testing.assert_allclose(arrays["y"], np.maximum(np.einsum("rk,bko->bro", x, w), 0),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("above, prefetches", [(0, 0), (64 * 1024, 0), (1024, 2)])
+def test_streamed_weights_are_prefetched_once_per_vector(above: int, prefetches: int) -> None:
+    # acc[i, j] += a[i, r] * b[r, j] over a 4 x 2-vector tile: the two vectors of b the rows
+    # share are loaded once per iteration; with b (8 KB) above the threshold each gets one
+    # prefetch PREFETCH_BYTES ahead (not one per row), else none.
+    kernel = _matmul_relu(8, 32, 64)
+    loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
+    module = ir.Module()
+    name = f"prefetching_matmul_{above}"  # (one JIT engine per process: a name of its own)
+    emit_kernel(module, dataclasses.replace(kernel, name=name), loops, prefetch_above=above)
+    text = str(module)
+    calls = re.findall(r'call void @"llvm.prefetch.p0"\(ptr (\S+), i32 0, i32 3, i32 1\)', text)
+    assert len(calls) == prefetches
+    for ahead in calls:  # PREFETCH_BYTES after a load's address
+        assert re.search(rf"{re.escape(ahead)} = getelementptr i8, ptr \S+, i64 "
+                         rf"{PREFETCH_BYTES}\n", text)
+    # The prefetching code runs, with the same results.
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((8, 64), np.float32), rng.standard_normal((64, 32), np.float32)
+    arrays = {"a": a, "b": b, "acc": np.zeros((8, 32), np.float32),
+              "y": np.zeros((8, 32), np.float32)}
+    address, _ = jit(module, name, polyonnx.Options())
+    run = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(kernel.buffers))(address)
+    assert run(*(arrays[buf.name].ctypes.data for buf in kernel.buffers)) == 0
+    np.testing.assert_allclose(arrays["y"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("residual", [False, True])

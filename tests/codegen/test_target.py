@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import polyonnx
-from polyonnx.codegen.target import L1_DATA_BYTES, l1_data_bytes
+from polyonnx.codegen.target import (
+    L1_DATA_BYTES,
+    L2_BYTES,
+    l1_data_bytes,
+    l2_bytes,
+    prefetch_above,
+)
 from polyonnx.schedule.default import Tiling
 
 
@@ -17,3 +23,11 @@ def test_another_target_gets_the_default_l1() -> None:
     for options in (polyonnx.Options(target="aarch64-unknown-linux-gnu"),
                     polyonnx.Options(cpu="x86-64-v2")):
         assert l1_data_bytes(options) == L1_DATA_BYTES
+
+
+def test_weights_beyond_a_quarter_of_l2_are_prefetched() -> None:
+    host = polyonnx.Options()
+    assert l1_data_bytes(host) < l2_bytes(host) <= 64 * 1024 * 1024
+    assert prefetch_above(host) == l2_bytes(host) // 4
+    cross = polyonnx.Options(target="aarch64-unknown-linux-gnu")
+    assert l2_bytes(cross) == L2_BYTES and prefetch_above(cross) == L2_BYTES // 4
