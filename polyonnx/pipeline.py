@@ -102,9 +102,11 @@ def schedule(program: Program, options: Options,
     kernels to schedule is scheduled by a pool, one process per core). With ``trees``, every
     kernel not served by the cache is scheduled in this process and keeps its schedule.
     """
-    tiling = Tiling.for_vector_bits(vector_bits(options), thread_count(options),
-                                    l1_data_bytes(options))
-    strategy = functools.partial(default_schedule, tiling=tiling)
+    threads = thread_count(options)
+    tiling = Tiling.for_vector_bits(vector_bits(options), threads, l1_data_bytes(options))
+    # On one thread no loop runs in parallel: no parallel loops to prove (a third of the
+    # default strategy's isl work).
+    strategy = functools.partial(default_schedule, tiling=tiling, parallel=threads > 1)
     chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
                                                              schedules or {}).items()}
     # Kernels that differ only in their buffers (ResNet50 repeats most of its convolutions)

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx import pipeline
@@ -72,7 +73,7 @@ def test_a_worker_error_is_raised_as_in_process(pools):
 
 
 def test_fallback_messages_of_workers_reach_stderr(pools, monkeypatch, capsys):
-    def over_budget(kernel, tiling):
+    def over_budget(kernel, tiling, parallel):
         raise BudgetExceeded(f"kernel {kernel.name}", 1)
 
     monkeypatch.setattr(pipeline, "default_schedule", over_budget)
@@ -104,3 +105,17 @@ def test_an_error_building_a_module_in_a_worker_is_raised_as_in_process(pools):
     with pytest.raises(ValueError, match="no IR today"):
         objects.compile_objects([*compiled.kernel_modules(), ("broken", broken)], OPTIONS,
                                 jit=True)
+
+
+def test_one_thread_proves_no_parallel_loops():
+    # On one thread codegen runs every loop in order: the schedules carry no parallel marks.
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "big_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    one = pipeline.emit(model, "ast", polyonnx.Options(cache=False, num_threads=1))
+    two = pipeline.emit(model, "ast", polyonnx.Options(cache=False, num_threads=2))
+    assert "// parallel" not in one and "// parallel" in two
