@@ -52,8 +52,8 @@ PARALLEL_ENTRY = "polyonnx_parallel_for"
 PREFETCH_BYTES = 1024
 """How far ahead a register tile's reduction prefetches a streamed operand (see
 :meth:`KernelEmitter._streamed`): 8 iterations of a conv tile's weights (128 bytes per
-channel block each). 1 KiB ran ResNet50's 7x7 and 14x14 layers 4-6% faster per layer, 2 KiB
-about half that."""
+channel block each). 1 KiB ran ResNet50's 7x7 and 14x14 layers 2-9% faster per layer; 512
+bytes and 2 KiB no better, 4 KiB worse."""
 
 _SCALAR_TYPES: dict[str, ir.Type] = {
     "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
@@ -635,8 +635,8 @@ class KernelEmitter:
 
     def _streamed(self, node: la.For, vec: la.For, call: la.Call) -> frozenset[Load]:
         """The vector loads of a register tile's reduction ``node`` that stream through an
-        operand larger than ``prefetch_above`` bytes (beyond the L2 cache: ResNet50's 7x7
-        and 14x14 weights, 1-9 MB a layer), moving forward with the innermost reduction loop.
+        operand larger than ``prefetch_above`` bytes (a quarter of L2: ResNet50's 7x7 and
+        14x14 weights, 1-9 MB a layer), moving forward with the innermost reduction loop.
 
         The first row tile of each cache chunk fetches that chunk's weights; the hardware
         prefetchers do not run far enough ahead of it, so each of those loads waits on L3 or
