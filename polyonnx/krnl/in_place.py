@@ -50,15 +50,15 @@ def _candidates(kernel: Kernel) -> list[tuple[str, str]]:
             if any(o.buffer == target or (o.buffer == temp and o.index != ld.index)
                    for o in loads(epilogue.body)):
                 continue
-            if any(_uses(s, target) for s in before + after) or \
-                    any(_uses(s, temp) for s in after):
+            if any(uses(s, target) for s in before + after) or \
+                    any(uses(s, temp) for s in after):
                 continue
             out.append((temp, target))
             break
     return out
 
 
-def _uses(stmt: Stmt, buffer: str) -> bool:
+def uses(stmt: Stmt, buffer: str) -> bool:
     """Whether ``stmt`` writes or reads ``buffer``."""
     return stmt.write.buffer == buffer or any(o.buffer == buffer for o in loads(stmt.body))
 

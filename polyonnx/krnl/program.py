@@ -26,6 +26,11 @@ from polyonnx.krnl.residual import residual_in_place
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
 
+def _views_only(group: Sequence[Node]) -> bool:
+    """Whether a fusion group makes no kernel: its outputs share their inputs' storage."""
+    return all(n.op_type in VIEW_OPS for n in group)
+
+
 @dataclass(frozen=True)
 class Program:
     """The kernels of a model plus what the runtime needs to call them."""
@@ -184,8 +189,7 @@ def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
     input, output or constant, no view's input or output, not zero-bordered. (A value an
     output took the memory of, :mod:`polyonnx.krnl.residual`, was read by no later group:
     its memory's other values are dead when the last one dies.)"""
-    views = {v for g in groups if g and all(n.op_type in VIEW_OPS for n in g)
-             for n in g for v in (*n.inputs, *n.outputs)}
+    views = {v for g in groups if _views_only(g) for n in g for v in (*n.inputs, *n.outputs)}
     outside = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
     last: dict[str, int] = {}
     for gi, group in enumerate(groups):
@@ -221,7 +225,7 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     """Lower fusion groups (in execution order) into a :class:`Program`."""
     storage: dict[str, str] = {}
     borders = zero_borders(graph, {o for group in groups
-                                   if not all(n.op_type in VIEW_OPS for n in group)
+                                   if not _views_only(group)
                                    for n in group for o in n.outputs if o})
     output_names = {v.name for v in graph.outputs}
     consumers = graph.consumers()
@@ -229,11 +233,10 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
     derived: dict[str, np.ndarray] = {}
     views: dict[str, str] = {}
     dynamic: dict[str, DynamicOutput] = {}
-    shared: dict[str, str] = {}
     last = _last_readers(graph, groups, borders)
     for gi, group in enumerate(groups):
         group = list(group)
-        if all(n.op_type in VIEW_OPS for n in group):
+        if _views_only(group):
             for n in group:
                 for o in n.outputs:
                     if o:
@@ -242,13 +245,13 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
         inside = {n.name for n in group}
         live_out = {o for n in group for o in n.outputs if o and (
             o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
+        shared: dict[str, str] = {}  # (the kernel's outputs that take a residual's memory)
         kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
                               derived, views, dynamic, borders,
                               dying={v for n in group for v in n.inputs if last.get(v) == gi},
                               fixed=output_names, shared=shared)
         for out, residual in shared.items():
             storage[out] = storage.get(residual, residual)
-        shared.clear()
         for view, value in views.items():
             storage.setdefault(view, storage.get(value, value))
         if kernel.statements():  # zero-size outputs lower to nothing

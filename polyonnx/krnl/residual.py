@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from polyonnx.krnl.in_place import full_pointwise
+from polyonnx.krnl.in_place import full_pointwise, uses
 from polyonnx.krnl.ir import (
     Aff,
     Binary,
@@ -34,6 +34,7 @@ from polyonnx.krnl.ir import (
     Stmt,
     loads,
     map_children,
+    perfect_nest,
     walk,
 )
 
@@ -74,9 +75,9 @@ def _find(kernel: Kernel, dying: set[str], fixed: set[str]) -> _Match | None:
             continue
         init = _reduction_init(kernel.body[:at], buffers[y])
         # The residual is read by the epilogue alone, the output touched by the reduction only.
-        if init is None or any(_touches(s, {residual}) for s in statements if s is not epilogue):
+        if init is None or any(uses(s, residual) for s in statements if s is not epilogue):
             continue
-        if [s for s in statements if _touches(s, {y})] != [*init, epilogue]:
+        if [s for s in statements if uses(s, y)] != [*init, epilogue]:
             continue
         return _Match(residual, init[0], epilogue, at)
     return None
@@ -101,10 +102,6 @@ def _adds(e: Expr) -> list[Binary]:
     return [x for x in walk(e) if isinstance(x, Binary) and x.op == "add"]
 
 
-def _touches(stmt: Stmt, names: set[str]) -> bool:
-    return stmt.write.buffer in names or any(ld.buffer in names for ld in loads(stmt.body))
-
-
 def _reduction_init(nodes: tuple[Node, ...], y: Buffer) -> tuple[Stmt, Stmt] | None:
     """(init, update) of the reduction nest among ``nodes`` that computes all of ``y``:
     ``for p: S0: y[p] = e; for k...: S1: y[p] = y[p] + e'`` (``e``, ``e'`` not reading ``y``),
@@ -121,12 +118,10 @@ def _reduction_init(nodes: tuple[Node, ...], y: Buffer) -> tuple[Stmt, Stmt] | N
         if len(body) != 2 or not isinstance(body[0], Stmt) or not isinstance(body[1], Loop):
             continue
         init = body[0]
-        inner: Node = body[1]
-        while isinstance(inner, Loop) and len(inner.body) == 1:
-            inner = inner.body[0]
-        if not isinstance(inner, Stmt):
+        inner = perfect_nest(body[1])
+        if inner is None or not isinstance(inner[1], Stmt):
             continue
-        update = inner
+        update = inner[1]
         point = tuple(Aff.var(lp.iterator) for lp in outer)
         if init.write.buffer != y.name or init.write.index != point or init.guards or \
                 update.guards or update.write != init.write or \

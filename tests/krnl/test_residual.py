@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
-import polyonnx
 from polyonnx import pipeline
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.ir import Access, Aff, Kernel, Load, Loop, Stmt, maximum
@@ -17,6 +15,8 @@ from polyonnx.krnl.memory import plan_memory
 from polyonnx.krnl.residual import residual_in_place
 
 from .interp import interpret
+from .test_borders import C, _run_against_onnxruntime
+from .test_borders import _model as _borders_model
 from .test_in_place import _matvec_relu
 
 F32 = "float32"
@@ -86,22 +86,12 @@ def test_other_uses_keep_the_residual(why: str, kernel: Kernel, dying: set[str],
 
 # ------------------------------------------------------------------- whole models
 
-F = TensorProto.FLOAT
-C = 64
+WEIGHTS = {w: (C, C, 1, 1) for w in ("wa", "wb", "wc")}
 
 
 def _model(nodes: list[onnx.NodeProto], outputs: list[str]) -> onnx.ModelProto:
-    """Over ``x: [1, C, 8, 8]``; 1x1 conv weights ``wa``, ``wb``, ``wc``."""
-    rng = np.random.default_rng(len(nodes))
-    inits = [numpy_helper.from_array(
-        (rng.standard_normal((C, C, 1, 1)) / np.sqrt(C)).astype(np.float32), w)
-        for w in ("wa", "wb", "wc")]
-    graph = helper.make_graph(nodes, "residual",
-                              [helper.make_tensor_value_info("x", F, [1, C, 8, 8])],
-                              [helper.make_tensor_value_info(o, F, None) for o in outputs],
-                              inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return onnx.shape_inference.infer_shapes(model)
+    """Over ``x: [1, C, 9, 9]``; 1x1 conv weights ``wa``, ``wb``, ``wc``."""
+    return _borders_model(nodes, outputs, weights=WEIGHTS)
 
 
 def _block(tail: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
@@ -118,15 +108,8 @@ def _shares(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _matches_onnxruntime(model: onnx.ModelProto) -> None:
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for threads in (1, 2):
-        sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
-                                                                         cache=False))
-        rng = np.random.default_rng(threads)
-        for _ in range(2):  # the residual's memory is rewritten every run
-            x = rng.standard_normal((1, C, 8, 8)).astype(np.float32)
-            for got, want in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x}), strict=True):
-                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):  # (two runs each: the residual's memory is rewritten every run)
+        _run_against_onnxruntime(model, threads)
 
 
 def test_a_dying_shortcut_holds_the_blocks_output() -> None:
