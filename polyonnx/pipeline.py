@@ -41,7 +41,7 @@ from llvmlite import ir
 from polyonnx import cache
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
-from polyonnx.codegen.target import l1_data_bytes, prefetch_above, thread_count, vector_bits
+from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits
 from polyonnx.errors import PolyonnxError, ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.frontend.importer import import_model
@@ -203,8 +203,7 @@ class Compiled:
 
     @property
     def config(self) -> CodegenConfig:
-        return CodegenConfig(self.options.checked, vector_bits(self.options),
-                             thread_count(self.options), prefetch_above(self.options))
+        return CodegenConfig.for_options(self.options)
 
     @functools.cached_property
     def symbols(self) -> tuple[str, ...]:

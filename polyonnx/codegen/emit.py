@@ -330,10 +330,8 @@ class KernelEmitter:
         channel blocks) of ``vector`` steps of one statement that reads and writes one element
         per tile point, at an index none of the chain's loops moves (``acc[r, v] += ...``
         under ``for ic, kh, kw``)."""
-        chain, cur = [node.iterator], node
-        while len(cur.body) == 1 and isinstance(cur.body[0], la.For):
-            cur = cur.body[0]
-            chain.append(cur.iterator)
+        loops = _reduction_loops(node)
+        chain, cur = [loop.iterator for loop in loops], loops[-1]
         nest = _unrolled_vector_nest(cur.body)
         if nest is None:
             return None
@@ -646,9 +644,7 @@ class KernelEmitter:
         with it)."""
         if not self.prefetch_above:
             return frozenset()
-        inner = node  # (the innermost reduction loop: the tile's rows are marked loops)
-        while len(inner.body) == 1 and isinstance(inner.body[0], la.For):
-            inner = inner.body[0]
+        inner = _reduction_loops(node)[-1]
         _, stmt = self.stmts[call.stmt]
         lanes = self._lane_steps(call, vec.iterator) or {}
         along = self._iterator_steps(call, inner.iterator) or {}
@@ -1240,6 +1236,15 @@ class _Accumulator:
     ptr: ir.Value
     type: ir.Type
     align: int
+
+
+def _reduction_loops(node: la.For) -> list[la.For]:
+    """``node`` and the loops perfectly nested in it: a register tile's reduction loops (its
+    rows and vector loop sit under marks, not directly)."""
+    loops = [node]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], la.For):
+        loops.append(loops[-1].body[0])
+    return loops
 
 
 def _unrolled_vector_nest(body: tuple[la.LNode, ...]

@@ -22,9 +22,11 @@ from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.emit import I1, I8, I32, I64, PTR, emit_kernel
+from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
 from polyonnx.krnl.program import Program
+from polyonnx.options import Options
 from polyonnx.schedule.signature import canonical
 
 WEIGHTS_SYMBOL = "polyonnx_weights"
@@ -38,8 +40,14 @@ class CodegenConfig:
     vector_bits: int = 256
     threads: int = 1
     prefetch_above: int = 0
-    """Register tiles prefetch the operands larger than this they stream through (the
-    target's L2 cache; 0: never; see :meth:`~polyonnx.codegen.emit.KernelEmitter._streamed`)."""
+    """Register tiles prefetch the operands larger than this they stream through (a quarter
+    of the target's L2: :func:`~polyonnx.codegen.target.prefetch_above`; 0: never)."""
+
+    @staticmethod
+    def for_options(options: Options) -> CodegenConfig:
+        """What ``options`` ask for on their target (the host's unless another is set)."""
+        return CodegenConfig(options.checked, vector_bits(options), thread_count(options),
+                             prefetch_above(options))
 
     def key(self) -> str:
         return (f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"

@@ -75,17 +75,19 @@ L2_BYTES = 1024 * 1024
 def l1_data_bytes(options: Options) -> int:
     """The target's L1 data cache per core: the host's (Linux: sysfs) when compiling for the
     host CPU; else, or when the OS does not say, :data:`L1_DATA_BYTES`."""
-    if machine(options)[:2] != host_cpu()[:2]:
-        return L1_DATA_BYTES
-    return _host_cache_bytes(1) or L1_DATA_BYTES
+    return _cache_bytes(options, 1, L1_DATA_BYTES)
 
 
 def l2_bytes(options: Options) -> int:
     """The target's L2 cache per core, as :func:`l1_data_bytes` finds it (default
     :data:`L2_BYTES`)."""
+    return _cache_bytes(options, 2, L2_BYTES)
+
+
+def _cache_bytes(options: Options, level: int, default: int) -> int:
     if machine(options)[:2] != host_cpu()[:2]:
-        return L2_BYTES
-    return _host_cache_bytes(2) or L2_BYTES
+        return default
+    return _host_cache_bytes(level) or default
 
 
 def prefetch_above(options: Options) -> int:
