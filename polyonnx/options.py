@@ -28,7 +28,8 @@ class Options:
     cpu: str | None = None
     """Target CPU name (e.g. ``znver3``); ``None`` means the host CPU."""
     features: str | None = None
-    """Target feature string; ``None`` means the host CPU's features."""
+    """Target feature string; ``None`` means the host CPU's features (or, when ``cpu`` names
+    another CPU, that CPU's own)."""
     checked: bool = field(default_factory=lambda: _env_flag("POLYONNX_CHECKED"))
     """Insert bounds checks on every buffer access (``POLYONNX_CHECKED=1``)."""
     verbose: bool = False

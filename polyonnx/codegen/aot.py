@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
 
+from polyonnx.codegen.builtins import BUILTINS, builtins_module
+from polyonnx.codegen.elf import undefined_symbols
 from polyonnx.codegen.jit import parse_and_optimize
 from polyonnx.codegen.module import WEIGHTS_SYMBOL
 from polyonnx.codegen.objects import compile_objects
 from polyonnx.codegen.parallel_runtime import CFLAGS, ENTRY, SOURCE
-from polyonnx.codegen.target import LLVM_LOCK, target_machine
+from polyonnx.codegen.target import LLVM_LOCK, host_cpu, target_machine
 from polyonnx.errors import CodegenError
 
 if TYPE_CHECKING:
@@ -58,6 +60,16 @@ def object_code(compiled: Compiled) -> bytes:
     with LLVM_LOCK:
         tm, mod = _machine_and_module(compiled)
         return tm.emit_object(mod)
+
+
+def _builtins_object(compiled: Compiled) -> bytes:
+    """:mod:`polyonnx.codegen.builtins` as object code for the library, hidden."""
+    with LLVM_LOCK:
+        tm = target_machine(compiled.options)
+        ref = parse_and_optimize(builtins_module(tm.triple), tm, 3)
+        for name in BUILTINS:  # (llvmlite's IR builder does not print a visibility)
+            ref.get_function(name).visibility = "hidden"
+        return tm.emit_object(ref)
 
 
 def header(compiled: Compiled) -> str:
@@ -122,11 +134,19 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
         for k, code in enumerate(kernels.values()):
             objects.append(t / f"kernel{k}.o")
             objects[-1].write_bytes(code)
+        if triple == host_cpu()[0] and any(
+                BUILTINS.keys() & (undefined_symbols(code) or ()) for code in kernels.values()):
+            # The runtime functions LLVM called, from polyonnx (the C compiler's own runtime
+            # may predate them), not exported. Cross toolchains bring their own.
+            objects.append(t / "builtins.o")
+            objects[-1].write_bytes(_builtins_object(compiled))
         (t / "weights.bin").write_bytes(compiled.plan.weights_blob(compiled.program).tobytes())
         (t / "weights.s").write_text(
             f'\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n'
             f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n')
-        cmd = [cc, "-shared", "-o", str(out), *map(str, objects), str(t / "weights.s"), "-lm"]
+        # (-z defs: a function nothing defines fails the link, not a call at run time)
+        cmd = [cc, "-shared", "-Wl,-z,defs", "-o", str(out), *map(str, objects),
+               str(t / "weights.s"), "-lm"]
         if any(ENTRY.encode() in code for code in kernels.values()):
             cmd += [*CFLAGS, "-fPIC", str(SOURCE)]
         proc = subprocess.run(cmd, capture_output=True, text=True)

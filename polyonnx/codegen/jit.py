@@ -1,7 +1,10 @@
 """In-process JIT: one MCJIT engine for the whole process; each model adds its own module.
 
 The engine owns its target machine, so it is created once and kept alive; modules are added to
-it, never given their own engine.
+it, never given their own engine. The engine starts with polyonnx's own definitions of the
+runtime functions LLVM may call (:mod:`polyonnx.codegen.builtins`), and no object code is
+loaded before every function it calls is known to resolve: an unresolved call would jump to
+address 0.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import ctypes
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from polyonnx.codegen.builtins import BUILTINS, builtins_module
+from polyonnx.codegen.elf import undefined_symbols
 from polyonnx.codegen.parallel_runtime import ENTRY, shared_library
 from polyonnx.codegen.target import LLVM_LOCK, init_llvm, optimize, target_machine
 from polyonnx.errors import CodegenError
@@ -49,10 +54,26 @@ def _engine() -> llvm.ExecutionEngine:
             llvm.add_symbol(ENTRY, address)
         tm = target_machine(Options(opt_level=3), jit=True)
         _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        builtins = parse_and_optimize(builtins_module(), tm, 3)
+        _ENGINE.add_module(builtins)
+        _ENGINE.finalize_object()
+        _DEFINED.update(BUILTINS)
     return _ENGINE
 
 
 _LOADED_OBJECTS: set[str] = set()
+#: Functions the engine's code defines (kernels, builtins) that objects may call.
+_DEFINED: set[str] = set()
+
+
+def _check_resolved(symbol: str, obj: bytes, defined: set[str]) -> None:
+    """Refuse object code that calls a function nothing in the process defines."""
+    missing = sorted(name for name in undefined_symbols(obj) or ()
+                     if name not in defined and not llvm.address_of_symbol(name))
+    if missing:
+        raise CodegenError(f"kernel {symbol} calls {', '.join(missing)}, which nothing in this "
+                           "process defines (a runtime function LLVM emitted for this target "
+                           "that polyonnx does not provide)")
 
 
 def jit_with_objects(module: ir.Module, objects: dict[str, bytes], entry: str,
@@ -61,10 +82,14 @@ def jit_with_objects(module: ir.Module, objects: dict[str, bytes], entry: str,
     those kernels; return the address of ``entry``."""
     with LLVM_LOCK:
         engine = _engine()
-        for symbol, obj in objects.items():
-            if symbol not in _LOADED_OBJECTS:
-                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-                _LOADED_OBJECTS.add(symbol)
+        new = {symbol: obj for symbol, obj in objects.items() if symbol not in _LOADED_OBJECTS}
+        defined = _DEFINED | set(objects)
+        for symbol, obj in new.items():
+            _check_resolved(symbol, obj, defined)
+        for symbol, obj in new.items():
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            _LOADED_OBJECTS.add(symbol)
+            _DEFINED.add(symbol)
     return jit(module, entry, options)
 
 

@@ -58,12 +58,27 @@ def thread_count(options: Options) -> int:
 
 def vector_bits(options: Options) -> int:
     """The widest vector register of the target: 512 (AVX-512), 256 (AVX) or 128 bits."""
-    enabled = {f[1:] for f in machine(options)[2].split(",") if f.startswith("+")}
+    triple, cpu, features = machine(options)
+    if not features:  # a CPU by name: what LLVM knows of it
+        return _probed_vector_bits(triple, cpu)
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
     if "avx512f" in enabled:
         return 512
     if "avx" in enabled or "avx2" in enabled:
         return 256
     return 128
+
+
+@functools.cache
+def _probed_vector_bits(triple: str, cpu: str) -> int:
+    """The vector registers LLVM's code for ``cpu`` uses for a 512-bit add: llvmlite cannot
+    list a named CPU's features, but its assembly names its registers."""
+    probe = ("define void @f(ptr %p) {\n  %a = load <16 x float>, ptr %p\n"
+             "  %b = fadd <16 x float> %a, %a\n  store <16 x float> %b, ptr %p\n  ret void\n}")
+    with LLVM_LOCK:
+        asm = create_machine(triple, cpu, "", 2, jit=False).emit_assembly(
+            llvm.parse_assembly(probe))
+    return 512 if "zmm" in asm else 256 if "ymm" in asm else 128
 
 
 L1_DATA_BYTES = 32 * 1024
@@ -118,10 +133,14 @@ def _host_cache_bytes(level: int) -> int:
 
 
 def machine(options: Options) -> tuple[str, str, str]:
-    """(triple, cpu, features) ``options`` ask for: the host's, unless another triple is set."""
+    """(triple, cpu, features) ``options`` ask for: the host's, unless another triple or CPU is
+    set; a CPU named without features gets that CPU's own (``--cpu haswell`` on an AVX-512 host
+    means AVX2 code)."""
     triple, cpu, features = host_cpu()
     if options.target and options.target != triple:
         return options.target, options.cpu or "", options.features or ""
+    if options.cpu and options.cpu != cpu and options.features is None:
+        return triple, options.cpu, ""
     return triple, options.cpu or cpu, options.features or features
 
 

@@ -31,3 +31,15 @@ def test_weights_beyond_a_quarter_of_l2_are_prefetched() -> None:
     assert prefetch_above(host) == l2_bytes(host) // 4
     cross = polyonnx.Options(target="aarch64-unknown-linux-gnu")
     assert l2_bytes(cross) == L2_BYTES and prefetch_above(cross) == L2_BYTES // 4
+
+
+def test_a_named_cpu_brings_its_own_features() -> None:
+    """``--cpu haswell`` on an AVX-512 host means AVX2 code, not the host's features."""
+    from polyonnx.codegen.target import host_cpu, machine, vector_bits
+
+    if not host_cpu()[0].startswith("x86_64"):
+        return
+    assert vector_bits(polyonnx.Options(cpu="haswell")) == 256
+    assert vector_bits(polyonnx.Options(cpu="x86-64")) == 128
+    assert vector_bits(polyonnx.Options(cpu="skylake-avx512")) == 512
+    assert machine(polyonnx.Options(cpu="haswell", features="+avx512f"))[2] == "+avx512f"
