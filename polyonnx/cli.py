@@ -31,11 +31,15 @@ from polyonnx.options import Options
 from polyonnx.pipeline import STAGES, Compiled, compile, compile_graph, emit, lower, to_graph
 from polyonnx.runtime.session import Executable, NodeArg
 from polyonnx.schedule.trace import Trace, load_schedules
+from polyonnx.testing import import_onnxruntime, max_errors, onnxruntime_outputs, random_feeds
 
 #: The model ``polyonnx run`` compiles when given none: ResNet50 from the onnx package's
 #: "light" backend-test models (real architecture, placeholder weights).
 DEFAULT_MODEL = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
                              "light_resnet50.onnx")
+
+#: The largest max |output - reference| / max |reference| with which `run` exits 0.
+MAX_RELATIVE_ERROR = 1e-3
 
 _COMPILE_EXAMPLES = """\
 examples:
@@ -251,19 +255,6 @@ def _load(model: str, options: Options, shapes: Mapping[str, Sequence[int]] | No
     return _Loaded(exe, proto, compiled, times)
 
 
-def _random_input(arg: NodeArg, rng: np.random.Generator) -> np.ndarray:
-    shape = tuple(d if isinstance(d, int) else 1 for d in arg.shape)
-    dtype = np.dtype(arg.dtype)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0, 10, shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    raise InputError(f"input {arg.name!r}: cannot make random data of dtype {arg.dtype}; "
-                     "give it with --input NAME=FILE.npy")
-
-
 def _backend_suite_input(arg: NodeArg) -> np.ndarray:
     """The input onnx's backend runner feeds light models: ``arange(n).reshape(shape) / n``."""
     shape = tuple(d if isinstance(d, int) else 1 for d in arg.shape)
@@ -279,12 +270,15 @@ def _feeds(exe: Executable, files: Sequence[tuple[str, str]], seed: int,
     if unknown:
         raise InputError(f"--input: unknown input name(s) {unknown}; the model's inputs are "
                          f"{names}")
-    rng = np.random.default_rng(seed)
+    try:
+        random = {} if default_model else \
+            random_feeds([a for a in exe.inputs if a.name not in by_name], seed)
+    except InputError as e:
+        raise InputError(f"{e}; give it with --input NAME=FILE.npy") from None
     feeds = []
     for arg in exe.inputs:
         if arg.name not in by_name:
-            feeds.append(_backend_suite_input(arg) if default_model
-                         else _random_input(arg, rng))
+            feeds.append(_backend_suite_input(arg) if default_model else random[arg.name])
             continue
         try:
             value = np.load(by_name[arg.name], allow_pickle=False)
@@ -309,36 +303,6 @@ def _summary(name: str, a: np.ndarray) -> str:
         return (f"{head}  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}  "
                 f"first {first}")
     return f"{head}  first {first}"
-
-
-def _errors(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> tuple[float, float]:
-    """(max abs error, max abs error / max |reference|) over all outputs."""
-    abs_err, rel_err = 0.0, 0.0
-    for a, b in zip(got, want, strict=True):
-        if a.shape != b.shape:
-            return float("inf"), float("inf")
-        d = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
-        scale = float(np.max(np.abs(b.astype(np.float64)), initial=0.0))
-        abs_err = max(abs_err, d)
-        rel_err = max(rel_err, d / scale if scale else (0.0 if d == 0 else float("inf")))
-    return abs_err, rel_err
-
-
-def _onnxruntime_outputs(model: str, names: Sequence[str],
-                         feeds: Sequence[np.ndarray], threads: int | None
-                         ) -> tuple[str, list[np.ndarray]] | None:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return None
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # errors only: no warnings about unused initializers
-    if threads:
-        so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(model, so,
-                                providers=["CPUExecutionProvider"])
-    outs = sess.run(None, dict(zip(names, feeds, strict=True)))
-    return ort.__version__, [np.asarray(o) for o in outs]
 
 
 def _seconds(s: float) -> str:
@@ -390,20 +354,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if default_model:
         expected = numpy_helper.to_array(onnx.load_tensor(
             os.path.join(os.path.dirname(DEFAULT_MODEL), "light_resnet50_output_0.pb")))
-        a, r = _errors(outputs[:1], [expected])
-        ok &= r <= 1e-3
-        print(f"vs expected output (light_resnet50_output_0.pb): max abs err {a:.3g}, "
-              f"max rel err {r:.3g}")
+        errors = max_errors(outputs[:1], [expected])
+        ok &= errors.relative <= MAX_RELATIVE_ERROR
+        print(f"vs expected output (light_resnet50_output_0.pb): {errors}")
     if (default_model or args.compare) and loaded.proto is not None:
-        ref = _onnxruntime_outputs(model, [a.name for a in exe.inputs], feeds,
-                                   args.threads)
-        if ref is None:
+        try:
+            version = import_onnxruntime().__version__
+        except ImportError:
             print("vs onnxruntime: not installed")
         else:
-            version, want = ref
-            a, r = _errors(outputs, want)
-            ok &= r <= 1e-3
-            print(f"vs onnxruntime {version}: max abs err {a:.3g}, max rel err {r:.3g}")
+            named = dict(zip([a.name for a in exe.inputs], feeds, strict=True))
+            errors = max_errors(outputs, onnxruntime_outputs(model, named, threads=args.threads))
+            ok &= errors.relative <= MAX_RELATIVE_ERROR
+            print(f"vs onnxruntime {version}: {errors}")
     elif args.compare:
         print("vs onnxruntime: needs an .onnx model, not a compiled library")
     return 0 if ok else 1

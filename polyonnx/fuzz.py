@@ -583,16 +583,6 @@ def _compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
     return ""
 
 
-def _onnxruntime(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 4
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
 def _session(model: bytes) -> Any:
     from polyonnx import InferenceSession, Options
 
@@ -602,11 +592,12 @@ def _session(model: bytes) -> Any:
 def check(case: Case) -> Outcome:
     """Run ``case`` in this process (see :class:`Worker` for the isolated version)."""
     from polyonnx.errors import InputError, PolyonnxError, UnsupportedOpError
+    from polyonnx.testing import onnxruntime_outputs
 
     try:
         if case.kind == "graph":
             try:
-                want = _onnxruntime(case.model, case.feeds)
+                want = onnxruntime_outputs(case.model, case.feeds)
             except Exception as e:  # noqa: BLE001 - the generator made something invalid
                 return Outcome("invalid", f"onnxruntime refuses it: {e}")
             try:

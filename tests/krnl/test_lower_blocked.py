@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 from polyonnx.graph.passes.layout import blocked_layout
+from polyonnx.testing import onnxruntime_outputs
 
 from .harness import graph_from_model, make_model, rand, run_krnl
 
@@ -25,11 +25,6 @@ CASES = {
 }
 
 
-def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_conv_blocked_matches_onnxruntime(case: str) -> None:
     attrs, k = CASES[case]
@@ -39,7 +34,7 @@ def test_conv_blocked_matches_onnxruntime(case: str) -> None:
     graph = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in graph.nodes] == ["ToBlocked", "ConvBlocked", "FromBlocked"]
     got = run_krnl(graph, {"x": x})
-    np.testing.assert_allclose(got["y"], _onnxruntime(model, {"x": x})[0], rtol=1e-4,
+    np.testing.assert_allclose(got["y"], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4,
                                atol=1e-5)
 
 
@@ -82,7 +77,7 @@ def test_layout_changes_once_per_value() -> None:
                                if n.outputs[0].endswith("__blk")}
     feeds = {"x": rand(1, 2, 5, 5)}
     got = run_krnl(graph, feeds)
-    for name, w in zip(("y", "p", "c1"), _onnxruntime(model, feeds), strict=True):
+    for name, w in zip(("y", "p", "c1"), onnxruntime_outputs(model, feeds), strict=True):
         np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
@@ -95,7 +90,7 @@ def test_conv_on_unblocked_channels(pads: list[int]) -> None:
     graph = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in graph.nodes] == ["ConvBlocked", "FromBlocked"]
     np.testing.assert_allclose(run_krnl(graph, {"x": x})["y"],
-                               _onnxruntime(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+                               onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("attrs", [
@@ -117,7 +112,7 @@ def test_max_pool_blocked(attrs: dict) -> None:
     blocked = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in blocked.nodes] == ["ToBlocked", "ConvBlocked",
                                                   "MaxPoolBlocked", "FromBlocked"]
-    np.testing.assert_allclose(run_krnl(blocked, feeds)["y"], _onnxruntime(model, feeds)[0],
+    np.testing.assert_allclose(run_krnl(blocked, feeds)["y"], onnxruntime_outputs(model, feeds)[0],
                                rtol=1e-5, atol=1e-6)
 
 

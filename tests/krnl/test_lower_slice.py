@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from polyonnx.errors import UnsupportedOpError
+from polyonnx.testing import onnx_reference_outputs
 
-from .harness import check_op, graph_from_model, make_model, node_kernel, rand
+from .harness import check_op, graph_from_model, make_model, node_kernel, rand, run_krnl
 
 I = np.int64  # noqa: E741
 
@@ -130,7 +131,6 @@ def test_shape_size() -> None:
 def test_space_to_depth_crd() -> None:
     # Opset 25 adds mode to SpaceToDepth; onnxruntime may not implement it, so compare with
     # the inverse: DepthToSpace(CRD) of SpaceToDepth(CRD) is the identity.
-    from .harness import graph_from_model, run_krnl
     x = rand(1, 2, 4, 6)
     model = make_model("SpaceToDepth", [("x", x)], {"blocksize": 2}, opset=17)
     graph = graph_from_model(model)
@@ -150,8 +150,5 @@ def test_center_crop_pad(shape: list[int], axes: list[int] | None) -> None:
     model = make_model("CenterCropPad", [("x", x), ("s", np.array(shape, I))],
                        {} if axes is None else {"axes": axes}, opset=18,
                        constants={"s": np.array(shape, I)})
-    from onnx.reference import ReferenceEvaluator
-
-    from .harness import graph_from_model, run_krnl
-    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    want = onnx_reference_outputs(model, {"x": x})[0]
     np.testing.assert_array_equal(run_krnl(graph_from_model(model), {"x": x})["y"], want)
