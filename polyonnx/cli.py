@@ -26,9 +26,9 @@ from onnx import numpy_helper
 
 from polyonnx import __version__
 from polyonnx.errors import InputError, PolyonnxError
-from polyonnx.graph.ir import Graph, Node
+from polyonnx.kernels import list_kernels
 from polyonnx.options import Options
-from polyonnx.pipeline import STAGES, Compiled, compile, compile_graph, emit, lower, to_graph
+from polyonnx.pipeline import STAGES, Compiled, compile, compile_graph, emit, to_graph
 from polyonnx.runtime.session import Executable, NodeArg
 from polyonnx.schedule.trace import Trace, load_schedules
 from polyonnx.testing import import_onnxruntime, max_errors, onnxruntime_outputs, random_feeds
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("kernels", help="list the kernels a model compiles to",
                        description="List MODEL's kernels: name, the ONNX nodes each computes,\n"
-                       "its buffers and a rough FLOP count.",
+                       "its buffers and its FLOP count (polyonnx.kernel_flops).",
                        epilog=_KERNELS_EXAMPLES, formatter_class=raw)
     k.add_argument("model", metavar="MODEL", help="an .onnx file")
     _add_model_options(k)
@@ -375,40 +375,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- kernels
 
 
-def _numel(shape: Sequence[int | str]) -> int:
-    return int(np.prod([d if isinstance(d, int) else 1 for d in shape], dtype=np.int64))
-
-
-def _node_flops(graph: Graph, node: Node) -> int:
-    """Rough floating-point operation count of one node (multiply-add = 2)."""
-    out = _numel(graph.value(node.outputs[0]).shape) if node.outputs else 0
-    if node.op_type == "Conv":
-        w = graph.value(node.inputs[1]).shape
-        return 2 * out * _numel(w[1:])
-    if node.op_type in ("MatMul", "Gemm"):
-        a = graph.value(node.inputs[0]).shape
-        k = a[0] if node.op_type == "Gemm" and node.attr("transA", 0) else a[-1]
-        return 2 * out * (k if isinstance(k, int) else 1)
-    if node.op_type in ("MaxPool", "AveragePool"):
-        return out * _numel(node.attr("kernel_shape", ()))
-    if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
-        return _numel(graph.value(node.inputs[0]).shape)
-    return out
-
-
 def _cmd_kernels(args: argparse.Namespace) -> int:
-    graph = to_graph(args.model, _shapes(args))
-    program = lower(graph)
-    nodes = {n.name: n for n in graph.nodes}
+    infos = list_kernels(args.model, _shapes(args))
     total = 0
-    for k in program.kernels:
-        flops = sum(_node_flops(graph, nodes[n]) for n in k.ops if n in nodes)
-        total += flops
-        ops = ", ".join(f"{n} ({nodes[n].op_type})" if n in nodes else n for n in k.ops)
-        print(f"{k.name}  ~{flops / 1e6:.3f} MFLOP  nodes: {ops or '-'}")
-        for b in k.buffers:
+    for info in infos:
+        total += info.flops
+        ops = ", ".join(f"{n} ({t})" if t != "?" else n
+                        for n, t in zip(info.nodes, info.op_types, strict=True))
+        print(f"{info.name}  ~{info.flops / 1e6:.3f} MFLOP  nodes: {ops or '-'}")
+        for b in info.kernel.buffers:
             print(f"    {b}")
-    print(f"{len(program.kernels)} kernels, ~{total / 1e9:.3f} GFLOP in total")
+    print(f"{len(infos)} kernels, ~{total / 1e9:.3f} GFLOP in total")
     return 0
 
 
