@@ -1,21 +1,12 @@
-"""The ``polyonnx`` command: a thin layer over the public API.
-
-Example::
-
-    polyonnx run                                   # the embedded light ResNet50, with a report
-    polyonnx compile model.onnx -o model.so        # model.so + model.h
-    polyonnx compile model.onnx --emit krnl        # print one pipeline stage
-    polyonnx kernels model.onnx                    # the kernels the model compiles to
-"""
+"""``polyonnx run``: compile (or load) a model, run it on given or random inputs, print its
+outputs and timing, and compare them with a reference."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-import sys
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +15,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from polyonnx import __version__
-from polyonnx.errors import InputError, PolyonnxError
-from polyonnx.kernels import list_kernels
-from polyonnx.options import Options
-from polyonnx.pipeline import STAGES, Compiled, compile, compile_graph, emit, to_graph
+import polyonnx.cli.arguments as arguments
+from polyonnx import Compiled, Options, Trace
+from polyonnx.cli.arguments import RAW, Subparsers
+from polyonnx.errors import InputError
+from polyonnx.pipeline import compile_graph, to_graph
 from polyonnx.runtime.session import Executable, NodeArg
-from polyonnx.schedule.trace import Trace, load_schedules
 from polyonnx.testing import import_onnxruntime, max_errors, onnxruntime_outputs, random_feeds
 
 #: The model ``polyonnx run`` compiles when given none: ResNet50 from the onnx package's
@@ -41,19 +31,7 @@ DEFAULT_MODEL = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", 
 #: The largest max |output - reference| / max |reference| with which `run` exits 0.
 MAX_RELATIVE_ERROR = 1e-3
 
-_COMPILE_EXAMPLES = """\
-examples:
-  polyonnx compile model.onnx -o model.so          shared library + C header model.h
-  polyonnx compile model.onnx --emit krnl          print the loop-nest kernels
-  polyonnx compile model.onnx --emit ast           print isl's generated loops
-  polyonnx compile model.onnx --emit asm -O2 --cpu znver3
-  polyonnx compile model.onnx --emit obj -o model.o
-  polyonnx compile model.onnx --input-shape x=1x3x224x224 -o model.so
-
-stages (in pipeline order): onnx graph krnl isl ast llvm asm obj lib
-"""
-
-_RUN_EXAMPLES = """\
+EXAMPLES = """\
 examples:
   polyonnx run                                     embedded light ResNet50: compile, run, check
   polyonnx run model.onnx --compare                random inputs, compare with onnxruntime
@@ -64,29 +42,8 @@ Without --input, inputs are random (seeded by --seed): floats ~ N(0, 1), integer
 booleans fair coins; symbolic dimensions are taken as 1 unless --input-shape fixes them.
 """
 
-_KERNELS_EXAMPLES = """\
-examples:
-  polyonnx kernels model.onnx
-  polyonnx kernels model.onnx --input-shape x=4x3x224x224
-"""
 
-
-# --------------------------------------------------------------------------- argument parsing
-
-
-def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
-    """``NAME=1x3x224x224`` -> ``("NAME", (1, 3, 224, 224))``."""
-    name, sep, dims = text.rpartition("=")
-    try:
-        shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
-    except ValueError:
-        shape = ()
-    if not sep or not name or not shape or any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"expected NAME=D1xD2x..., got {text!r}")
-    return name, shape
-
-
-def _input_arg(text: str) -> tuple[str, str]:
+def input_arg(text: str) -> tuple[str, str]:
     """``NAME=FILE.npy`` -> ``("NAME", "FILE.npy")``."""
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -94,66 +51,16 @@ def _input_arg(text: str) -> tuple[str, str]:
     return name, path
 
 
-def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input-shape", metavar="NAME=DIMS", type=_shape_arg, action="append",
-                   default=[], help="fix an input's shape, e.g. x=1x3x224x224 (repeatable)")
-
-
-def _add_schedule_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--schedules", metavar="FILE",
-                   help="JSON object mapping kernel names or signatures to schedule traces "
-                   "(as written by examples/explore_resnet50_conv.py; see docs/schedule.md)")
-
-
-def _schedules(args: argparse.Namespace) -> dict[str, Trace] | None:
-    return load_schedules(args.schedules) if args.schedules else None
-
-
-def _add_codegen_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=3,
-                   metavar="N", help="LLVM optimisation level: -O0 .. -O3 (default -O3)")
-    p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple (default: this host)")
-    p.add_argument("--cpu", metavar="NAME", help="target CPU, e.g. znver3 (default: this host's)")
-    p.add_argument("--checked", action="store_true",
-                   help="bounds-check every buffer access at run time")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``polyonnx`` argument parser (exposed for tests and documentation)."""
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="polyonnx", formatter_class=raw,
-        description="Compile ONNX models to native code through a polyhedral optimizer.",
-        epilog="run `polyonnx COMMAND --help` for a command's options and examples")
-    parser.add_argument("--version", action="version", version=f"polyonnx {__version__}")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the full traceback when an error occurs")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    c = sub.add_parser("compile", help="compile a model; write a library or print a stage",
-                       description="Compile MODEL. With -o OUT.so write a shared library and\n"
-                       "its C header OUT.h; with --emit STAGE print that pipeline stage.",
-                       epilog=_COMPILE_EXAMPLES, formatter_class=raw)
-    c.add_argument("model", metavar="MODEL", help="an .onnx file")
-    c.add_argument("-o", dest="output", metavar="OUT",
-                   help="output file: the shared library (default), or where --emit writes")
-    c.add_argument("--emit", choices=STAGES, metavar="STAGE",
-                   help=f"print one stage instead: {', '.join(STAGES)} (obj and lib are "
-                   "binary: obj goes to -o or stdout, lib needs -o)")
-    _add_codegen_options(c)
-    _add_model_options(c)
-    _add_schedule_option(c)
-    c.set_defaults(func=_cmd_compile)
-
+def add_parser(sub: Subparsers) -> None:
     r = sub.add_parser("run", help="compile and run a model; print outputs and timing",
                        description="Compile MODEL (default: the light ResNet50 shipped with "
                        "onnx), run it,\nprint its outputs and the median run time. For the "
                        "default model the outputs\nare checked against the expected output "
                        "shipped with it and, when installed,\nagainst onnxruntime.",
-                       epilog=_RUN_EXAMPLES, formatter_class=raw)
+                       epilog=EXAMPLES, formatter_class=RAW)
     r.add_argument("model", metavar="MODEL", nargs="?",
                    help="an .onnx file or a polyonnx shared library (default: light ResNet50)")
-    r.add_argument("--input", metavar="NAME=FILE.npy", type=_input_arg, action="append",
+    r.add_argument("--input", metavar="NAME=FILE.npy", type=input_arg, action="append",
                    default=[], help="feed an input from a .npy file (repeatable)")
     r.add_argument("--repeat", metavar="N", type=int, default=10,
                    help="timed runs after the first (default 10; fewer when a run is slow)")
@@ -162,65 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--compare", action="store_true",
                    help="also run onnxruntime (if installed) and print the differences")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    _add_codegen_options(r)
-    _add_model_options(r)
-    _add_schedule_option(r)
-    r.set_defaults(func=_cmd_run)
-
-    k = sub.add_parser("kernels", help="list the kernels a model compiles to",
-                       description="List MODEL's kernels: name, the ONNX nodes each computes,\n"
-                       "its buffers and its FLOP count (polyonnx.kernel_flops).",
-                       epilog=_KERNELS_EXAMPLES, formatter_class=raw)
-    k.add_argument("model", metavar="MODEL", help="an .onnx file")
-    _add_model_options(k)
-    k.set_defaults(func=_cmd_kernels)
-    return parser
-
-
-def _options(args: argparse.Namespace) -> Options:
-    return Options(opt_level=args.opt_level, target=args.target, cpu=args.cpu,
-                   checked=args.checked or Options().checked,
-                   num_threads=getattr(args, "threads", None),
-                   verbose=getattr(args, "verbose", False))
-
-
-def _shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:
-    return dict(args.input_shape) or None
-
-
-# --------------------------------------------------------------------------- compile
-
-
-def _cmd_compile(args: argparse.Namespace) -> int:
-    options = _options(args)
-    if args.emit in (None, "lib"):
-        if args.output is None:
-            if args.emit == "lib":
-                raise PolyonnxError("--emit lib writes a file: add -o OUT.so")
-            args.output = Path(args.model).with_suffix(".so").name
-        from polyonnx.codegen.aot import write_library
-
-        lib = write_library(compile(args.model, options, _shapes(args), _schedules(args)),
-                            args.output)
-        print(f"wrote {lib} and {lib.with_suffix('.h')}")
-        return 0
-    if args.schedules:
-        raise PolyonnxError("--schedules applies to libraries (-o OUT.so) and `run`, not to "
-                            "--emit")
-    text = emit(args.model, args.emit, options, _shapes(args))
-    if args.output is not None:
-        data = text if isinstance(text, bytes) else text.encode()
-        Path(args.output).write_bytes(data)
-    elif isinstance(text, bytes):
-        sys.stdout.flush()
-        sys.stdout.buffer.write(text)
-        sys.stdout.buffer.flush()
-    else:
-        print(text)
-    return 0
-
-
-# --------------------------------------------------------------------------- run
+    arguments.add_codegen_options(r)
+    arguments.add_model_options(r)
+    arguments.add_schedule_option(r)
+    r.set_defaults(execute=execute)
 
 
 @dataclass
@@ -309,12 +161,13 @@ def _seconds(s: float) -> str:
     return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     default_model = args.model is None
     model = DEFAULT_MODEL if default_model else args.model
     if args.repeat < 0:
         raise InputError("--repeat must be >= 0")
-    loaded = _load(model, _options(args), _shapes(args), _schedules(args))
+    loaded = _load(model, arguments.options(args), arguments.shapes(args),
+                   arguments.schedules(args))
     exe = loaded.executable
     feeds = _feeds(exe, args.input, args.seed, default_model)
 
@@ -370,38 +223,3 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif args.compare:
         print("vs onnxruntime: needs an .onnx model, not a compiled library")
     return 0 if ok else 1
-
-
-# --------------------------------------------------------------------------- kernels
-
-
-def _cmd_kernels(args: argparse.Namespace) -> int:
-    infos = list_kernels(args.model, _shapes(args))
-    total = 0
-    for info in infos:
-        total += info.flops
-        ops = ", ".join(f"{n} ({t})" if t != "?" else n
-                        for n, t in zip(info.nodes, info.op_types, strict=True))
-        print(f"{info.name}  ~{info.flops / 1e6:.3f} MFLOP  nodes: {ops or '-'}")
-        for b in info.kernel.buffers:
-            print(f"    {b}")
-    print(f"{len(infos)} kernels, ~{total / 1e9:.3f} GFLOP in total")
-    return 0
-
-
-# --------------------------------------------------------------------------- entry point
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``polyonnx`` command; returns the exit status (2 on a polyonnx error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (PolyonnxError, OSError) as e:
-        if args.verbose:
-            traceback.print_exc()
-        else:
-            print(f"polyonnx: error: {e}", file=sys.stderr)
-        return 2
-
