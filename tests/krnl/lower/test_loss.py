@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import check, check_op, make_model, rand
+from tests.krnl.harness import check, check_op, make_model, rand
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])

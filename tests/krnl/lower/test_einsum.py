@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .harness import check_op, rand
+from tests.krnl.harness import check_op, rand
 
 CASES = [
     ("ij,jk->ik", [(2, 3), (3, 4)]),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from .harness import check, check_op, make_model, rand
+from tests.krnl.harness import check, check_op, make_model, rand
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 4), (1, 2, 3, 2), (2, 2, 1, 2, 3)], ids=str)

@@ -8,8 +8,7 @@ import pytest
 
 from polyonnx.errors import UnsupportedOpError
 from polyonnx.testing import onnx_reference_outputs
-
-from .harness import check_op, graph_from_model, make_model, node_kernel, rand, run_krnl
+from tests.krnl.harness import check_op, graph_from_model, make_model, node_kernel, rand, run_krnl
 
 I = np.int64  # noqa: E741
 
@@ -49,7 +48,7 @@ def test_slice_runtime_starts_unsupported() -> None:
 
 def _split(axis: int, split: list[int] | None, opset: int, n: int,
            attrs: dict | None = None) -> None:
-    from .harness import check
+    from tests.krnl.harness import check
     inputs = [("x", rand(6, 4, 3))]
     consts = {}
     if split is not None and opset >= 13:
@@ -104,7 +103,7 @@ def test_eye_like(k: int) -> None:
 
 
 def test_range_runtime_values() -> None:
-    from .harness import check
+    from tests.krnl.harness import check
     for dtype, (s, lim, d) in (("float32", (1.0, 3.0, 0.5)), ("int64", (10, 4, -3))):
         consts = {"lim": np.array(lim, dtype)}
         model = make_model("Range", [("s", np.array(s, dtype)), ("lim", consts["lim"]),

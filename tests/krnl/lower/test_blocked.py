@@ -10,8 +10,7 @@ from onnx import helper, numpy_helper
 
 from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.testing import onnxruntime_outputs
-
-from .harness import graph_from_model, make_model, rand, run_krnl
+from tests.krnl.harness import graph_from_model, make_model, rand, run_krnl
 
 BLOCK = 2
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .harness import check_op
+from tests.krnl.harness import check_op
 
 
 def test_matmul_integer() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import check_op, rand
+from tests.krnl.harness import check_op, rand
 
 F = np.float32
 

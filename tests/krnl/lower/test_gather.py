@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from polyonnx.errors import UnsupportedOpError
-
-from .harness import check_op, graph_from_model, make_model, node_kernel, rand
+from tests.krnl.harness import check_op, graph_from_model, make_model, node_kernel, rand
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -103,7 +102,7 @@ def test_one_hot_runtime_depth_unsupported() -> None:
 
 
 def test_data_dependent_shapes_lower_to_a_maximal_buffer() -> None:
-    # NonZero's extent is data-dependent: see tests/krnl/test_lower_dynamic.py.
+    # NonZero's extent is data-dependent: see tests/krnl/lower/test_dynamic.py.
     from polyonnx.graph.ir import Graph, Node, Value
     from polyonnx.krnl.lower.registry import LowerContext, lower_node
     x = Value("x", "float32", (4,))

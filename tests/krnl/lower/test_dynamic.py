@@ -16,8 +16,7 @@ from polyonnx.frontend.importer import import_model
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.krnl import ir
 from polyonnx.krnl.program import build_program
-
-from .interp import interpret
+from tests.krnl.interp import interpret
 
 _TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
           np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL}

@@ -11,8 +11,7 @@ import pytest
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, lower_node, supported_ops
-
-from .harness import check_op, graph_from_model, make_model, rand
+from tests.krnl.harness import check_op, graph_from_model, make_model, rand
 
 
 def one_node(op: str, inputs: list[tuple[str, np.ndarray]], attrs: dict[str, Any] | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import check, make_model, rand
+from tests.krnl.harness import check, make_model, rand
 
 
 @pytest.mark.parametrize("axis,largest", [(-1, 1), (0, 1), (1, 0), (-1, 0)])

@@ -8,8 +8,7 @@ import pytest
 from polyonnx.errors import UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl.lower.registry import LowerContext, lower_node
-
-from .harness import check_op, rand
+from tests.krnl.harness import check_op, rand
 
 REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from polyonnx.testing import onnxruntime_outputs
-
-from .harness import check, graph_from_model, make_model, rand, run_krnl
+from tests.krnl.harness import check, graph_from_model, make_model, rand, run_krnl
 
 T, B, I, H = 3, 2, 3, 4  # noqa: E741
 

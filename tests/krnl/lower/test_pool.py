@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .harness import check, check_op, graph_from_model, make_model, node_kernel, rand
+from tests.krnl.harness import check, check_op, graph_from_model, make_model, node_kernel, rand
 
 WINDOWS = {
     "plain": {"kernel_shape": [2, 2]},

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from polyonnx.errors import ModelError
-
-from .harness import check_op, graph_from_model, make_model, node_kernel, rand
+from tests.krnl.harness import check_op, graph_from_model, make_model, node_kernel, rand
 
 CASES = {
     "plain": ({}, 3, 4, 1),

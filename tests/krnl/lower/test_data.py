@@ -7,8 +7,7 @@ import pytest
 from onnx import numpy_helper
 
 from polyonnx.errors import UnsupportedOpError
-
-from .harness import check, check_op, graph_from_model, make_model, node_kernel, rand
+from tests.krnl.harness import check, check_op, graph_from_model, make_model, node_kernel, rand
 
 
 @pytest.mark.parametrize("perm", [None, (0, 2, 1), (2, 0, 1), (1, 0, 2)], ids=str)

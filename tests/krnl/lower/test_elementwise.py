@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import check_op, rand
+from tests.krnl.harness import check_op, rand
 
 UNARY = {
     "Relu": {}, "LeakyRelu": {"alpha": 0.2}, "Sigmoid": {}, "Tanh": {}, "Exp": {},

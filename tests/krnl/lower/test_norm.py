@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import check_op, graph_from_model, make_model, node_kernel, rand
+from tests.krnl.harness import check_op, graph_from_model, make_model, node_kernel, rand
 
 
 def _bn_inputs(c: int) -> list[tuple[str, np.ndarray]]:

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from polyonnx.testing import onnx_reference_outputs
-
-from .harness import graph_from_model, make_model, rand, run_krnl
+from tests.krnl.harness import graph_from_model, make_model, rand, run_krnl
 
 
 def _check(inputs: list[tuple[str, np.ndarray | None]], attrs: dict[str, Any],
