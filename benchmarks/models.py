@@ -72,8 +72,7 @@ def measure(name: str, threads: int, repeat: int, budget_s: float) -> Row:
     feeds = random_feeds(sess.get_inputs())
     ref = onnxruntime_session(model, threads=threads)
     err = max_errors(sess.run(None, feeds), ref.run(None, feeds)).relative
-    # Interleaved: the machine's speed drifts by tens of percent within minutes, and timing
-    # one contender after the other turned that drift into the ratio.
+    # Interleaved, so that the machine's drift in speed slows both contenders alike.
     (poly_s, ort_s), runs = interleaved(
         [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
         WARM_S if threads > 1 else 0.0)
