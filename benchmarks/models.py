@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import onnx
-import onnxruntime as ort
 
 import polyonnx
 from polyonnx.bench.timing import WARM_S, interleaved
+from polyonnx.testing import import_onnxruntime, max_errors, onnxruntime_session, random_feeds
 
 
 def _builders() -> ModuleType:
@@ -70,16 +69,10 @@ def measure(name: str, threads: int, repeat: int, budget_s: float) -> Row:
     sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
                                                                      cache=False))
     compile_s = time.perf_counter() - t
-    feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
-             for i in sess.get_inputs()}
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    got, want = sess.run(None, feeds), ref.run(None, feeds)
-    err = max(float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
-              for a, b in zip(got, want, strict=True))
-    # Interleaved: the machine's speed drifts by tens of percent within minutes, and timing
-    # one contender after the other turned that drift into the ratio.
+    feeds = random_feeds(sess.get_inputs())
+    ref = onnxruntime_session(model, threads=threads)
+    err = max_errors(sess.run(None, feeds), ref.run(None, feeds)).relative
+    # Interleaved, so that the machine's drift in speed slows both contenders alike.
     (poly_s, ort_s), runs = interleaved(
         [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
         WARM_S if threads > 1 else 0.0)
@@ -112,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=40.0,
                    help="seconds of timed rounds per measurement before --repeat is cut")
     args = p.parse_args(argv)
-    print(f"polyonnx {polyonnx.__version__}, onnxruntime {ort.__version__}", flush=True)
+    print(f"polyonnx {polyonnx.__version__}, onnxruntime {import_onnxruntime().__version__}",
+          flush=True)
     rows = []
     for name in args.models:
         for threads in args.threads:

@@ -44,6 +44,7 @@ from onnx import TensorProto, helper, numpy_helper
 import polyonnx
 from polyonnx.bench.timing import WARM_S, interleaved
 from polyonnx.pipeline import to_graph
+from polyonnx.testing import max_errors
 
 HERE = Path(__file__).resolve().parent
 
@@ -160,13 +161,13 @@ def measure(s: ConvShape, count: int, threads: int, repeat: int, budget_s: float
     """Compile the one-op model with polyonnx and onnxruntime and time both, interleaved."""
     model = conv_model(s)
     sess = polyonnx.InferenceSession(model, num_threads=threads)
+    # (not polyonnx.testing's session: inter_op_num_threads is part of what is compared)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     feeds = {"x": np.random.default_rng(1).standard_normal((1, s.c_in, s.h, s.w),
                                                            dtype=np.float32)}
-    got, want = sess.run(None, feeds)[0], ref.run(None, feeds)[0]
-    err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+    err = max_errors(sess.run(None, feeds), ref.run(None, feeds)).relative
     (poly_s, ort_s), runs = interleaved(
         [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
             warm_s=WARM_S if threads > 1 else 0.0)

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import polyonnx
 from polyonnx import __version__
 from polyonnx.cli import main
 
@@ -71,6 +72,38 @@ def test_kernels_lists_nodes_buffers_and_flops(model_path, capsys):
     assert main(["kernels", str(model_path)]) == 0
     out = capsys.readouterr().out
     assert "mm (MatMul)" in out and "in x: float32[2, 3]" in out and "GFLOP in total" in out
+
+
+def _conv_pool_fc_model(path):
+    """Conv (pads, bias) + Relu, AveragePool, Flatten + Gemm: kernels of several families."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w", (4, 3, 3, 3)), ("b", (4,)), ("fw", (36, 5)))]
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("AveragePool", ["r"], ["p"], name="pool", kernel_shape=[2, 2],
+                          strides=[2, 2]),
+         helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+         helper.make_node("Gemm", ["f", "fw"], ["y"], name="fc")], "conv_pool_fc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], initializer=inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_kernels_counts_flops_as_list_kernels_does(tmp_path, capsys):
+    path = _conv_pool_fc_model(tmp_path / "m.onnx")
+    assert main(["kernels", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    infos = polyonnx.list_kernels(str(path))
+    rows = [line for line in lines if not line.startswith(" ")][:-1]
+    assert [r.split("  ")[:2] for r in rows] == \
+        [[i.name, f"~{i.flops / 1e6:.3f} MFLOP"] for i in infos]
+    total = sum(i.flops for i in infos)
+    assert lines[-1] == f"{len(infos)} kernels, ~{total / 1e9:.3f} GFLOP in total"
+    # The conv's multiply-adds count 2 each: 2 * (4 * 6 * 6 outputs) * (3 * 3 * 3 taps).
+    assert 2 * 4 * 36 * 27 <= next(i.flops for i in infos if "conv" in i.nodes) < 2 * 4 * 36 * 28
 
 
 @pytest.mark.parametrize("argv,message", [

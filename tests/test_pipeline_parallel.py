@@ -15,7 +15,8 @@ from polyonnx import pipeline
 from polyonnx.codegen import objects
 from polyonnx.errors import ScheduleError
 from polyonnx.schedule.budget import BudgetExceeded
-from tests.reliability.models import conv_net, ort_run
+from polyonnx.testing import onnxruntime_outputs
+from tests.reliability.models import conv_net
 
 OPTIONS = polyonnx.Options(cache=False, num_threads=1)
 
@@ -45,7 +46,7 @@ def test_forked_compile_runs_like_onnxruntime(pools):
     m = conv_net()
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     sess = polyonnx.InferenceSession(m, options=OPTIONS)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort_run(m, {"x": x})[0],
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], onnxruntime_outputs(m, {"x": x})[0],
                                rtol=1e-4, atol=1e-6)
 
 

@@ -19,8 +19,8 @@ def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: flo
     With ``warm_s``, every timed call follows untimed calls of the same contender for at
     least that long: multi-threaded contenders' worker threads spin for a while after a call
     (onnxruntime; OpenBLAS for up to ~0.1 s) and would take the cores of whichever contender
-    runs next (measured here: +40% on ResNet50 at 2 threads), or sleep when idle and wake
-    slowly (polyonnx's pool). Each contender is then timed as it runs when called back to back.
+    runs next, or sleep when idle and wake slowly (polyonnx's pool; see docs/performance.md,
+    "Measuring"). Each contender is then timed as it runs when called back to back.
 
     Example:
         >>> (a, b), n = interleaved([lambda: None, lambda: None], repeat=5, budget_s=1.0)

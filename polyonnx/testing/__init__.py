@@ -1,1 +1,40 @@
-"""Helpers for polyonnx's own tests and tools: IR digests (:mod:`polyonnx.testing.digest`)."""
+"""Helpers for polyonnx's own tests, benchmarks and tools.
+
+- :mod:`~polyonnx.testing.reference`: reference outputs from onnxruntime (imported only when
+  used: ``pip install polyonnx[test]``) and from ``onnx.reference``.
+- :mod:`~polyonnx.testing.compare`: assertions with the ONNX backend suite's tolerances, and
+  max absolute / relative error reports.
+- :mod:`~polyonnx.testing.feeds`: random feeds for a model's inputs.
+- :mod:`~polyonnx.testing.digest`: IR digests of the benchmark models, the proof that a
+  refactoring changed no behaviour (``python -m polyonnx.testing.digest``).
+
+Example:
+    >>> import polyonnx
+    >>> from polyonnx.testing import assert_close, onnxruntime_outputs, random_feeds
+    >>> sess = polyonnx.InferenceSession("model.onnx")                 # doctest: +SKIP
+    >>> feeds = random_feeds(sess.get_inputs())                        # doctest: +SKIP
+    >>> want = onnxruntime_outputs("model.onnx", feeds)                # doctest: +SKIP
+    >>> assert_close(sess.run(None, feeds), want)                      # doctest: +SKIP
+"""
+
+from polyonnx.testing.compare import (
+    ATOL,
+    RTOL,
+    Errors,
+    assert_close,
+    assert_relative_error,
+    max_errors,
+)
+from polyonnx.testing.feeds import random_feeds
+from polyonnx.testing.reference import (
+    import_onnxruntime,
+    onnx_reference_outputs,
+    onnxruntime_outputs,
+    onnxruntime_session,
+)
+
+__all__ = [
+    "ATOL", "RTOL", "Errors", "assert_close", "assert_relative_error", "import_onnxruntime",
+    "max_errors", "onnx_reference_outputs", "onnxruntime_outputs", "onnxruntime_session",
+    "random_feeds",
+]

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -23,6 +22,7 @@ from polyonnx.graph.passes import (
     verify,
 )
 from polyonnx.graph.passes.fold import to_attribute
+from polyonnx.testing import onnxruntime_outputs
 
 ONNX_DTYPE = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64, "bool": TensorProto.BOOL}
 
@@ -53,10 +53,8 @@ def _to_onnx(g: Graph) -> onnx.ModelProto:
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    """onnxruntime's outputs for the graph as written (its own optimizations off)."""
+    return onnxruntime_outputs(model, feeds, optimize=False)
 
 
 def _check_same(model: onnx.ModelProto, g: Graph, feeds: dict[str, np.ndarray],

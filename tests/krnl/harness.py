@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.registry import LowerContext, lower_node
 from polyonnx.krnl.verify import verify
+from polyonnx.testing import assert_close, onnxruntime_outputs
 
 from .interp import interpret
 
@@ -144,12 +144,10 @@ def make_model(op_type: str, inputs: Sequence[tuple[str, np.ndarray | None]],
 def check(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], rtol: float = 1e-4,
           atol: float = 1e-5) -> None:
     """The lowered model's outputs equal onnxruntime's."""
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    expected = sess.run(None, dict(feeds))
     got = run_krnl(graph_from_model(model), feeds)
-    for out, want in zip(model.graph.output, expected, strict=True):
-        np.testing.assert_allclose(got[out.name], want, rtol=rtol, atol=atol,
-                                   err_msg=f"output {out.name}")
+    names = [out.name for out in model.graph.output]
+    assert_close([got[n] for n in names], onnxruntime_outputs(model, feeds), rtol=rtol,
+                 atol=atol, names=names)
 
 
 def check_op(op_type: str, inputs: Sequence[tuple[str, np.ndarray | None]],

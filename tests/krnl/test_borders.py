@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx import pipeline
 from polyonnx.krnl.memory import plan_memory
+from polyonnx.testing import onnxruntime_session
 
 F = TensorProto.FLOAT
 C = 64  # a multiple of every host's channel block
@@ -53,7 +53,7 @@ def _program(model: onnx.ModelProto) -> pipeline.Program:
 def _run_against_onnxruntime(model: onnx.ModelProto, threads: int, runs: int = 2) -> None:
     sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
                                                                      cache=False))
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = onnxruntime_session(model)
     rng = np.random.default_rng(threads)
     for _ in range(runs):  # a border the first run wrote would show in the second
         x = rng.standard_normal((1, C, 9, 9)).astype(np.float32)

@@ -52,10 +52,3 @@ def conv_net(channels: int = 3, size: int = 8, seed: int = 0) -> onnx.ModelProto
     return model(nodes, [tensor("x", [1, channels, size, size])], [tensor("y", [1, classes])],
                  inits, name="conv_net")
 
-
-def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """onnxruntime's outputs for ``m``."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)

@@ -14,8 +14,9 @@ from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.budget import BudgetExceeded, isl_budget, own_loop_order, schedule_kernel
 from polyonnx.schedule.default import ScheduledKernel, default_schedule
+from polyonnx.testing import onnxruntime_outputs
 from tests.kernels import matmul
-from tests.reliability.models import conv_net, ort_run
+from tests.reliability.models import conv_net
 
 
 def _expensive(kernel: Kernel) -> ScheduledKernel:
@@ -104,7 +105,7 @@ def test_compile_with_a_small_budget_falls_back_and_stays_correct(capsys):
     sess = polyonnx.InferenceSession(m, options=options)
     assert "falling back to the kernel's own loop order" in capsys.readouterr().err
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort_run(m, {"x": x})[0],
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], onnxruntime_outputs(m, {"x": x})[0],
                                rtol=1e-4, atol=1e-6)
 
 

@@ -14,8 +14,9 @@ from polyonnx.errors import InputError
 from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.default import default_schedule
+from polyonnx.testing import onnxruntime_outputs
 from tests.models.builders import mnist_model
-from tests.reliability.models import const, conv_net, model, ort_run, tensor
+from tests.reliability.models import const, conv_net, model, tensor
 
 CHECKED = polyonnx.Options(checked=True)
 
@@ -109,7 +110,7 @@ def test_representative_models_match_onnxruntime_in_checked_mode(name):
     rng = np.random.default_rng(0)
     feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
     got = polyonnx.InferenceSession(m, options=CHECKED).run(None, feeds)
-    for a, b in zip(got, ort_run(m, feeds), strict=True):
+    for a, b in zip(got, onnxruntime_outputs(m, feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 

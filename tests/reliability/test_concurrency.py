@@ -11,7 +11,8 @@ import pytest
 
 import polyonnx
 from polyonnx.errors import InputError
-from tests.reliability.models import conv_net, ort_run, relu
+from polyonnx.testing import onnxruntime_outputs
+from tests.reliability.models import conv_net, relu
 
 
 def _rss() -> int:
@@ -50,7 +51,7 @@ def test_one_session_from_many_threads_gives_each_thread_its_own_answer():
     m = conv_net()
     sess = polyonnx.InferenceSession(m)
     xs = _inputs(8)
-    want = [ort_run(m, {"x": x})[0] for x in xs]
+    want = [onnxruntime_outputs(m, {"x": x})[0] for x in xs]
 
     def work(k: int) -> None:
         for r in range(40):
@@ -69,7 +70,7 @@ def test_threads_compiling_and_running_different_models_at_once():
 
     def work(k: int) -> None:
         sess = polyonnx.InferenceSession(models[k])
-        want = ort_run(models[k], feeds[k])[0]
+        want = onnxruntime_outputs(models[k], feeds[k])[0]
         for _ in range(20):
             np.testing.assert_allclose(sess.run(None, feeds[k])[0], want, rtol=1e-4, atol=1e-6)
 

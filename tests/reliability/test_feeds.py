@@ -15,7 +15,8 @@ from onnx import helper
 
 import polyonnx
 from polyonnx.errors import InputError
-from tests.reliability.models import const, conv_net, model, ort_run, relu, tensor
+from polyonnx.testing import onnxruntime_outputs
+from tests.reliability.models import const, conv_net, model, relu, tensor
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_odd_layouts_are_copied_and_give_the_same_result(net, layout):
     got = sess.run(None, {"x": feed})[0]
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(feed, before)  # native code never writes a feed
-    np.testing.assert_allclose(got, ort_run(m, {"x": np.ascontiguousarray(feed)})[0],
+    np.testing.assert_allclose(got, onnxruntime_outputs(m, {"x": np.ascontiguousarray(feed)})[0],
                                rtol=1e-4, atol=1e-6)
 
 
@@ -126,7 +127,7 @@ def test_outputs_are_fresh_arrays(net):
 ])
 def test_zero_sized_dimensions_run_like_onnxruntime(name, m, feeds):
     got = polyonnx.InferenceSession(m).run(None, feeds)
-    want = ort_run(m, feeds)
+    want = onnxruntime_outputs(m, feeds)
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         np.testing.assert_array_equal(a, b)
@@ -163,7 +164,7 @@ NAN_CASES = {
 def test_nan_and_inf_propagate_like_onnxruntime(op):
     m = NAN_CASES[op]
     got = polyonnx.InferenceSession(m).run(None, {"x": _SPECIAL})[0]
-    want = ort_run(m, {"x": _SPECIAL})[0]
+    want = onnxruntime_outputs(m, {"x": _SPECIAL})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
 
 
@@ -178,5 +179,5 @@ def test_a_max_window_holding_nan_gives_nan_and_others_match_onnxruntime(op):
         if op == "MaxPool" else _SPECIAL[..., None, None, :, :]
     has_nan = np.isnan(windows).any(axis=(-2, -1))
     assert np.isnan(got[has_nan]).all()
-    want = ort_run(m, {"x": _SPECIAL})[0]
+    want = onnxruntime_outputs(m, {"x": _SPECIAL})[0]
     np.testing.assert_array_equal(got[~has_nan], want[~has_nan])

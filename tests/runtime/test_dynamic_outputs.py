@@ -7,12 +7,12 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import polyonnx
 from polyonnx.codegen.aot import write_library
+from polyonnx.testing import onnxruntime_outputs
 
 _TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
           np.dtype(np.bool_): TensorProto.BOOL}
@@ -26,11 +26,6 @@ def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray],
         [helper.make_tensor_value_info(name, elem, [None] * rank)
          for name, elem, rank in outputs])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
 
 
 def _check(got: list[np.ndarray], want: list[np.ndarray]) -> None:
@@ -55,7 +50,7 @@ def test_non_zero_sizes_its_output_per_run() -> None:
     for density in (0.0, 0.3, 1.0):  # none, some, all non-zero: extents 0 .. 12
         x = (rng.random((3, 4)) < density).astype(np.float32) * rng.standard_normal((3, 4))
         x = x.astype(np.float32)
-        _check(sess.run(None, {"x": x}), _ort(model, {"x": x}))
+        _check(sess.run(None, {"x": x}), onnxruntime_outputs(model, {"x": x}))
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1])
@@ -68,7 +63,7 @@ def test_compress(axis: int | None) -> None:
     sess = polyonnx.InferenceSession(model)
     for c in (cond, ~cond, np.ones(3, np.bool_)):
         feeds = {"x": x, "cond": c}
-        _check(sess.run(None, feeds), _ort(model, feeds))
+        _check(sess.run(None, feeds), onnxruntime_outputs(model, feeds))
 
 
 @pytest.mark.parametrize("sorted_", [0, 1])
@@ -82,7 +77,7 @@ def test_unique(sorted_: int, axis: int | None) -> None:
                               ("cnt", TensorProto.INT64, 1)], opset=11)
     sess = polyonnx.InferenceSession(model)
     for feed in (x, x[::-1].copy(), np.zeros_like(x)):
-        _check(sess.run(None, {"x": feed}), _ort(model, {"x": feed}))
+        _check(sess.run(None, {"x": feed}), onnxruntime_outputs(model, {"x": feed}))
 
 
 def test_dynamic_and_static_outputs_together() -> None:
@@ -91,7 +86,7 @@ def test_dynamic_and_static_outputs_together() -> None:
                     helper.make_node("Relu", ["x"], ["r"])],
                    {"x": x}, [("y", TensorProto.INT64, 2), ("r", TensorProto.FLOAT, 1)])
     got = polyonnx.InferenceSession(model).run(["r", "y"], {"x": x})
-    want = _ort(model, {"x": x})
+    want = onnxruntime_outputs(model, {"x": x})
     _check(got, [want[1], want[0]])
 
 
@@ -115,7 +110,7 @@ def test_shared_library_reports_the_extent(tmp_path) -> None:
     assert meta["outputs"][0]["max_shape"] == [2, 12] and meta["outputs"][0]["counts"] == [None, 0]
     sess = polyonnx.InferenceSession(path)
     x = np.array([[0, 1, 0, 2], [0, 0, 0, 0], [3, 0, 0, 4]], np.float32)
-    _check(sess.run(None, {"x": x}), _ort(model, {"x": x}))
+    _check(sess.run(None, {"x": x}), onnxruntime_outputs(model, {"x": x}))
 
 
 def test_top_k_with_k_fed_at_run_time() -> None:
@@ -127,6 +122,6 @@ def test_top_k_with_k_fed_at_run_time() -> None:
     assert sess.get_outputs()[0].shape == [2, "TopK_0_count"]
     for k in (0, 2, 5):
         feeds = {"x": x, "k": np.array([k], np.int64)}
-        _check(sess.run(None, feeds), _ort(model, feeds))
+        _check(sess.run(None, feeds), onnxruntime_outputs(model, feeds))
     with pytest.raises(polyonnx.InputError, match="extent 6"):
         sess.run(None, {"x": x, "k": np.array([6], np.int64)})

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 import polyonnx
+from polyonnx.testing import onnxruntime_outputs
 
 
 def _model(nodes: Sequence[onnx.NodeProto], inputs: dict[str, np.ndarray],
@@ -33,8 +33,7 @@ def _model(nodes: Sequence[onnx.NodeProto], inputs: dict[str, np.ndarray],
 
 
 def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = onnxruntime_outputs(model, feeds)
     got = polyonnx.InferenceSession(model).run(None, feeds)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype

@@ -1,0 +1,147 @@
+"""Lowerings refuse what they cannot do (UnsupportedOpError) and bad attributes (ModelError)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.graph.ir import Graph, Node
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, lower_node, supported_ops
+from tests.krnl.harness import check_op, graph_from_model, make_model, rand
+
+
+def one_node(op: str, inputs: list[tuple[str, np.ndarray]], attrs: dict[str, Any] | None = None,
+             opset: int = 17, constants: tuple[str, ...] = ()) -> tuple[Graph, Node]:
+    model = make_model(op, inputs, attrs, opset,
+                       {n: a for n, a in inputs if n in constants})
+    graph = graph_from_model(model)
+    return graph, graph.nodes[0]
+
+
+def with_attrs(node: Node, **attrs: Any) -> Node:
+    return dataclasses.replace(node, attrs=tuple(sorted({**dict(node.attrs), **attrs}.items())))
+
+
+def lower(graph: Graph, node: Node) -> Lowered:
+    return lower_node(node, LowerContext(graph))
+
+
+def test_every_requested_op_is_registered() -> None:
+    ops = {"Conv", "BatchNormalization", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip",
+           "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Sum", "Add", "Sub",
+           "Mul", "Div", "Max", "Min", "Gemm", "MatMul", "Softmax", "LogSoftmax", "LRN",
+           "Transpose", "Concat", "ConstantOfShape", "Pad", "Exp", "Log", "Sqrt", "Neg", "Abs",
+           "Reciprocal", "Pow"}
+    assert ops <= set(supported_ops())
+    assert not {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"} \
+        & set(supported_ops())
+
+
+def test_unregistered_op() -> None:
+    graph, node = one_node("Relu", [("x", rand(3))])
+    with pytest.raises(UnsupportedOpError, match="Frobnicate.*relu_0"):
+        lower(graph, dataclasses.replace(node, op_type="Frobnicate"))
+
+
+def test_lower_node_wraps_plain_tuples() -> None:
+    graph, node = one_node("Relu", [("x", rand(3))])
+    lowered = lower(graph, node)
+    assert isinstance(lowered, Lowered) and lowered.temps == () and len(lowered.nests) == 1
+
+
+@pytest.mark.parametrize("attrs,match", [
+    ({"strides": (0, 1)}, "'strides' must be positive"),
+    ({"dilations": (1, -1)}, "'dilations' must be positive"),
+    ({"pads": (1, 1)}, "'pads' must have 4 values"),
+    ({"pads": (1, 1, -1, 1)}, "'pads' must be non-negative"),
+    ({"auto_pad": "BOGUS"}, "'auto_pad' has unknown value"),
+    ({"group": 3}, "'group' = 3 must divide"),
+    ({"kernel_shape": (2, 2)}, "'kernel_shape' disagrees"),
+])
+def test_conv_bad_attributes(attrs: dict[str, Any], match: str) -> None:
+    graph, node = one_node("Conv", [("x", rand(1, 2, 4, 4)), ("w", rand(2, 2, 3, 3))],
+                           constants=("w",))
+    with pytest.raises(ModelError, match=f"conv_0.*{match}"):
+        lower(graph, with_attrs(node, **attrs))
+
+
+def test_conv_output_shape_mismatch() -> None:
+    graph, node = one_node("Conv", [("x", rand(1, 2, 4, 4)), ("w", rand(2, 2, 3, 3))])
+    with pytest.raises(ShapeError, match="conv_0.*expected"):
+        lower(graph, with_attrs(node, pads=(1, 1, 1, 1)))
+
+
+def test_conv_integer_unsupported() -> None:
+    graph, node = one_node("Relu", [("x", np.zeros((1, 1, 3, 3), np.int32))])
+    conv = Node("c", "Conv", ("x", "x"), ("y",))
+    with pytest.raises(UnsupportedOpError, match="only float"):
+        lower(graph, conv)
+
+
+def test_max_pool_int8() -> None:
+    x = np.arange(-40, 10, dtype=np.int8).reshape(1, 2, 5, 5)
+    check_op("MaxPool", [("x", x)], {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]})
+
+
+def test_pool_requires_kernel_shape() -> None:
+    graph, node = one_node("MaxPool", [("x", rand(1, 1, 4, 4))], {"kernel_shape": [2, 2]})
+    with pytest.raises(ModelError, match="'kernel_shape' is required"):
+        lower(graph, dataclasses.replace(node, attrs=()))
+
+
+def test_batch_norm_training_unsupported() -> None:
+    c = 2
+    graph, node = one_node("BatchNormalization", [
+        ("x", rand(1, c, 2, 2)), ("s", rand(c)), ("b", rand(c)), ("m", rand(c)),
+        ("v", np.ones(c, np.float32))])
+    with pytest.raises(UnsupportedOpError, match="training mode"):
+        lower(graph, with_attrs(node, training_mode=1))
+
+
+def test_lrn_needs_size() -> None:
+    graph, node = one_node("LRN", [("x", rand(1, 3, 2, 2))], {"size": 3})
+    with pytest.raises(ModelError, match="'size' must be a positive integer"):
+        lower(graph, with_attrs(node, size=0))
+
+
+def test_softmax_axis_out_of_range() -> None:
+    graph, node = one_node("Softmax", [("x", rand(2, 3))])
+    with pytest.raises(ModelError, match="'axis' = 2 is out of range"):
+        lower(graph, with_attrs(node, axis=2))
+
+
+def test_transpose_bad_perm() -> None:
+    graph, node = one_node("Transpose", [("x", rand(2, 3))])
+    with pytest.raises(ModelError, match="not a permutation"):
+        lower(graph, with_attrs(node, perm=(0, 0)))
+
+
+def test_pad_reflect_too_wide() -> None:
+    graph, node = one_node("Pad", [("x", rand(2, 3))], {"pads": [0, 1, 0, 1]}, opset=10)
+    node = with_attrs(node, mode="reflect", pads=(0, 3, 0, 3))
+    graph = dataclasses.replace(graph, values={**graph.values, "y": dataclasses.replace(
+        graph.values["y"], shape=(2, 9))})
+    with pytest.raises(ModelError, match="reflect padding of 3"):
+        lower(graph, node)
+
+
+def test_pad_wrong_pads_length() -> None:
+    graph, node = one_node("Pad", [("x", rand(2, 3))], {"pads": [0, 1, 0, 1]}, opset=10)
+    with pytest.raises(ModelError, match="pads has 2 values, expected 4"):
+        lower(graph, with_attrs(node, pads=(1, 1)))
+
+
+def test_concat_requires_axis() -> None:
+    graph, node = one_node("Concat", [("a", rand(2)), ("b", rand(2))], {"axis": 0})
+    with pytest.raises(ModelError, match="'axis' is required"):
+        lower(graph, dataclasses.replace(node, attrs=()))
+
+
+def test_elementwise_dtype_checks() -> None:
+    graph, node = one_node("Relu", [("x", np.zeros(3, np.int32))])
+    with pytest.raises(UnsupportedOpError, match="Sigmoid.*int32; supported: float16"):
+        lower(graph, dataclasses.replace(node, op_type="Sigmoid"))
