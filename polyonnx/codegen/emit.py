@@ -4,11 +4,7 @@ A kernel becomes ``i32 @name(ptr noalias %buf0, ...)`` taking its buffers in
 ``Kernel.buffers`` order and returning 0, or a non-zero status when a run-time check fails
 (a computed index out of range, or any access out of range in checked mode).
 
-Floating-point adds and multiplies carry ``contract`` only, so LLVM forms FMAs but never
-reassociates a sum: every output element is summed in the order its loops say, the same order
-for every element. (With ``reassoc`` LLVM vectorized some reductions and not others, so equal
-outputs came out unequal; the shipped ResNet50, whose logits are all 1.28e19, turned that into a
-wrong softmax.) Vector code comes from the schedule's vector loops, which never need it.
+The scalar arithmetic of statement bodies is :mod:`polyonnx.codegen.scalar`'s.
 """
 
 from __future__ import annotations
@@ -21,9 +17,22 @@ import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.llvm_types import (
+    I8,
+    I32,
+    I64,
+    PTR,
+    constant,
+    declare,
+    like,
+    memory_type,
+    volatile_load,
+    whole,
+    zero,
+)
+from polyonnx.codegen.scalar import ScalarEmitter
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
-    FLOAT_DTYPES,
     Aff,
     Binary,
     Buffer,
@@ -39,10 +48,6 @@ from polyonnx.krnl.ir import (
     loads,
 )
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-PTR = ir.PointerType()
-FAST = ("contract",)
-
 STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
 MAX_UNROLL = 64
 MAX_VECTOR_STEPS = 8
@@ -54,38 +59,6 @@ PREFETCH_BYTES = 1024
 :meth:`KernelEmitter._streamed`): 8 iterations of a conv tile's weights (128 bytes per
 channel block each). 1 KiB ran ResNet50's 7x7 and 14x14 layers 2-9% faster per layer; 512
 bytes and 2 KiB no better, 4 KiB worse."""
-
-_SCALAR_TYPES: dict[str, ir.Type] = {
-    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
-    "int8": I8, "uint8": I8, "int16": ir.IntType(16), "uint16": ir.IntType(16),
-    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I1,
-}
-
-
-def value_type(dtype: str) -> ir.Type:
-    """The LLVM type a scalar of ``dtype`` has in registers (bool is i1)."""
-    return _SCALAR_TYPES[dtype]
-
-
-def memory_type(dtype: str) -> ir.Type:
-    """The LLVM type a scalar of ``dtype`` has in memory (bool is a byte)."""
-    return I8 if dtype == "bool" else _SCALAR_TYPES[dtype]
-
-
-def _is_float(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES
-
-
-def _is_signed(dtype: str) -> bool:
-    return dtype.startswith("int")
-
-
-_LLVM_SUFFIX = {"float16": "f16", "float32": "f32", "float64": "f64"}
-_INTRINSIC_UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
-                    "floor": "floor", "ceil": "ceil", "round": "roundeven", "abs": "fabs",
-                    "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
-                    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh"}
-_LIBM_UNARY = ("asinh", "acosh", "atanh", "erf")
 
 
 @dataclass
@@ -314,7 +287,7 @@ class KernelEmitter:
         ob.ret_void()
         count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
                       ir.Constant(I64, 1))
-        pool = self._runtime(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
+        pool = self._declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
         b.call(pool, [outlined, ctx, count, ir.Constant(I32, self.threads)])
         status = b.load(slot(b, ctx, 0), typ=I64)
         failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
@@ -665,7 +638,7 @@ class KernelEmitter:
         if key in self._prefetched:
             return
         self._prefetched.add(key)
-        fn = self._runtime("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        fn = self._declare("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         ahead = b.gep(ptr, [ir.Constant(I64, PREFETCH_BYTES)], source_etype=I8)
         # (read, locality 3: keep in all cache levels, data cache)
         b.call(fn, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
@@ -675,12 +648,12 @@ class KernelEmitter:
         NEON registers are counted as 16, which only makes its budget conservative)."""
         return 32 if self.vector_bits >= 512 else 16
 
-    def _runtime(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        """The module's declaration of the external function ``name`` (made on first use)."""
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing
-        return ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+    def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        return declare(self.module, name, ret, args)
+
+    @property
+    def _scalars(self) -> ScalarEmitter:
+        return ScalarEmitter(self.builder, self._declare)
 
     def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         """A loop under an ``unroll`` mark with a constant trip count: its body, once per
@@ -891,7 +864,7 @@ class KernelEmitter:
             finally:
                 self._slot = None
             if not isinstance(value.type, ir.VectorType):
-                value = self._splat(value, self._lanes[0])
+                value = self._scalars.splat(value, self._lanes[0])
             self._filled.add((*self._tile_position, self._vector_step))
             if self._into_slots:
                 self.builder.store(value, slot)
@@ -901,9 +874,9 @@ class KernelEmitter:
         ptr, step = self._address(stmt.write.buffer, stmt.write.index, point)
         buf = self.buffers[stmt.write.buffer][0]
         if self._lanes is not None and not isinstance(value.type, ir.VectorType):
-            value = self._splat(value, self._lanes[0])
+            value = self._scalars.splat(value, self._lanes[0])
         if buf.dtype == "bool":
-            value = self.builder.zext(value, _like(value.type, I8))
+            value = self.builder.zext(value, like(value.type, I8))
         self.builder.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
 
     def _aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
@@ -956,13 +929,6 @@ class KernelEmitter:
         b.cbranch(ok, cont, self.fail_block)
         b.position_at_end(cont)
 
-    def _splat(self, v: ir.Value, width: int) -> ir.Value:
-        b = self.builder
-        vec_ty = ir.VectorType(v.type, width)
-        one = b.insert_element(_whole(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, _whole(vec_ty, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, width), [0] * width))
-
     def _load(self, e: Load, point: Mapping[str, ir.Value]) -> ir.Value:
         b = self.builder
         buf = self.buffers[e.buffer][0]
@@ -975,21 +941,19 @@ class KernelEmitter:
         elif step == 1:
             vty = ir.VectorType(mty, self._lanes[0])
             if (e, self._tile_position, self._vector_step) in self._reread:
-                v = _VolatileLoad(b.block, ptr, typ=vty)
-                v.align = align
-                b._insert(v)
+                v = volatile_load(b, ptr, vty, align)
             else:
                 v = b.load(ptr, typ=vty, align=align)
             if e in self._streams:
                 self._prefetch(e.buffer, ptr)
         else:  # strided: gather lane by lane
             width = self._lanes[0]
-            v = _whole(ir.VectorType(mty, width), ir.Undefined)
+            v = whole(ir.VectorType(mty, width), ir.Undefined)
             for lane in range(width):
                 p = b.gep(ptr, [ir.Constant(I64, lane * step)], inbounds=True, source_etype=mty)
                 v = b.insert_element(v, b.load(p, typ=mty, align=align), ir.Constant(I32, lane))
         if buf.dtype == "bool":
-            return b.icmp_unsigned("!=", v, _zero(v.type))
+            return b.icmp_unsigned("!=", v, zero(v.type))
         return v
 
     # ------------------------------------------------------------------ scalar expressions
@@ -997,7 +961,7 @@ class KernelEmitter:
     def _expr(self, e: Expr, point: Mapping[str, ir.Value]) -> ir.Value:
         b = self.builder
         if isinstance(e, Const):
-            return _constant(e)
+            return constant(e)
         if isinstance(e, Load):
             return self._load(e, point)
         if isinstance(e, Iter):
@@ -1006,223 +970,21 @@ class KernelEmitter:
                 width, steps = self._lanes
                 lanes = ir.Constant(ir.VectorType(I64, width),
                                     [k * steps[e.name] for k in range(width)])
-                v = b.add(self._splat(v, width), lanes)
-            return v if e.dtype == "int64" else self._cast(v, "int64", e.dtype)
+                v = b.add(self._scalars.splat(v, width), lanes)
+            return v if e.dtype == "int64" else self._scalars.cast(v, "int64", e.dtype)
         if isinstance(e, Cast):
-            return self._cast(self._expr(e.x, point), e.x.dtype, e.dtype)
+            return self._scalars.cast(self._expr(e.x, point), e.x.dtype, e.dtype)
         if isinstance(e, Select):
-            c, x, y = self._match(self._expr(e.cond, point), self._expr(e.a, point),
+            c, x, y = self._scalars.match(self._expr(e.cond, point), self._expr(e.a, point),
                                   self._expr(e.b, point))
             return b.select(c, x, y)
         if isinstance(e, Unary):
-            return self._unary(e.op, self._expr(e.x, point), e.x.dtype)
+            return self._scalars.unary(e.op, self._expr(e.x, point), e.x.dtype)
         if isinstance(e, Binary):
-            x, y = self._match(self._expr(e.a, point), self._expr(e.b, point))
-            return self._binary(e.op, x, y, e.a.dtype)
+            x, y = self._scalars.match(self._expr(e.a, point), self._expr(e.b, point))
+            return self._scalars.binary(e.op, x, y, e.a.dtype)
         raise CodegenError(f"cannot emit expression {e!r}")
 
-    def _match(self, *values: ir.Value) -> list[ir.Value]:
-        """Splat scalars to the width of any vector among ``values``."""
-        widths = {v.type.count for v in values if isinstance(v.type, ir.VectorType)}
-        if not widths:
-            return list(values)
-        w = widths.pop()
-        return [v if isinstance(v.type, ir.VectorType) else self._splat(v, w) for v in values]
-
-    def _intrinsic(self, name: str, ty: ir.Type, nargs: int = 1) -> ir.Function:
-        return self._runtime(name, ty, [ty] * nargs)
-
-    def _float_call(self, base: str, args: list[ir.Value], dtype: str,
-                    libm: bool = False) -> ir.Value:
-        b = self.builder
-        ty = args[0].type
-        if libm and isinstance(ty, ir.VectorType):
-            # libm has no vector entry points: call it lane by lane.
-            out = _whole(ty, ir.Undefined)
-            for lane in range(ty.count):
-                idx = ir.Constant(I32, lane)
-                r = self._float_call(base, [b.extract_element(a, idx) for a in args], dtype, True)
-                out = b.insert_element(out, r, idx)
-            return out
-        if libm:
-            # libm has float and double versions; half goes through float.
-            work = "float64" if dtype == "float64" else "float32"
-            wty = value_type(work)
-            name = base if work == "float64" else base + "f"
-            xs = [b.fpext(a, wty) if dtype == "float16" else a for a in args]
-            out = b.call(self._intrinsic(name, wty, len(xs)), xs)
-            return b.fptrunc(out, value_type(dtype)) if dtype == "float16" else out
-        suffix = _LLVM_SUFFIX[dtype]
-        if isinstance(ty, ir.VectorType):
-            suffix = f"v{ty.count}{suffix}"
-        return b.call(self._intrinsic(f"llvm.{base}.{suffix}", ty, len(args)), args)
-
-    def _unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
-        b = self.builder
-        if _is_float(dtype):
-            if op == "neg":
-                return b.fneg(x)
-            if op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh") + _LIBM_UNARY:
-                return self._float_call(op, [x], dtype, libm=True)
-            if op in _INTRINSIC_UNARY:
-                return self._float_call(_INTRINSIC_UNARY[op], [x], dtype)
-            if op == "sigmoid":
-                e = self._float_call("exp", [b.fneg(x)], dtype)
-                one = _const_like(x.type, 1.0)
-                return b.fdiv(one, b.fadd(one, e))
-            if op == "isnan":
-                return b.fcmp_unordered("uno", x, x)
-            if op in ("isinf", "isposinf", "isneginf"):
-                inf = _const_like(x.type, float("inf"))
-                if op == "isposinf":
-                    return b.fcmp_ordered("==", x, inf)
-                if op == "isneginf":
-                    return b.fcmp_ordered("==", x, _const_like(x.type, float("-inf")))
-                return b.fcmp_ordered("==", self._float_call("fabs", [x], dtype), inf)
-            if op == "sign":
-                zero, one = _zero(x.type), _const_like(x.type, 1.0)
-                pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
-                return b.select(b.fcmp_ordered("<", x, zero), _const_like(x.type, -1.0), pos)
-        else:
-            zero = _zero(x.type)
-            if op == "not":
-                return b.xor(x, _const_like(x.type, 1))
-            if op == "bitnot":
-                return b.xor(x, _const_like(x.type, -1))
-            if op == "neg":
-                return b.sub(zero, x)
-            if op == "abs":
-                if not _is_signed(dtype):
-                    return x
-                return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
-            if op == "sign":
-                nonzero = (b.icmp_unsigned("!=", x, zero) if not _is_signed(dtype)
-                           else b.icmp_signed(">", x, zero))
-                gt = b.zext(nonzero, x.type)
-                if not _is_signed(dtype):
-                    return gt
-                return b.select(b.icmp_signed("<", x, zero), _const_like(x.type, -1), gt)
-            if op in ("isnan", "isinf", "isposinf", "isneginf"):
-                return _const_like(_like(x.type, I1), 0)
-            if op in ("floor", "ceil", "round"):
-                return x
-        raise CodegenError(f"unary op {op} is not supported for {dtype}")
-
-    def _binary(self, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
-        b = self.builder
-        if _is_float(dtype):
-            if op == "add":
-                return b.fadd(x, y, flags=FAST)
-            if op == "sub":
-                return b.fsub(x, y, flags=FAST)
-            if op == "mul":
-                return b.fmul(x, y, flags=FAST)
-            if op == "div":
-                return b.fdiv(x, y)
-            if op in ("max", "min"):
-                return self._float_call("maximum" if op == "max" else "minimum", [x, y], dtype)
-            if op == "pow":
-                return self._float_call("pow", [x, y], dtype)
-            if op == "fmod":
-                return b.frem(x, y)
-            if op == "mod":
-                # Python-style: the result takes the divisor's sign.
-                r = b.frem(x, y)
-                zero = _zero(x.type)
-                fix = b.and_(b.fcmp_ordered("!=", r, zero),
-                             b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
-                return b.select(fix, b.fadd(r, y), r)
-            cmp = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(op)
-            if cmp:
-                return b.fcmp_ordered(cmp, x, y)
-            if op == "ne":
-                return b.fcmp_unordered("!=", x, y)
-        else:
-            signed = _is_signed(dtype)
-            if op in ("add", "sub", "mul"):
-                return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
-            if op in ("and", "bitand"):
-                return b.and_(x, y)
-            if op in ("or", "bitor"):
-                return b.or_(x, y)
-            if op in ("xor", "bitxor"):
-                return b.xor(x, y)
-            if op == "shl":
-                return b.shl(x, y)
-            if op == "shr":
-                return b.lshr(x, y) if not signed else b.ashr(x, y)
-            cmp = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(op)
-            if cmp:
-                return (b.icmp_signed if signed else b.icmp_unsigned)(cmp, x, y)
-            if op in ("max", "min"):
-                icmp = b.icmp_signed if signed else b.icmp_unsigned
-                return b.select(icmp(">" if op == "max" else "<", x, y), x, y)
-            if op in ("div", "mod", "fmod", "pow"):
-                return self._int_arith(op, x, y, signed)
-        raise CodegenError(f"binary op {op} is not supported for {dtype}")
-
-    def _int_arith(self, op: str, x: ir.Value, y: ir.Value, signed: bool) -> ir.Value:
-        b = self.builder
-        ty = x.type
-        scalar = ty.element if isinstance(ty, ir.VectorType) else ty
-        zero, one = _zero(ty), _const_like(ty, 1)
-        if op == "pow":
-            # Integer power by repeated squaring is not affine; go through double.
-            dty = _like(ty, ir.DoubleType())
-            fx = b.sitofp(x, dty) if signed else b.uitofp(x, dty)
-            fy = b.sitofp(y, dty) if signed else b.uitofp(y, dty)
-            p = self._float_call("pow", [fx, fy], "float64")
-            return b.fptosi(p, ty) if signed else b.fptoui(p, ty)
-        # Division by zero (and INT_MIN / -1) traps on x86: divide by 1 there and yield 0.
-        bad = b.icmp_unsigned("==", y, zero)
-        if signed:
-            minus_one = _const_like(ty, -1)
-            int_min = _const_like(ty, -(1 << (scalar.width - 1)))
-            bad = b.or_(bad, b.and_(b.icmp_signed("==", y, minus_one),
-                                    b.icmp_signed("==", x, int_min)))
-        safe = b.select(bad, one, y)
-        if op == "div":
-            q = b.sdiv(x, safe) if signed else b.udiv(x, safe)
-            return b.select(bad, zero, q)
-        r = b.srem(x, safe) if signed else b.urem(x, safe)
-        if op == "mod" and signed:
-            fix = b.and_(b.icmp_signed("!=", r, zero),
-                         b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
-            r = b.select(fix, b.add(r, y), r)
-        return b.select(bad, zero, r)
-
-    def _cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
-        b = self.builder
-        if src == dst:
-            return x
-        to = _like(x.type, value_type(dst))
-        if dst == "bool":
-            if _is_float(src):
-                return b.fcmp_unordered("!=", x, _zero(x.type))
-            return b.icmp_unsigned("!=", x, _zero(x.type))
-        if _is_float(src) and _is_float(dst):
-            return b.fpext(x, to) if np.dtype(dst).itemsize > np.dtype(src).itemsize \
-                else b.fptrunc(x, to)
-        if _is_float(src):
-            return b.fptosi(x, to) if _is_signed(dst) else b.fptoui(x, to)
-        signed_src = _is_signed(src)
-        if _is_float(dst):
-            return b.sitofp(x, to) if signed_src else b.uitofp(x, to)
-        width_src, width_dst = _scalar(x.type).width, _scalar(to).width
-        if width_src == width_dst:
-            return x
-        if width_src > width_dst:
-            return b.trunc(x, to)
-        return b.sext(x, to) if signed_src else b.zext(x, to)
-
-
-class _VolatileLoad(ir.LoadInstr):
-    """``load volatile`` (llvmlite's builder has no flag for it)."""
-
-    def descr(self, buf: list[str]) -> None:
-        text: list[str] = []
-        super().descr(text)
-        buf.append(text[0].replace("load ", "load volatile ", 1))
 
 
 @dataclass(frozen=True)
@@ -1268,39 +1030,6 @@ def _unrolled_vector_nest(body: tuple[la.LNode, ...]
     if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
         return None
     return tuple(unrolled), vec
-
-
-def _scalar(ty: ir.Type) -> ir.Type:
-    return ty.element if isinstance(ty, ir.VectorType) else ty
-
-
-def _like(ty: ir.Type, scalar: ir.Type) -> ir.Type:
-    """``scalar``, as a vector of the same width when ``ty`` is a vector."""
-    return ir.VectorType(scalar, ty.count) if isinstance(ty, ir.VectorType) else scalar
-
-
-def _const_like(ty: ir.Type, value: float | int) -> ir.Constant:
-    s = _scalar(ty)
-    if isinstance(s, ir.IntType) and value < 0:
-        value &= (1 << s.width) - 1
-    if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [value] * ty.count)
-    return ir.Constant(ty, value)
-
-
-def _whole(ty: ir.Type, value: None | object) -> ir.Constant:
-    """``zeroinitializer`` (None) or ``undef`` (``ir.Undefined``) of ``ty`` in one word:
-    llvmlite spells a vector constant element by element (a broadcast printed 48 words)."""
-    out = ir.Constant(ty, None)
-    out.constant = value
-    return out
-
-
-def _zero(ty: ir.Type) -> ir.Constant:
-    if isinstance(ty, ir.VectorType):
-        return _whole(ty, None)
-    return _const_like(ty, 0.0 if isinstance(_scalar(ty), ir.HalfType | ir.FloatType |
-                                             ir.DoubleType) else 0)
 
 
 def _linear(e: la.IExpr) -> dict[str, int] | None:
@@ -1353,18 +1082,6 @@ def _static_trip(node: la.For) -> int | None:
         return None
     trip = diff.get("", 0) + (1 if cond.op == "le" else 0)
     return max(trip, 0)
-
-
-def _constant(c: Const) -> ir.Constant:
-    ty = value_type(c.dtype)
-    if _is_float(c.dtype):
-        return ir.Constant(ty, float(c.value))
-    if c.dtype == "bool":
-        return ir.Constant(I1, int(bool(c.value)))
-    v = int(c.value)
-    if v < 0:  # two's complement for the width
-        v &= (1 << ty.width) - 1
-    return ir.Constant(ty, v)
 
 
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],

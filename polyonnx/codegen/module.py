@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.emit import I1, I8, I32, I64, PTR, emit_kernel
+from polyonnx.codegen.emit import emit_kernel
+from polyonnx.codegen.llvm_types import I1, I8, I32, I64, PTR
 from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
