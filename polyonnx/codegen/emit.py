@@ -17,6 +17,7 @@ import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.llvm_types import (
     I8,
     I32,
@@ -69,12 +70,7 @@ class KernelEmitter:
     kernel: Kernel
     stmts: Mapping[str, tuple[tuple[str, ...], Stmt]]
     """statement name -> (its iterators, the statement)"""
-    checked: bool = False
-    vector_bits: int = 256
-    threads: int = 1
-    prefetch_above: int = 0
-    """Operands a register tile's reduction streams through that are larger than this many
-    bytes are prefetched ahead (0: never; see :meth:`_streamed`)."""
+    config: CodegenConfig
     fn: ir.Function = field(init=False)
     builder: ir.IRBuilder = field(init=False)
     buffers: dict[str, tuple[Buffer, ir.Value]] = field(init=False, default_factory=dict)
@@ -149,7 +145,7 @@ class KernelEmitter:
                     and isinstance(node.body[0], la.For):
                 self._unrolled_for(node.body[0], env)
             elif isinstance(node, la.Mark) and node.name.split()[0] == "parallel" \
-                    and self.threads > 1 and not self._in_parallel and self._lanes is None:
+                    and self.config.threads > 1 and not self._in_parallel and self._lanes is None:
                 self._parallel_mark(node, env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
@@ -191,7 +187,8 @@ class KernelEmitter:
         allowed = set(mark.name.split()[1:])
         for node in mark.body:
             few = _static_trip(node) if isinstance(node, la.For) else None
-            if few is not None and few < 4 * self.threads and _inner_loop_named(node, allowed):
+            if (few is not None and few < 4 * self.config.threads
+                    and _inner_loop_named(node, allowed)):
                 # Too few iterations to share out evenly: an inner named loop runs in parallel.
                 self._for(replace(node, body=(replace(mark, body=node.body),)), env)
             elif isinstance(node, la.For) and (node.iterator in allowed or (
@@ -288,7 +285,7 @@ class KernelEmitter:
         count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
                       ir.Constant(I64, 1))
         pool = self._declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
-        b.call(pool, [outlined, ctx, count, ir.Constant(I32, self.threads)])
+        b.call(pool, [outlined, ctx, count, ir.Constant(I32, self.config.threads)])
         status = b.load(slot(b, ctx, 0), typ=I64)
         failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
         with b.if_then(failed, likely=False):
@@ -392,7 +389,7 @@ class KernelEmitter:
         trips = [range(_static_trip(loop) or 0) for loop in unrolled]
         for position in itertools.product(*trips):
             for j in range(_static_trip(vec) // width):
-                if first is None or self.checked:
+                if first is None or self.config.checked:
                     ptr = address(position, j)
                     first = ptr if first is None else first
                 else:
@@ -615,7 +612,7 @@ class KernelEmitter:
         next chunk at the end of one) hides that. Operands that fit in L2 get none: there it
         only costs load-port slots (ResNet50's 28x28 1x1 convs and the stem ran 3-8% slower
         with it)."""
-        if not self.prefetch_above:
+        if not self.config.prefetch_above:
             return frozenset()
         inner = _reduction_loops(node)[-1]
         _, stmt = self.stmts[call.stmt]
@@ -624,7 +621,7 @@ class KernelEmitter:
         return frozenset(
             ld for ld in loads(stmt.body)
             if ld.buffer != stmt.write.buffer and all(isinstance(i, Aff) for i in ld.index)
-            and self.buffers[ld.buffer][0].nbytes > self.prefetch_above
+            and self.buffers[ld.buffer][0].nbytes > self.config.prefetch_above
             and self._element_step(ld.buffer, ld.index, lanes) == 1
             and self._element_step(ld.buffer, ld.index, along) > 0)
 
@@ -646,7 +643,7 @@ class KernelEmitter:
     def _vector_registers(self) -> int:
         """Vector registers to budget a tile for: 32 with AVX-512, else 16 (AVX; AArch64's 32
         NEON registers are counted as 16, which only makes its budget conservative)."""
-        return 32 if self.vector_bits >= 512 else 16
+        return 32 if self.config.vector_bits >= 512 else 16
 
     def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         return declare(self.module, name, ret, args)
@@ -799,7 +796,7 @@ class KernelEmitter:
             for e in (stmt.body, *loads(stmt.body)):
                 widest = max(widest, np.dtype(e.dtype).itemsize)
             widest = max(widest, np.dtype(self.buffers[stmt.write.buffer][0].dtype).itemsize)
-        return max(self.vector_bits // (8 * widest), 1)
+        return max(self.config.vector_bits // (8 * widest), 1)
 
     def _iterator_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
         """How much each statement iterator moves per iteration of loop ``var`` (None when an
@@ -898,7 +895,7 @@ class KernelEmitter:
         for ix, extent in reversed(list(zip(index, buf.shape, strict=True))):
             if isinstance(ix, Aff):
                 v = self._aff(ix, point)
-                if self.checked:
+                if self.config.checked:
                     self._check_range(v, extent, ix, point)
             else:  # computed at run time: always range-checked, whatever the mode
                 v = self._expr(ix, point)
@@ -1085,11 +1082,10 @@ def _static_trip(node: la.For) -> int | None:
 
 
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
-                checked: bool = False, vector_bits: int = 256, threads: int = 1,
-                prefetch_above: int = 0) -> ir.Function:
-    """Add ``kernel`` to ``module``, its loops given by ``ast``."""
+                config: CodegenConfig) -> ir.Function:
+    """Add ``kernel`` to ``module``, its loops given by ``ast``, its code decided by
+    ``config``."""
     stmts = {}
     for loops, s in kernel.statements():
         stmts[s.name] = (tuple(lp.iterator for lp in loops), s)
-    return KernelEmitter(module, kernel, stmts, checked, vector_bits, threads,
-                         prefetch_above).emit(ast)
+    return KernelEmitter(module, kernel, stmts, config).emit(ast)
