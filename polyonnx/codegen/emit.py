@@ -10,14 +10,17 @@ The scalar arithmetic of statement bodies is :mod:`polyonnx.codegen.scalar`'s.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.access import Accesses, linear, static_trip
 from polyonnx.codegen.config import CodegenConfig
+from polyonnx.codegen.frame import Frame, close_frame, open_frame
 from polyonnx.codegen.llvm_types import (
     I8,
     I32,
@@ -31,12 +34,11 @@ from polyonnx.codegen.llvm_types import (
     whole,
     zero,
 )
-from polyonnx.codegen.scalar import ScalarEmitter
+from polyonnx.codegen.parallel import can_share, parallel_children, run_on_pool
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
     Aff,
     Binary,
-    Buffer,
     Cast,
     Const,
     Expr,
@@ -44,17 +46,14 @@ from polyonnx.krnl.ir import (
     Kernel,
     Load,
     Select,
-    Stmt,
     Unary,
     loads,
 )
 
-STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
 MAX_UNROLL = 64
 MAX_VECTOR_STEPS = 8
 """A vector loop with a constant trip count up to this many vectors is emitted straight-line
 (a register tile); a longer one becomes a loop."""
-PARALLEL_ENTRY = "polyonnx_parallel_for"
 PREFETCH_BYTES = 1024
 """How far ahead a register tile's reduction prefetches a streamed operand (see
 :meth:`KernelEmitter._streamed`): 8 iterations of a conv tile's weights (128 bytes per
@@ -68,15 +67,12 @@ class KernelEmitter:
 
     module: ir.Module
     kernel: Kernel
-    stmts: Mapping[str, tuple[tuple[str, ...], Stmt]]
-    """statement name -> (its iterators, the statement)"""
+    accesses: Accesses
     config: CodegenConfig
-    fn: ir.Function = field(init=False)
-    builder: ir.IRBuilder = field(init=False)
-    buffers: dict[str, tuple[Buffer, ir.Value]] = field(init=False, default_factory=dict)
-    fail_block: ir.Block = field(init=False)
-    _in_parallel: bool = field(init=False, default=False)
-    _parallel_count: int = field(init=False, default=0)
+    frame: Frame = field(init=False)
+    """The function being emitted: the kernel's, or an outlined parallel loop body."""
+    _parallel_loops: Iterator[int] = field(init=False, default_factory=itertools.count)
+    """Numbers the parallel loops outlined (their functions' names)."""
     _lanes: tuple[int, dict[str, int]] | None = field(init=False, default=None)
     """Inside a vector loop: (width, element step of each statement iterator per lane)."""
     _registers: dict[tuple[str | int, ...], ir.Value] | None = field(init=False, default=None)
@@ -104,24 +100,20 @@ class KernelEmitter:
     """Inside a promoted reduction: the loads to prefetch ahead (see :meth:`_streamed`)."""
     _prefetched: set[tuple[ir.Block, str, object]] = field(init=False, default_factory=set)
     """(block, buffer, element offset) of the prefetches emitted."""
-    _numbered: dict[tuple, ir.Value] = field(init=False, default_factory=dict)
-    """Integer instructions already emitted, by (block, op, operands): see :meth:`_int`."""
 
     def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
+        """The kernel's function, its loops ``ast``."""
         fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
-        self.fn = ir.Function(self.module, fnty, name=self.kernel.name)
-        self.fn.attributes.add("nounwind")
-        for arg, buf in zip(self.fn.args, self.kernel.buffers, strict=True):
+        fn = ir.Function(self.module, fnty, name=self.kernel.name)
+        fn.attributes.add("nounwind")
+        for arg, buf in zip(fn.args, self.kernel.buffers, strict=True):
             arg.name = "b_" + "".join(ch if ch.isalnum() else "_" for ch in buf.name)
             arg.add_attribute("noalias")
-            self.buffers[buf.name] = (buf, arg)
-        entry = self.fn.append_basic_block("entry")
-        self.fail_block = self.fn.append_basic_block("index_out_of_range")
-        ir.IRBuilder(self.fail_block).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
-        self.builder = ir.IRBuilder(entry)
+        pointers = {buf.name: arg for buf, arg in zip(self.kernel.buffers, fn.args, strict=True)}
+        self.frame = open_frame(fn, pointers, self._declare)
         self._nodes(ast, {})
-        self.builder.ret(ir.Constant(I32, STATUS_OK))
-        return self.fn
+        close_frame(self.frame)
+        return fn
 
     # ------------------------------------------------------------------ loop structure
 
@@ -139,13 +131,13 @@ class KernelEmitter:
             elif isinstance(node, la.If):
                 self._if(node, env)
             elif isinstance(node, la.Mark) and node.name == "vector" and len(node.body) == 1 \
-                    and isinstance(node.body[0], la.For) and self._lanes is None:
+                    and isinstance(node.body[0], la.For):
                 self._vector_for(node.body[0], env)
             elif isinstance(node, la.Mark) and node.name == "unroll" and len(node.body) == 1 \
                     and isinstance(node.body[0], la.For):
                 self._unrolled_for(node.body[0], env)
             elif isinstance(node, la.Mark) and node.name.split()[0] == "parallel" \
-                    and self.config.threads > 1 and not self._in_parallel and self._lanes is None:
+                    and self.config.threads > 1 and not self.frame.outlined:
                 self._parallel_mark(node, env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
@@ -161,18 +153,18 @@ class KernelEmitter:
         self._plain_for(node, env)
 
     def _plain_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        b = self.builder
-        init = self._iexpr(node.init, env)
+        b = self.frame.builder
+        init = self.frame.index.expr(node.init, env)
         pre = b.block
-        header = self.fn.append_basic_block(f"{node.iterator}.header")
-        body = self.fn.append_basic_block(f"{node.iterator}.body")
-        exit_ = self.fn.append_basic_block(f"{node.iterator}.exit")
+        header = self.frame.fn.append_basic_block(f"{node.iterator}.header")
+        body = self.frame.fn.append_basic_block(f"{node.iterator}.body")
+        exit_ = self.frame.fn.append_basic_block(f"{node.iterator}.exit")
         b.branch(header)
         b.position_at_end(header)
         iv = b.phi(I64, name=node.iterator)
         iv.add_incoming(init, pre)
         inner = {**env, node.iterator: iv}
-        b.cbranch(self._iexpr(node.cond, inner), body, exit_)
+        b.cbranch(self.frame.index.expr(node.cond, inner), body, exit_)
         b.position_at_end(body)
         self._nodes(node.body, inner)
         nxt = b.add(iv, ir.Constant(I64, node.inc), name=f"{node.iterator}.next", flags=["nsw"])
@@ -181,115 +173,30 @@ class KernelEmitter:
         b.position_at_end(exit_)
 
     def _parallel_mark(self, mark: la.Mark, env: dict[str, ir.Value]) -> None:
-        """``parallel c1 c3``: the loops named (AST iterators) that the schedule proved free of
-        carried dependences run on the thread pool when they come first under the mark; a
-        bare ``parallel`` mark means its single loop."""
-        allowed = set(mark.name.split()[1:])
-        for node in mark.body:
-            few = _static_trip(node) if isinstance(node, la.For) else None
-            if (few is not None and few < 4 * self.config.threads
-                    and _inner_loop_named(node, allowed)):
-                # Too few iterations to share out evenly: an inner named loop runs in parallel.
-                self._for(replace(node, body=(replace(mark, body=node.body),)), env)
-            elif isinstance(node, la.For) and (node.iterator in allowed or (
-                    not allowed and len(mark.body) == 1)):
-                self._parallel_for(node, env)
-            elif isinstance(node, la.For) and allowed:
-                # A loop that must stay sequential (e.g. over reduction chunks): the named loops
-                # may still come first inside it.
-                self._for(replace(node, body=(replace(mark, body=node.body),)), env)
+        """A ``parallel`` mark's body, its parallel loops run on the thread pool
+        (:mod:`polyonnx.codegen.parallel`)."""
+        for node, on_pool in parallel_children(mark, self.config.threads):
+            if on_pool and can_share(node):
+                name = f"{self.frame.fn.name}.parallel{next(self._parallel_loops)}"
+                run_on_pool(self.frame, node, env, name=name, threads=self.config.threads,
+                            declare=self._declare, emit_chunk=self._chunk)
+            elif on_pool:
+                self._for(node, env)
             else:
                 self._nodes((node,), env)
 
-    def _parallel_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        """A loop under a ``parallel`` mark: its iterations run in contiguous chunks on
-        polyonnx's thread pool (``polyonnx_parallel_for``, see ``parallel.c``).
+    def _chunk(self, frame: Frame, loop: la.For, env: dict[str, ir.Value]) -> None:
+        with self._in(frame):
+            self._for(loop, env)
 
-        The loop body is outlined into ``<kernel>.parallel<k>(ptr ctx, i64 begin, i64 end)``
-        (iterations ``begin <= k < end``); ``ctx`` carries the loop bounds, every value of the
-        enclosing loops, the buffer pointers and a status slot that a failed run-time check sets.
-        """
-        cond = node.cond
-        if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
-                and cond.args[0] == la.IVar(node.iterator) and node.inc > 0):
-            self._for(node, env)
-            return
-        b = self.builder
-        lower = self._iexpr(node.init, env)
-        upper = self._iexpr(cond.args[1], env)
-        if cond.op == "lt":
-            upper = b.sub(upper, ir.Constant(I64, 1))
-        names = sorted(env)
-        buffers = list(self.buffers)
-        slots = 3 + len(names) + len(buffers)
-        with b.goto_entry_block():
-            ctx = b.alloca(I64, size=ir.Constant(I64, slots), name="parallel.ctx")
-
-        def slot(builder: ir.IRBuilder, base: ir.Value, k: int) -> ir.Value:
-            return builder.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
-
-        values = [ir.Constant(I64, 0), lower, upper, *(env[n] for n in names),
-                  *(b.ptrtoint(self.buffers[n][1], I64) for n in buffers)]
-        for k, v in enumerate(values):
-            b.store(v, slot(b, ctx, k))
-
-        # The chunk body is a function of its own whose buffer arguments are ``noalias`` (as
-        # the kernel's are): read back from ``ctx`` they would lose that, and with it the
-        # register tiles (LLVM could no longer keep accumulators in registers). It is not
-        # inlined into the wrapper: LLVM would optimise its loops twice, before and after
-        # (ResNet50's optimiser time at 2 threads: 2.2 -> 1.7 s), to save one call per chunk.
-        base = f"{self.fn.name}.parallel{self._parallel_count}"
-        self._parallel_count += 1
-        body_fn = ir.Function(self.module, ir.FunctionType(
-            I32, [PTR] * len(buffers) + [I64] * (2 + len(names))), name=f"{base}.body")
-        body_fn.attributes.add("nounwind")
-        body_fn.attributes.add("noinline")
-        body_fn.linkage = "internal"
-        saved = (self.fn, self.builder, dict(self.buffers), self.fail_block)
+    @contextmanager
+    def _in(self, frame: Frame) -> Iterator[None]:
+        """Emit into ``frame`` (an outlined function) for the duration."""
+        outer, self.frame = self.frame, frame
         try:
-            self.fn, self._in_parallel = body_fn, True
-            args = list(body_fn.args)
-            for name, a in zip(buffers, args[:len(buffers)], strict=True):
-                a.add_attribute("noalias")
-                self.buffers[name] = (self.buffers[name][0], a)
-            first, last = args[len(buffers)], args[len(buffers) + 1]
-            inner_env = dict(zip(names, args[len(buffers) + 2:], strict=True))
-            inner_env["parallel.lo"], inner_env["parallel.hi"] = first, last
-            self.builder = ir.IRBuilder(body_fn.append_basic_block("entry"))
-            self.fail_block = body_fn.append_basic_block("index_out_of_range")
-            ir.IRBuilder(self.fail_block).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
-            bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
-            self._for(la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
-                             node.body), inner_env)
-            self.builder.ret(ir.Constant(I32, STATUS_OK))
+            yield
         finally:
-            self.fn, self.builder, self.buffers, self.fail_block = saved
-            self._in_parallel = False
-
-        # The wrapper the pool calls: chunk [begin, end) of the iterations.
-        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
-                               name=base)
-        outlined.attributes.add("nounwind")
-        arg, begin, end = outlined.args
-        ob = ir.IRBuilder(outlined.append_basic_block("entry"))
-        loaded = [ob.load(slot(ob, arg, k), typ=I64) for k in range(slots)]
-        lo = loaded[1]
-        inc = ir.Constant(I64, node.inc)
-        first = ob.add(lo, ob.mul(begin, inc))
-        last = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
-        pointers = [ob.inttoptr(raw, PTR) for raw in loaded[3 + len(names):]]
-        status = ob.call(body_fn, [*pointers, first, last, *loaded[3:3 + len(names)]])
-        with ob.if_then(ob.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
-            ob.store(ob.zext(status, I64), slot(ob, arg, 0))
-        ob.ret_void()
-        count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
-                      ir.Constant(I64, 1))
-        pool = self._declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
-        b.call(pool, [outlined, ctx, count, ir.Constant(I32, self.config.threads)])
-        status = b.load(slot(b, ctx, 0), typ=I64)
-        failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
-        with b.if_then(failed, likely=False):
-            b.ret(b.trunc(status, I32))
+            self.frame = outer
 
     # ------------------------------------------------------------------ register tiles
 
@@ -306,23 +213,23 @@ class KernelEmitter:
         if nest is None:
             return None
         unrolled, vec = nest
-        starts = [_linear(loop.init) for loop in (*unrolled, vec)]
+        starts = [linear(loop.init) for loop in (*unrolled, vec)]
         if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
             return None  # the tile moves with the reduction (skewed or triangular loops)
         call = vec.body[0]
-        iterators, stmt = self.stmts[call.stmt]
-        width = self._width((call,))
-        vtrip = _static_trip(vec)
+        iterators, stmt = self.accesses.statements[call.stmt]
+        width = self.accesses.width((call,), self.config.vector_bits)
+        vtrip = static_trip(vec)
         if (vtrip is None or vtrip % width or vtrip > MAX_VECTOR_STEPS * width
-                or self._lane_steps(call, vec.iterator) is None or stmt.guards
-                or self.buffers[stmt.write.buffer][0].dtype == "bool"):
+                or self.accesses.lane_steps(call, vec.iterator) is None or stmt.guards
+                or self.accesses.buffers[stmt.write.buffer].dtype == "bool"):
             return None
         args = dict(zip(iterators, call.args, strict=True))
         for ix in stmt.write.index:
             if not isinstance(ix, Aff):
                 return None
             for name, _ in ix.terms:
-                lin = _linear(args[name])
+                lin = linear(args[name])
                 if lin is None or any(lin.get(c, 0) for c in chain):
                     return None
         same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
@@ -356,11 +263,11 @@ class KernelEmitter:
     def _accumulators(self, env: dict[str, ir.Value], unrolled: tuple[la.For, ...],
                       vec: la.For, call: la.Call) -> list[_Accumulator]:
         """A stack slot and the address of each accumulator of a register tile."""
-        b = self.builder
-        iterators, stmt = self.stmts[call.stmt]
-        width = self._width((call,))
-        steps = self._lane_steps(call, vec.iterator)
-        buf = self.buffers[stmt.write.buffer][0]
+        b = self.frame.builder
+        iterators, stmt = self.accesses.statements[call.stmt]
+        width = self.accesses.width((call,), self.config.vector_bits)
+        steps = self.accesses.lane_steps(call, vec.iterator)
+        buf = self.accesses.buffers[stmt.write.buffer]
         vty = ir.VectorType(memory_type(buf.dtype), width)
         used = {n for ix in stmt.write.index for n, _ in ix.terms}
 
@@ -368,11 +275,11 @@ class KernelEmitter:
             """The accumulator's address computed from the tile's loop values."""
             tile_env = dict(env)
             for loop, k in zip(unrolled, position, strict=True):
-                start = self._iexpr(loop.init, tile_env)
-                tile_env[loop.iterator] = self._int("add", start, ir.Constant(I64, k))
-            lane = self._int("add", self._iexpr(vec.init, tile_env),
+                start = self.frame.index.expr(loop.init, tile_env)
+                tile_env[loop.iterator] = self.frame.index.int("add", start, ir.Constant(I64, k))
+            lane = self.frame.index.int("add", self.frame.index.expr(vec.init, tile_env),
                              ir.Constant(I64, j * width))
-            point = {it: self._iexpr(arg, {**tile_env, vec.iterator: lane})
+            point = {it: self.frame.index.expr(arg, {**tile_env, vec.iterator: lane})
                      for it, arg in zip(iterators, call.args, strict=True) if it in used}
             self._lanes = (width, steps)
             try:
@@ -386,9 +293,9 @@ class KernelEmitter:
         offset = self._tile_offsets(unrolled, vec, call, width)
         places = []
         first = None
-        trips = [range(_static_trip(loop) or 0) for loop in unrolled]
+        trips = [range(static_trip(loop) or 0) for loop in unrolled]
         for position in itertools.product(*trips):
-            for j in range(_static_trip(vec) // width):
+            for j in range(static_trip(vec) // width):
                 if first is None or self.config.checked:
                     ptr = address(position, j)
                     first = ptr if first is None else first
@@ -410,12 +317,12 @@ class KernelEmitter:
         return {(stmt, *outer, *a.position, a.step): a.slot for a in places}
 
     def _load_accumulators(self, places: list[_Accumulator]) -> None:
-        b = self.builder
+        b = self.frame.builder
         for a in places:
             b.store(b.load(a.ptr, typ=a.type, align=a.align), a.slot)
 
     def _store_accumulators(self, places: list[_Accumulator]) -> None:
-        b = self.builder
+        b = self.frame.builder
         for a in places:
             b.store(b.load(a.slot, typ=a.type), a.ptr, align=a.align)
 
@@ -459,7 +366,8 @@ class KernelEmitter:
         if node is None:
             otherwise()
         elif isinstance(node, la.If):
-            with self.builder.if_else(self._iexpr(node.cond, env)) as (then, orelse):
+            cond = self.frame.index.expr(node.cond, env)
+            with self.frame.builder.if_else(cond) as (then, orelse):
                 with then:
                     fill(node.then[0])
                 with orelse:
@@ -484,42 +392,23 @@ class KernelEmitter:
         loops, theirs = (*parsed[0], parsed[1]), (*tile[0], tile[1])
         call, tile_call = parsed[1].body[0], tile[2]
         if len(loops) != len(theirs) or any(
-                a.init != b.init or a.inc != 1 or _static_trip(a) != _static_trip(b)
+                a.init != b.init or a.inc != 1 or static_trip(a) != static_trip(b)
                 for a, b in zip(loops, theirs, strict=True)):
             return False
-        _, stmt = self.stmts[call.stmt]
-        _, tile_stmt = self.stmts[tile_call.stmt]
+        _, stmt = self.accesses.statements[call.stmt]
+        _, tile_stmt = self.accesses.statements[tile_call.stmt]
         if (stmt.guards or stmt.write.buffer != tile_stmt.write.buffer
-                or self._width((call,)) != self._width((tile_call,))
-                or self._lane_steps(call, parsed[1].iterator) is None):
+                or self.accesses.width((call,), self.config.vector_bits)
+                != self.accesses.width((tile_call,), self.config.vector_bits)
+                or self.accesses.lane_steps(call, parsed[1].iterator) is None):
             return False
         rename = {a.iterator: b.iterator for a, b in zip(loops, theirs, strict=True)}
-        element = self._element(call, stmt.write.index, rename)
-        if element is None or element != self._element(tile_call, tile_stmt.write.index, {}):
+        element = self.accesses.element(call, stmt.write.index, rename)
+        if element is None or element != self.accesses.element(tile_call,
+                                                                tile_stmt.write.index, {}):
             return False
         return all(ld.index == stmt.write.index for ld in loads(stmt.body)
                    if ld.buffer == stmt.write.buffer)
-
-    def _element(self, call: la.Call, index: tuple[Aff | Expr, ...],
-                 rename: Mapping[str, str]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
-        """Each index of a statement instance as a linear form of the AST's loop variables
-        (renamed by ``rename``), None when one is not affine."""
-        iterators, _ = self.stmts[call.stmt]
-        args = {it: _linear(arg) for it, arg in zip(iterators, call.args, strict=True)}
-        out = []
-        for ix in index:
-            if not isinstance(ix, Aff):
-                return None
-            form = {"": ix.const}
-            for name, c in ix.terms:
-                lin = args[name]
-                if lin is None:
-                    return None
-                for var, k in lin.items():
-                    var = rename.get(var, var)
-                    form[var] = form.get(var, 0) + c * k
-            out.append(tuple(sorted((v, k) for v, k in form.items() if k)))
-        return tuple(out)
 
     def _fill(self, nest: la.LNode, env: dict[str, ir.Value], places: list[_Accumulator],
               into_slots: bool) -> None:
@@ -545,9 +434,9 @@ class KernelEmitter:
         """Element offset of a register tile's accumulator (tile position, vector step) from
         the first one's: the written index is affine in the statement iterators, which are
         linear in the unrolled and vector loops (:meth:`_register_tile` checked both)."""
-        _, stmt = self.stmts[call.stmt]
-        per_step = [self._element_step(stmt.write.buffer, stmt.write.index,
-                                       self._iterator_steps(call, loop.iterator) or {})
+        _, stmt = self.accesses.statements[call.stmt]
+        per_step = [self.accesses.element_step(stmt.write.buffer, stmt.write.index,
+                                       self.accesses.iterator_steps(call, loop.iterator) or {})
                     for loop in (*unrolled, vec)]
 
         def offset(position: tuple[int, ...], j: int) -> int:
@@ -567,22 +456,23 @@ class KernelEmitter:
         uses, which keeps LLVM from merging them into one value: they become memory operands
         of their FMAs, an extra load each, which the load ports absorb.
         """
-        _, stmt = self.stmts[call.stmt]
-        steps = self._lane_steps(call, vec.iterator)
-        trips = [_static_trip(loop) or 0 for loop in unrolled]
-        vector_steps = (_static_trip(vec) or 0) // self._width((call,))
-        loop_steps = [self._iterator_steps(call, loop.iterator) or {} for loop in unrolled]
+        _, stmt = self.accesses.statements[call.stmt]
+        steps = self.accesses.lane_steps(call, vec.iterator)
+        trips = [static_trip(loop) or 0 for loop in unrolled]
+        vector_steps = (static_trip(vec) or 0) // self.accesses.width((call,),
+                                                                      self.config.vector_bits)
+        loop_steps = [self.accesses.iterator_steps(call, loop.iterator) or {} for loop in unrolled]
 
         def moved_by(ld: Load) -> list[int]:
             """The unrolled loops (by position) the load's address moves with."""
             return [k for k, per in enumerate(loop_steps)
-                    if self._element_step(ld.buffer, ld.index, per)]
+                    if self.accesses.element_step(ld.buffer, ld.index, per)]
 
         vectors = []
         for ld in dict.fromkeys(loads(stmt.body)):
             if ld.buffer == stmt.write.buffer or any(not isinstance(i, Aff) for i in ld.index):
                 continue
-            if self._element_step(ld.buffer, ld.index, steps) == 1:
+            if self.accesses.element_step(ld.buffer, ld.index, steps) == 1:
                 vectors.append((ld, moved_by(ld)))
         copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps
                      for _, moved in vectors)
@@ -615,21 +505,21 @@ class KernelEmitter:
         if not self.config.prefetch_above:
             return frozenset()
         inner = _reduction_loops(node)[-1]
-        _, stmt = self.stmts[call.stmt]
-        lanes = self._lane_steps(call, vec.iterator) or {}
-        along = self._iterator_steps(call, inner.iterator) or {}
+        _, stmt = self.accesses.statements[call.stmt]
+        lanes = self.accesses.lane_steps(call, vec.iterator) or {}
+        along = self.accesses.iterator_steps(call, inner.iterator) or {}
         return frozenset(
             ld for ld in loads(stmt.body)
             if ld.buffer != stmt.write.buffer and all(isinstance(i, Aff) for i in ld.index)
-            and self.buffers[ld.buffer][0].nbytes > self.config.prefetch_above
-            and self._element_step(ld.buffer, ld.index, lanes) == 1
-            and self._element_step(ld.buffer, ld.index, along) > 0)
+            and self.accesses.buffers[ld.buffer].nbytes > self.config.prefetch_above
+            and self.accesses.element_step(ld.buffer, ld.index, lanes) == 1
+            and self.accesses.element_step(ld.buffer, ld.index, along) > 0)
 
     def _prefetch(self, buffer: str, ptr: ir.GEPInstr) -> None:
         """Prefetch ``PREFETCH_BYTES`` after ``ptr`` (an element of ``buffer``) into L1, once
         per address and block (the rows of a tile load the same weights: LLVM merges those
         loads, not the prefetches)."""
-        b = self.builder
+        b = self.frame.builder
         offset = ptr.indices[0]  # (numbered by _int: one value per distinct offset)
         key = (b.block, buffer, offset.constant if isinstance(offset, ir.Constant) else offset)
         if key in self._prefetched:
@@ -648,97 +538,29 @@ class KernelEmitter:
     def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         return declare(self.module, name, ret, args)
 
-    @property
-    def _scalars(self) -> ScalarEmitter:
-        return ScalarEmitter(self.builder, self._declare)
-
     def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         """A loop under an ``unroll`` mark with a constant trip count: its body, once per
         iteration, straight-line (isl could unroll too, but generating the AST then costs far
         more)."""
-        trip = _static_trip(node)
+        trip = static_trip(node)
         if trip is None or trip > MAX_UNROLL or node.inc != 1:
             self._for(node, env)
             return
-        init = self._iexpr(node.init, env)
+        init = self.frame.index.expr(node.init, env)
         outer = self._tile_position
         for k in range(trip):
-            value = self._int("add", init, ir.Constant(I64, k))
+            value = self.frame.index.int("add", init, ir.Constant(I64, k))
             self._tile_position = (*outer, k)
             self._nodes(node.body, {**env, node.iterator: value})
         self._tile_position = outer
 
     def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
-        cond = self._iexpr(node.cond, env)
-        with self.builder.if_else(cond) as (then, orelse):
+        cond = self.frame.index.expr(node.cond, env)
+        with self.frame.builder.if_else(cond) as (then, orelse):
             with then:
                 self._nodes(node.then, env)
             with orelse:
                 self._nodes(node.orelse, env)
-
-    def _int(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
-        """``x op y`` on i64 (``add``, ``sub``, ``mul``: nsw; ``sdiv``, ``srem``), folded when
-        an operand is constant and reused when this block already computed it. Addresses are
-        sums of products of the same loop values, once per access of every unrolled statement:
-        numbering them here leaves LLVM (and llvmlite's IR printer) a third of the
-        instructions to parse and simplify, for the same machine code."""
-        cx = x.constant if isinstance(x, ir.Constant) else None
-        cy = y.constant if isinstance(y, ir.Constant) else None
-        if cx is not None and cy is not None and op in ("add", "sub", "mul"):
-            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub"
-                               else cx * cy)
-        if op == "mul" and 0 in (cx, cy):
-            return ir.Constant(I64, 0)
-        if (op == "add" and cx == 0) or (op == "mul" and cx == 1):
-            return y
-        if (op in ("add", "sub") and cy == 0) or (op in ("mul", "sdiv") and cy == 1):
-            return x
-        key = (self.builder.block, op, x if cx is None else cx, y if cy is None else cy)
-        hit = self._numbered.get(key)
-        if hit is None:
-            b = self.builder
-            hit = (getattr(b, op)(x, y, flags=["nsw"]) if op in ("add", "sub", "mul")
-                   else getattr(b, op)(x, y))
-            self._numbered[key] = hit
-        return hit
-
-    def _iexpr(self, e: la.IExpr, env: dict[str, ir.Value]) -> ir.Value:
-        b = self.builder
-        if isinstance(e, la.IConst):
-            return ir.Constant(I64, e.value)
-        if isinstance(e, la.IVar):
-            return env[e.name]
-        a = [self._iexpr(x, env) for x in e.args]
-        op = e.op
-        if op in ("add", "sub", "mul"):
-            return self._int(op, a[0], a[1])
-        if op == "neg":
-            return self._int("sub", ir.Constant(I64, 0), a[0])
-        if op in ("div", "pdiv_q"):
-            return self._int("sdiv", a[0], a[1])
-        if op in ("pdiv_r", "zdiv_r"):
-            return self._int("srem", a[0], a[1])
-        if op == "fdiv_q":
-            # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
-            neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
-            return b.select(b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
-                            b.sdiv(a[0], a[1]), b.sub(ir.Constant(I64, 0), neg))
-        if op in ("min", "max"):
-            out = a[0]
-            for x in a[1:]:
-                pick = b.icmp_signed("<" if op == "min" else ">", out, x)
-                out = b.select(pick, out, x)
-            return out
-        if op in ("eq", "le", "lt", "ge", "gt"):
-            cmp = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}[op]
-            return b.icmp_signed(cmp, a[0], a[1])
-        if op == "and":
-            return b.and_(a[0], a[1])
-        if op == "or":
-            return b.or_(a[0], a[1])
-        if op == "select":
-            return b.select(a[0], a[1], a[2])
-        raise CodegenError(f"unknown loop-AST op {op!r}")
 
     # ------------------------------------------------------------------ vector loops
 
@@ -751,17 +573,17 @@ class KernelEmitter:
         """
         calls = node.body
         if (node.inc != 1 or not calls or not all(isinstance(c, la.Call) for c in calls)
-                or not all(self._lane_steps(c, node.iterator) is not None for c in calls)):
+                or not all(self.accesses.lane_steps(c, node.iterator) is not None for c in calls)):
             self._for(node, env)
             return
-        width = self._width(calls)
-        b = self.builder
-        init = self._iexpr(node.init, env)
-        trip = _static_trip(node)
+        width = self.accesses.width(calls, self.config.vector_bits)
+        b = self.frame.builder
+        init = self.frame.index.expr(node.init, env)
+        trip = static_trip(node)
         if trip is not None and trip <= MAX_VECTOR_STEPS * width:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
             for k in range(trip // width):
-                base = self._int("add", init, ir.Constant(I64, k * width))
+                base = self.frame.index.int("add", init, ir.Constant(I64, k * width))
                 self._vector_step = k
                 self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
             self._vector_step = 0
@@ -771,15 +593,15 @@ class KernelEmitter:
             return
         # Unknown trip count: strip-mine while the last lane is still in range.
         pre = b.block
-        header = self.fn.append_basic_block(f"{node.iterator}.vheader")
-        body = self.fn.append_basic_block(f"{node.iterator}.vbody")
-        done = self.fn.append_basic_block(f"{node.iterator}.vexit")
+        header = self.frame.fn.append_basic_block(f"{node.iterator}.vheader")
+        body = self.frame.fn.append_basic_block(f"{node.iterator}.vbody")
+        done = self.frame.fn.append_basic_block(f"{node.iterator}.vexit")
         b.branch(header)
         b.position_at_end(header)
         iv = b.phi(I64, name=f"{node.iterator}.v")
         iv.add_incoming(init, pre)
         last = b.add(iv, ir.Constant(I64, width - 1), flags=["nsw"])
-        b.cbranch(self._iexpr(node.cond, {**env, node.iterator: last}), body, done)
+        b.cbranch(self.frame.index.expr(node.cond, {**env, node.iterator: last}), body, done)
         b.position_at_end(body)
         self._vector_calls(calls, {**env, node.iterator: iv}, node.iterator, width)
         iv.add_incoming(b.add(iv, ir.Constant(I64, width), flags=["nsw"]), b.block)
@@ -789,52 +611,10 @@ class KernelEmitter:
         self._for(la.For(node.iterator, la.IVar(rest_var), node.cond, 1, node.body),
                   {**env, rest_var: iv})
 
-    def _width(self, calls: tuple[la.LNode, ...]) -> int:
-        widest = 1
-        for c in calls:
-            stmt = self.stmts[c.stmt][1]
-            for e in (stmt.body, *loads(stmt.body)):
-                widest = max(widest, np.dtype(e.dtype).itemsize)
-            widest = max(widest, np.dtype(self.buffers[stmt.write.buffer][0].dtype).itemsize)
-        return max(self.config.vector_bits // (8 * widest), 1)
-
-    def _iterator_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
-        """How much each statement iterator moves per iteration of loop ``var`` (None when an
-        argument is not linear in the loops)."""
-        iterators, _ = self.stmts[call.stmt]
-        steps = {}
-        for it, arg in zip(iterators, call.args, strict=True):
-            lin = _linear(arg)
-            if lin is None:
-                return None
-            steps[it] = lin.get(var, 0)
-        return steps
-
-    def _lane_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
-        """How much each statement iterator moves per lane, or None if not vectorizable."""
-        _, stmt = self.stmts[call.stmt]
-        steps = self._iterator_steps(call, var)
-        if steps is None:
-            return None
-        if any(isinstance(i, Expr) for ld in loads(stmt.body) for i in ld.index):
-            return None  # gathers stay scalar
-        if self._element_step(stmt.write.buffer, stmt.write.index, steps) != 1:
-            return None  # the write must be one contiguous vector (no reduction across lanes)
-        return steps
-
-    def _element_step(self, buffer: str, index: tuple[Aff | Expr, ...],
-                      steps: Mapping[str, int]) -> int:
-        shape = self.buffers[buffer][0].shape
-        step, stride = 0, 1
-        for ix, extent in reversed(list(zip(index, shape, strict=True))):
-            step += sum(c * steps.get(n, 0) for n, c in ix.terms) * stride
-            stride *= extent
-        return step
-
     def _vector_calls(self, calls: tuple[la.LNode, ...], env: dict[str, ir.Value], var: str,
                       width: int) -> None:
         for call in calls:
-            steps = self._lane_steps(call, var)
+            steps = self.accesses.lane_steps(call, var)
             self._lanes = (width, steps)
             try:
                 self._call(call, env)
@@ -844,16 +624,17 @@ class KernelEmitter:
     # ------------------------------------------------------------------ statements
 
     def _call(self, call: la.Call, env: dict[str, ir.Value]) -> None:
-        iterators, stmt = self.stmts[call.stmt]
+        iterators, stmt = self.accesses.statements[call.stmt]
         if len(iterators) != len(call.args):
             raise CodegenError(f"{call.stmt}: {len(call.args)} AST args for "
                                f"{len(iterators)} iterators")
-        point = {it: self._iexpr(arg, env) for it, arg in zip(iterators, call.args, strict=True)}
+        point = {it: self.frame.index.expr(arg, env)
+                 for it, arg in zip(iterators, call.args, strict=True)}
         slot = None
         if self._registers is not None and self._lanes is not None:
             slot = self._registers.get((call.stmt, *self._tile_position, self._vector_step))
         if slot is not None:  # an accumulator of a promoted register tile
-            buf = self.buffers[stmt.write.buffer][0]
+            buf = self.accesses.buffers[stmt.write.buffer]
             vty = ir.VectorType(memory_type(buf.dtype), self._lanes[0])
             self._slot = None if self._initialising else (slot, stmt.write.buffer, vty)
             try:
@@ -861,32 +642,26 @@ class KernelEmitter:
             finally:
                 self._slot = None
             if not isinstance(value.type, ir.VectorType):
-                value = self._scalars.splat(value, self._lanes[0])
+                value = self.frame.scalars.splat(value, self._lanes[0])
             self._filled.add((*self._tile_position, self._vector_step))
             if self._into_slots:
-                self.builder.store(value, slot)
+                self.frame.builder.store(value, slot)
                 return
         else:
             value = self._expr(stmt.body, point)
         ptr, step = self._address(stmt.write.buffer, stmt.write.index, point)
-        buf = self.buffers[stmt.write.buffer][0]
+        buf = self.accesses.buffers[stmt.write.buffer]
         if self._lanes is not None and not isinstance(value.type, ir.VectorType):
-            value = self._scalars.splat(value, self._lanes[0])
+            value = self.frame.scalars.splat(value, self._lanes[0])
         if buf.dtype == "bool":
-            value = self.builder.zext(value, like(value.type, I8))
-        self.builder.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
-
-    def _aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
-        out: ir.Value = ir.Constant(I64, 0)
-        for name, c in a.terms:
-            out = self._int("add", out, self._int("mul", point[name], ir.Constant(I64, c)))
-        return self._int("add", out, ir.Constant(I64, a.const))
+            value = self.frame.builder.zext(value, like(value.type, I8))
+        self.frame.builder.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
 
     def _address(self, buffer: str, index: tuple[Aff | Expr, ...],
                  point: Mapping[str, ir.Value]) -> tuple[ir.Value, int]:
         """The address of lane 0 and the element step between lanes (0 outside vector loops)."""
-        b = self.builder
-        buf, base = self.buffers[buffer]
+        b = self.frame.builder
+        buf, base = self.accesses.buffers[buffer], self.frame.pointers[buffer]
         if len(index) != len(buf.shape):
             raise CodegenError(f"{buffer}: index rank {len(index)} != buffer rank "
                                f"{len(buf.shape)}")
@@ -894,26 +669,26 @@ class KernelEmitter:
         stride = 1
         for ix, extent in reversed(list(zip(index, buf.shape, strict=True))):
             if isinstance(ix, Aff):
-                v = self._aff(ix, point)
+                v = self.frame.index.aff(ix, point)
                 if self.config.checked:
                     self._check_range(v, extent, ix, point)
             else:  # computed at run time: always range-checked, whatever the mode
                 v = self._expr(ix, point)
                 v = b.sext(v, I64) if v.type.width < 64 else v
                 self._check_range(v, extent)
-            term = self._int("mul", v, ir.Constant(I64, stride))
-            linear = term if linear is None else self._int("add", linear, term)
+            term = self.frame.index.int("mul", v, ir.Constant(I64, stride))
+            linear = term if linear is None else self.frame.index.int("add", linear, term)
             stride *= extent
         if linear is None:  # a scalar buffer
             linear = ir.Constant(I64, 0)
         step = 0
         if self._lanes is not None:
-            step = self._element_step(buffer, index, self._lanes[1])
+            step = self.accesses.element_step(buffer, index, self._lanes[1])
         return b.gep(base, [linear], inbounds=True, source_etype=memory_type(buf.dtype)), step
 
     def _check_range(self, v: ir.Value, extent: int, ix: Aff | None = None,
                      point: Mapping[str, ir.Value] | None = None) -> None:
-        b = self.builder
+        b = self.frame.builder
         ok = b.icmp_unsigned("<", v, ir.Constant(I64, extent))
         if self._lanes is not None and ix is not None and point is not None:
             # Lanes move along this index too: the last lane must be in range as well.
@@ -922,13 +697,13 @@ class KernelEmitter:
             if delta:
                 last = b.add(v, ir.Constant(I64, delta))
                 ok = b.and_(ok, b.icmp_unsigned("<", last, ir.Constant(I64, extent)))
-        cont = self.fn.append_basic_block("in_range")
-        b.cbranch(ok, cont, self.fail_block)
+        cont = self.frame.fn.append_basic_block("in_range")
+        b.cbranch(ok, cont, self.frame.fail_block)
         b.position_at_end(cont)
 
     def _load(self, e: Load, point: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.builder
-        buf = self.buffers[e.buffer][0]
+        b = self.frame.builder
+        buf = self.accesses.buffers[e.buffer]
         if self._slot is not None and e.buffer == self._slot[1]:
             return b.load(self._slot[0], typ=self._slot[2])
         ptr, step = self._address(e.buffer, e.index, point)
@@ -956,7 +731,7 @@ class KernelEmitter:
     # ------------------------------------------------------------------ scalar expressions
 
     def _expr(self, e: Expr, point: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.builder
+        b = self.frame.builder
         if isinstance(e, Const):
             return constant(e)
         if isinstance(e, Load):
@@ -967,19 +742,19 @@ class KernelEmitter:
                 width, steps = self._lanes
                 lanes = ir.Constant(ir.VectorType(I64, width),
                                     [k * steps[e.name] for k in range(width)])
-                v = b.add(self._scalars.splat(v, width), lanes)
-            return v if e.dtype == "int64" else self._scalars.cast(v, "int64", e.dtype)
+                v = b.add(self.frame.scalars.splat(v, width), lanes)
+            return v if e.dtype == "int64" else self.frame.scalars.cast(v, "int64", e.dtype)
         if isinstance(e, Cast):
-            return self._scalars.cast(self._expr(e.x, point), e.x.dtype, e.dtype)
+            return self.frame.scalars.cast(self._expr(e.x, point), e.x.dtype, e.dtype)
         if isinstance(e, Select):
-            c, x, y = self._scalars.match(self._expr(e.cond, point), self._expr(e.a, point),
+            c, x, y = self.frame.scalars.match(self._expr(e.cond, point), self._expr(e.a, point),
                                   self._expr(e.b, point))
             return b.select(c, x, y)
         if isinstance(e, Unary):
-            return self._scalars.unary(e.op, self._expr(e.x, point), e.x.dtype)
+            return self.frame.scalars.unary(e.op, self._expr(e.x, point), e.x.dtype)
         if isinstance(e, Binary):
-            x, y = self._scalars.match(self._expr(e.a, point), self._expr(e.b, point))
-            return self._scalars.binary(e.op, x, y, e.a.dtype)
+            x, y = self.frame.scalars.match(self._expr(e.a, point), self._expr(e.b, point))
+            return self.frame.scalars.binary(e.op, x, y, e.a.dtype)
         raise CodegenError(f"cannot emit expression {e!r}")
 
 
@@ -1014,7 +789,7 @@ def _unrolled_vector_nest(body: tuple[la.LNode, ...]
     while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
            and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
         loop = body[0].body[0]
-        trip = _static_trip(loop)
+        trip = static_trip(loop)
         if trip is None or trip > MAX_UNROLL or loop.inc != 1:
             return None
         unrolled.append(loop)
@@ -1029,63 +804,8 @@ def _unrolled_vector_nest(body: tuple[la.LNode, ...]
     return tuple(unrolled), vec
 
 
-def _linear(e: la.IExpr) -> dict[str, int] | None:
-    """``e`` as {var: coeff, "": const} when affine, else None."""
-    if isinstance(e, la.IConst):
-        return {"": e.value}
-    if isinstance(e, la.IVar):
-        return {e.name: 1}
-    parts = [_linear(a) for a in e.args]
-    if any(p is None for p in parts):
-        return None
-    if e.op in ("add", "sub"):
-        out = dict(parts[0])
-        for k, v in parts[1].items():
-            out[k] = out.get(k, 0) + (v if e.op == "add" else -v)
-        return out
-    if e.op == "neg":
-        return {k: -v for k, v in parts[0].items()}
-    if e.op == "mul":
-        a, b = parts
-        if set(a) <= {""}:
-            a, b = b, a
-        if set(b) <= {""}:
-            k = b.get("", 0)
-            return {n: v * k for n, v in a.items()}
-    return None
-
-
-def _inner_loop_named(node: la.For, names: set[str]) -> bool:
-    """Whether a loop named in ``names`` is nested in ``node`` (through single-loop bodies)."""
-    body = node.body
-    while len(body) == 1 and isinstance(body[0], la.For):
-        if body[0].iterator in names:
-            return True
-        body = body[0].body
-    return False
-
-
-def _static_trip(node: la.For) -> int | None:
-    """The trip count of ``for (i = init; i <= init + k; i++)`` (or ``<``), when constant."""
-    cond = node.cond
-    if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
-            and cond.args[0] == la.IVar(node.iterator)):
-        return None
-    upper, lower = _linear(cond.args[1]), _linear(node.init)
-    if upper is None or lower is None:
-        return None
-    diff = {k: upper.get(k, 0) - lower.get(k, 0) for k in set(upper) | set(lower)}
-    if any(v for k, v in diff.items() if k != ""):
-        return None
-    trip = diff.get("", 0) + (1 if cond.op == "le" else 0)
-    return max(trip, 0)
-
-
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
                 config: CodegenConfig) -> ir.Function:
     """Add ``kernel`` to ``module``, its loops given by ``ast``, its code decided by
     ``config``."""
-    stmts = {}
-    for loops, s in kernel.statements():
-        stmts[s.name] = (tuple(lp.iterator for lp in loops), s)
-    return KernelEmitter(module, kernel, stmts, config).emit(ast)
+    return KernelEmitter(module, kernel, Accesses.of(kernel), config).emit(ast)
