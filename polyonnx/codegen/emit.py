@@ -18,7 +18,7 @@ import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.access import Accesses, linear, static_trip
+from polyonnx.codegen.access import Accesses, static_trip
 from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.frame import Frame, close_frame, open_frame
 from polyonnx.codegen.llvm_types import (
@@ -35,6 +35,14 @@ from polyonnx.codegen.llvm_types import (
     zero,
 )
 from polyonnx.codegen.parallel import can_share, parallel_children, run_on_pool
+from polyonnx.codegen.tiles import (
+    MAX_UNROLL,
+    MAX_VECTOR_STEPS,
+    RegisterTile,
+    nest_call,
+    register_tile,
+    tile_group,
+)
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
     Aff,
@@ -47,13 +55,8 @@ from polyonnx.krnl.ir import (
     Load,
     Select,
     Unary,
-    loads,
 )
 
-MAX_UNROLL = 64
-MAX_VECTOR_STEPS = 8
-"""A vector loop with a constant trip count up to this many vectors is emitted straight-line
-(a register tile); a longer one becomes a loop."""
 PREFETCH_BYTES = 1024
 """How far ahead a register tile's reduction prefetches a streamed operand (see
 :meth:`KernelEmitter._streamed`): 8 iterations of a conv tile's weights (128 bytes per
@@ -145,10 +148,10 @@ class KernelEmitter:
                 self._call(node, env)
 
     def _for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        if self._registers is None and self._lanes is None:
-            tile = self._register_tile(node)
+        if self._registers is None:
+            tile = register_tile(node, self.accesses, self.config)
             if tile is not None:
-                self._promoted_for(node, env, *tile)
+                self._promoted_for(tile, env)
                 return
         self._plain_for(node, env)
 
@@ -200,47 +203,9 @@ class KernelEmitter:
 
     # ------------------------------------------------------------------ register tiles
 
-    def _register_tile(self, node: la.For
-                       ) -> tuple[tuple[la.For, ...], la.For, la.Call] | None:
-        """(unrolled loops, vector loop, statement) when ``node`` is a reduction around a
-        register tile: a chain of loops down to ``unroll`` loops (rows; a conv's pairs of
-        channel blocks) of ``vector`` steps of one statement that reads and writes one element
-        per tile point, at an index none of the chain's loops moves (``acc[r, v] += ...``
-        under ``for ic, kh, kw``)."""
-        loops = _reduction_loops(node)
-        chain, cur = [loop.iterator for loop in loops], loops[-1]
-        nest = _unrolled_vector_nest(cur.body)
-        if nest is None:
-            return None
-        unrolled, vec = nest
-        starts = [linear(loop.init) for loop in (*unrolled, vec)]
-        if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
-            return None  # the tile moves with the reduction (skewed or triangular loops)
-        call = vec.body[0]
-        iterators, stmt = self.accesses.statements[call.stmt]
-        width = self.accesses.width((call,), self.config.vector_bits)
-        vtrip = static_trip(vec)
-        if (vtrip is None or vtrip % width or vtrip > MAX_VECTOR_STEPS * width
-                or self.accesses.lane_steps(call, vec.iterator) is None or stmt.guards
-                or self.accesses.buffers[stmt.write.buffer].dtype == "bool"):
-            return None
-        args = dict(zip(iterators, call.args, strict=True))
-        for ix in stmt.write.index:
-            if not isinstance(ix, Aff):
-                return None
-            for name, _ in ix.terms:
-                lin = linear(args[name])
-                if lin is None or any(lin.get(c, 0) for c in chain):
-                    return None
-        same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
-        if len(same) != 1 or same[0].index != stmt.write.index:
-            return None
-        return unrolled, vec, call
-
-    def _promoted_for(self, node: la.For, env: dict[str, ir.Value],
-                      unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
+    def _promoted_for(self, tile: RegisterTile, env: dict[str, ir.Value],
                       places: list[_Accumulator] | None = None) -> None:
-        """Emit the reduction ``node`` with the tile's accumulators in stack slots. LLVM turns
+        """Emit the reduction of ``tile`` with its accumulators in stack slots. LLVM turns
         the slots into registers (they alias nothing), which it does not reliably do for the
         buffer itself once other loads and stores of it follow the loop (a fused epilogue).
         Alone, the tile is loaded from memory before the loop and stored after it; within a
@@ -248,24 +213,25 @@ class KernelEmitter:
         epilogue."""
         alone = places is None
         if places is None:
-            places = self._accumulators(env, unrolled, vec, call)
+            places = self._accumulators(env, tile)
             self._load_accumulators(places)
-        self._registers = self._slots_of(call.stmt, places)
-        self._reread = self._rereads(unrolled, vec, call, len(places))
-        self._streams = self._streamed(node, vec, call)
+        self._registers = self._slots_of(tile.call.stmt, places)
+        outer = self._tile_position
+        self._reread = frozenset((ld, (*outer, *p), j) for ld, p, j in tile.rereads)
+        self._streams = tile.streams
         try:
-            self._plain_for(node, env)
+            self._plain_for(tile.reduction, env)
         finally:
             self._registers, self._reread, self._streams = None, frozenset(), frozenset()
         if alone:
             self._store_accumulators(places)
 
-    def _accumulators(self, env: dict[str, ir.Value], unrolled: tuple[la.For, ...],
-                      vec: la.For, call: la.Call) -> list[_Accumulator]:
+    def _accumulators(self, env: dict[str, ir.Value], tile: RegisterTile
+                      ) -> list[_Accumulator]:
         """A stack slot and the address of each accumulator of a register tile."""
         b = self.frame.builder
+        unrolled, vec, call, width = tile.unrolled, tile.vector, tile.call, tile.width
         iterators, stmt = self.accesses.statements[call.stmt]
-        width = self.accesses.width((call,), self.config.vector_bits)
         steps = self.accesses.lane_steps(call, vec.iterator)
         buf = self.accesses.buffers[stmt.write.buffer]
         vty = ir.VectorType(memory_type(buf.dtype), width)
@@ -273,13 +239,13 @@ class KernelEmitter:
 
         def address(position: tuple[int, ...], j: int) -> ir.Value:
             """The accumulator's address computed from the tile's loop values."""
+            index = self.frame.index
             tile_env = dict(env)
             for loop, k in zip(unrolled, position, strict=True):
-                start = self.frame.index.expr(loop.init, tile_env)
-                tile_env[loop.iterator] = self.frame.index.int("add", start, ir.Constant(I64, k))
-            lane = self.frame.index.int("add", self.frame.index.expr(vec.init, tile_env),
-                             ir.Constant(I64, j * width))
-            point = {it: self.frame.index.expr(arg, {**tile_env, vec.iterator: lane})
+                start = index.expr(loop.init, tile_env)
+                tile_env[loop.iterator] = index.int("add", start, ir.Constant(I64, k))
+            lane = index.int("add", index.expr(vec.init, tile_env), ir.Constant(I64, j * width))
+            point = {it: index.expr(arg, {**tile_env, vec.iterator: lane})
                      for it, arg in zip(iterators, call.args, strict=True) if it in used}
             self._lanes = (width, steps)
             try:
@@ -288,24 +254,21 @@ class KernelEmitter:
                 self._lanes = None
 
         # One base pointer and constant offsets: LLVM then keeps a single register live across
-        # the reduction, not one address per accumulator (28 of them spilled to the stack
-        # around every tile). Checked code computes each address, to range-check it.
-        offset = self._tile_offsets(unrolled, vec, call, width)
+        # the reduction, not one address per accumulator (which spilled to the stack around
+        # every tile). Checked code computes each address, to range-check it.
         places = []
         first = None
-        trips = [range(static_trip(loop) or 0) for loop in unrolled]
-        for position in itertools.product(*trips):
-            for j in range(static_trip(vec) // width):
-                if first is None or self.config.checked:
-                    ptr = address(position, j)
-                    first = ptr if first is None else first
-                else:
-                    ptr = b.gep(first, [ir.Constant(I64, offset(position, j))], inbounds=True,
-                                source_etype=memory_type(buf.dtype))
-                with b.goto_entry_block():
-                    slot = b.alloca(vty)
-                places.append(_Accumulator(position, j, slot, ptr, vty,
-                                           np.dtype(buf.dtype).itemsize))
+        for acc in tile.accumulators:
+            if first is None or self.config.checked:
+                ptr = address(acc.position, acc.step)
+                first = ptr if first is None else first
+            else:
+                ptr = b.gep(first, [ir.Constant(I64, acc.offset)], inbounds=True,
+                            source_etype=memory_type(buf.dtype))
+            with b.goto_entry_block():
+                slot = b.alloca(vty)
+            places.append(_Accumulator(acc.position, acc.step, slot, ptr, vty,
+                                       np.dtype(buf.dtype).itemsize))
         return places
 
     def _slots_of(self, stmt: str, places: list[_Accumulator]
@@ -335,28 +298,23 @@ class KernelEmitter:
         memory and the epilogue reads them from the slots, so the tile goes to memory once
         instead of three times (``init -> store, load -> reduction -> store, load -> epilogue
         -> store``). How many nodes it emitted (0: no register tile here, emit as usual)."""
-        if self._registers is not None or self._lanes is not None:
+        if self._registers is not None:
             return 0
-        init = nodes[i] if isinstance(nodes[i], la.Mark | la.If) else None
-        at = i + (init is not None)
-        if at >= len(nodes) or not isinstance(nodes[at], la.For):
+        group = tile_group(nodes, i, self.accesses, self.config)
+        if group is None:
             return 0
-        tile = self._register_tile(nodes[at])
-        if tile is None or (init is not None and not self._covers(init, tile)):
-            return 0
-        after = nodes[at + 1] if at + 1 < len(nodes) else None
-        epilogue = after if after is not None and self._covers(after, tile) else None
-        if init is None and epilogue is None:  # the tile alone (analysed once, not again)
-            self._promoted_for(nodes[at], env, *tile)
+        if group.init is None and group.epilogue is None:
+            self._promoted_for(group.tile, env)
             return 1
-        places = self._accumulators(env, *tile)
-        self._guarded(init, env, lambda nest: self._fill(nest, env, places, into_slots=True),
+        places = self._accumulators(env, group.tile)
+        self._guarded(group.init, env,
+                      lambda nest: self._fill(nest, env, places, into_slots=True),
                       lambda: self._load_accumulators(places))
-        self._promoted_for(nodes[at], env, *tile, places=places)
-        self._guarded(epilogue, env,
+        self._promoted_for(group.tile, env, places=places)
+        self._guarded(group.epilogue, env,
                       lambda nest: self._fill(nest, env, places, into_slots=False),
                       lambda: self._store_accumulators(places))
-        return at + 1 - i + (epilogue is not None)
+        return group.size
 
     def _guarded(self, node: la.LNode | None, env: dict[str, ir.Value],
                  fill: Callable[[la.LNode], None], otherwise: Callable[[], None]) -> None:
@@ -375,48 +333,11 @@ class KernelEmitter:
         else:
             fill(node)
 
-    def _covers(self, nest: la.LNode, tile: tuple[tuple[la.For, ...], la.For, la.Call]
-                ) -> bool:
-        """Whether ``nest`` is a straight-line nest of one statement over the same unrolled
-        and vector loops as ``tile`` writing, at each point, the tile's accumulator there, and
-        reading no other element of it (an epilogue reads the sum there; an init, the value
-        in memory the sums start from: a residual updated in place). The nest may be the
-        only branch of an ``if`` (a chunked reduction's first or last chunk)."""
-        if isinstance(nest, la.If):
-            if len(nest.then) != 1 or nest.orelse:
-                return False
-            nest = nest.then[0]
-        parsed = _unrolled_vector_nest((nest,))
-        if parsed is None:
-            return False
-        loops, theirs = (*parsed[0], parsed[1]), (*tile[0], tile[1])
-        call, tile_call = parsed[1].body[0], tile[2]
-        if len(loops) != len(theirs) or any(
-                a.init != b.init or a.inc != 1 or static_trip(a) != static_trip(b)
-                for a, b in zip(loops, theirs, strict=True)):
-            return False
-        _, stmt = self.accesses.statements[call.stmt]
-        _, tile_stmt = self.accesses.statements[tile_call.stmt]
-        if (stmt.guards or stmt.write.buffer != tile_stmt.write.buffer
-                or self.accesses.width((call,), self.config.vector_bits)
-                != self.accesses.width((tile_call,), self.config.vector_bits)
-                or self.accesses.lane_steps(call, parsed[1].iterator) is None):
-            return False
-        rename = {a.iterator: b.iterator for a, b in zip(loops, theirs, strict=True)}
-        element = self.accesses.element(call, stmt.write.index, rename)
-        if element is None or element != self.accesses.element(tile_call,
-                                                                tile_stmt.write.index, {}):
-            return False
-        return all(ld.index == stmt.write.index for ld in loads(stmt.body)
-                   if ld.buffer == stmt.write.buffer)
-
     def _fill(self, nest: la.LNode, env: dict[str, ir.Value], places: list[_Accumulator],
               into_slots: bool) -> None:
         """Emit the init (``into_slots``) or epilogue ``nest`` of a tile group: its statement
         at each tile point reads (epilogue) and writes (init) that point's slot."""
-        parsed = _unrolled_vector_nest((nest,))
-        assert parsed is not None
-        stmt = parsed[1].body[0].stmt
+        stmt = nest_call(nest).stmt
         self._registers = self._slots_of(stmt, places)
         self._into_slots = self._initialising = into_slots
         self._filled = set()
@@ -424,96 +345,10 @@ class KernelEmitter:
             self._nodes((nest,), env)
         finally:
             self._registers, self._into_slots, self._initialising = None, True, False
-        if len(self._filled) != len(places):  # (_covers matched a nest emitted otherwise)
+        if len(self._filled) != len(places):  # (covers() matched a nest emitted otherwise)
             raise CodegenError(f"{self.kernel.name}: a register tile's "
                                f"{'init' if into_slots else 'epilogue'} reached "
                                f"{len(self._filled)} of its {len(places)} accumulators")
-
-    def _tile_offsets(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
-                      width: int) -> Callable[[tuple[int, ...], int], int]:
-        """Element offset of a register tile's accumulator (tile position, vector step) from
-        the first one's: the written index is affine in the statement iterators, which are
-        linear in the unrolled and vector loops (:meth:`_register_tile` checked both)."""
-        _, stmt = self.accesses.statements[call.stmt]
-        per_step = [self.accesses.element_step(stmt.write.buffer, stmt.write.index,
-                                       self.accesses.iterator_steps(call, loop.iterator) or {})
-                    for loop in (*unrolled, vec)]
-
-        def offset(position: tuple[int, ...], j: int) -> int:
-            return sum(p * n for p, n in zip((*position, j * width), per_step, strict=True))
-
-        return offset
-
-    def _rereads(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
-                 accumulators: int) -> frozenset[tuple[Load, tuple[int, ...], int]]:
-        """The vector-load instances of a register tile to read from memory at each use.
-
-        Each iteration of the reduction holds the accumulators, every distinct vector it loads
-        (a conv's weight vectors: one per channel block and vector step) and one broadcast
-        value. When that is more than the register file (a 7 x 2 x 2 conv tile: 28 + 4 + 1 =
-        33 of AVX-512's 32), LLVM spills accumulators (a store and a reload per iteration).
-        Instead the last vectors loaded over the budget are loaded volatile at each of their
-        uses, which keeps LLVM from merging them into one value: they become memory operands
-        of their FMAs, an extra load each, which the load ports absorb.
-        """
-        _, stmt = self.accesses.statements[call.stmt]
-        steps = self.accesses.lane_steps(call, vec.iterator)
-        trips = [static_trip(loop) or 0 for loop in unrolled]
-        vector_steps = (static_trip(vec) or 0) // self.accesses.width((call,),
-                                                                      self.config.vector_bits)
-        loop_steps = [self.accesses.iterator_steps(call, loop.iterator) or {} for loop in unrolled]
-
-        def moved_by(ld: Load) -> list[int]:
-            """The unrolled loops (by position) the load's address moves with."""
-            return [k for k, per in enumerate(loop_steps)
-                    if self.accesses.element_step(ld.buffer, ld.index, per)]
-
-        vectors = []
-        for ld in dict.fromkeys(loads(stmt.body)):
-            if ld.buffer == stmt.write.buffer or any(not isinstance(i, Aff) for i in ld.index):
-                continue
-            if self.accesses.element_step(ld.buffer, ld.index, steps) == 1:
-                vectors.append((ld, moved_by(ld)))
-        copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps
-                     for _, moved in vectors)
-        excess = accumulators + copies + 1 - self._vector_registers()
-        if excess <= 0 or not vectors:
-            return frozenset()
-        ld, moved = vectors[-1]
-        # Its distinct copies in emission order (tile positions outermost first, then the
-        # vector step); the last ``excess`` of them are re-read.
-        distinct = sorted({(tuple(p[k] for k in moved), j)
-                           for p in itertools.product(*map(range, trips))
-                           for j in range(vector_steps)})
-        chosen = set(distinct[-excess:])
-        outer = self._tile_position  # (the iterations of unroll loops around the tile)
-        return frozenset((ld, (*outer, *p), j) for p in itertools.product(*map(range, trips))
-                         for j in range(vector_steps)
-                         if (tuple(p[k] for k in moved), j) in chosen)
-
-    def _streamed(self, node: la.For, vec: la.For, call: la.Call) -> frozenset[Load]:
-        """The vector loads of a register tile's reduction ``node`` that stream through an
-        operand larger than ``prefetch_above`` bytes (a quarter of L2: ResNet50's 7x7 and
-        14x14 weights, 1-9 MB a layer), moving forward with the innermost reduction loop.
-
-        The first row tile of each cache chunk fetches that chunk's weights; the hardware
-        prefetchers do not run far enough ahead of it, so each of those loads waits on L3 or
-        memory. A software prefetch ``PREFETCH_BYTES`` ahead in the same stream (into the
-        next chunk at the end of one) hides that. Operands that fit in L2 get none: there it
-        only costs load-port slots (ResNet50's 28x28 1x1 convs and the stem ran 3-8% slower
-        with it)."""
-        if not self.config.prefetch_above:
-            return frozenset()
-        inner = _reduction_loops(node)[-1]
-        _, stmt = self.accesses.statements[call.stmt]
-        lanes = self.accesses.lane_steps(call, vec.iterator) or {}
-        along = self.accesses.iterator_steps(call, inner.iterator) or {}
-        return frozenset(
-            ld for ld in loads(stmt.body)
-            if ld.buffer != stmt.write.buffer and all(isinstance(i, Aff) for i in ld.index)
-            and self.accesses.buffers[ld.buffer].nbytes > self.config.prefetch_above
-            and self.accesses.element_step(ld.buffer, ld.index, lanes) == 1
-            and self.accesses.element_step(ld.buffer, ld.index, along) > 0)
 
     def _prefetch(self, buffer: str, ptr: ir.GEPInstr) -> None:
         """Prefetch ``PREFETCH_BYTES`` after ``ptr`` (an element of ``buffer``) into L1, once
@@ -529,11 +364,6 @@ class KernelEmitter:
         ahead = b.gep(ptr, [ir.Constant(I64, PREFETCH_BYTES)], source_etype=I8)
         # (read, locality 3: keep in all cache levels, data cache)
         b.call(fn, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
-
-    def _vector_registers(self) -> int:
-        """Vector registers to budget a tile for: 32 with AVX-512, else 16 (AVX; AArch64's 32
-        NEON registers are counted as 16, which only makes its budget conservative)."""
-        return 32 if self.config.vector_bits >= 512 else 16
 
     def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         return declare(self.module, name, ret, args)
@@ -770,38 +600,6 @@ class _Accumulator:
     ptr: ir.Value
     type: ir.Type
     align: int
-
-
-def _reduction_loops(node: la.For) -> list[la.For]:
-    """``node`` and the loops perfectly nested in it: a register tile's reduction loops (its
-    rows and vector loop sit under marks, not directly)."""
-    loops = [node]
-    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], la.For):
-        loops.append(loops[-1].body[0])
-    return loops
-
-
-def _unrolled_vector_nest(body: tuple[la.LNode, ...]
-                          ) -> tuple[tuple[la.For, ...], la.For] | None:
-    """(unrolled loops, vector loop) when ``body`` is one or more ``unroll`` loops of constant
-    trip counts, one inside the other, around one ``vector`` loop of one statement."""
-    unrolled: list[la.For] = []
-    while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
-           and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
-        loop = body[0].body[0]
-        trip = static_trip(loop)
-        if trip is None or trip > MAX_UNROLL or loop.inc != 1:
-            return None
-        unrolled.append(loop)
-        body = loop.body
-    if not unrolled or not (len(body) == 1 and isinstance(body[0], la.Mark)
-                            and body[0].name == "vector" and len(body[0].body) == 1
-                            and isinstance(body[0].body[0], la.For)):
-        return None
-    vec = body[0].body[0]
-    if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
-        return None
-    return tuple(unrolled), vec
 
 
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
