@@ -27,6 +27,8 @@ class Frame:
     pointers: Mapping[str, ir.Value]
     """buffer name -> its pointer (a ``noalias`` argument of ``fn``)"""
     fail_block: ir.Block
+    declare: Declare
+    """Declares the external functions the code calls (in the module of ``fn``)."""
     index: IndexEmitter
     scalars: ScalarEmitter
     outlined: bool = False
@@ -40,7 +42,7 @@ def open_frame(fn: ir.Function, pointers: Mapping[str, ir.Value], declare: Decla
     fail = fn.append_basic_block("index_out_of_range")
     ir.IRBuilder(fail).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
     builder = ir.IRBuilder(entry)
-    return Frame(fn, builder, pointers, fail, IndexEmitter(builder),
+    return Frame(fn, builder, pointers, fail, declare, IndexEmitter(builder),
                  ScalarEmitter(builder, declare), outlined)
 
 

@@ -20,7 +20,6 @@ from polyonnx.codegen import loopast as la
 from polyonnx.codegen.access import static_trip
 from polyonnx.codegen.frame import Frame, close_frame, open_frame
 from polyonnx.codegen.llvm_types import I32, I64, PTR
-from polyonnx.codegen.scalar import Declare
 
 PARALLEL_ENTRY = "polyonnx_parallel_for"
 
@@ -84,7 +83,7 @@ def can_share(node: la.For) -> bool:
 
 
 def run_on_pool(frame: Frame, node: la.For, env: Mapping[str, ir.Value], *, name: str,
-                threads: int, declare: Declare, emit_chunk: ChunkBody) -> None:
+                threads: int, emit_chunk: ChunkBody) -> None:
     """Emit loop ``node`` (:func:`can_share`) at ``frame``'s builder as a call of the thread
     pool on ``threads`` threads; ``emit_chunk`` emits its body into the outlined function
     ``<name>.body``, the loop bounded by its arguments ``parallel.lo`` and ``parallel.hi``."""
@@ -118,8 +117,8 @@ def run_on_pool(frame: Frame, node: la.For, env: Mapping[str, ir.Value], *, name
     first, last = args[len(buffers)], args[len(buffers) + 1]
     inner_env = dict(zip(names, args[len(buffers) + 2:], strict=True))
     inner_env["parallel.lo"], inner_env["parallel.hi"] = first, last
-    inner = open_frame(body_fn, dict(zip(buffers, args[:len(buffers)], strict=True)), declare,
-                       outlined=True)
+    inner = open_frame(body_fn, dict(zip(buffers, args[:len(buffers)], strict=True)),
+                       frame.declare, outlined=True)
     bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
     emit_chunk(inner, la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
                              node.body), inner_env)
@@ -142,7 +141,7 @@ def run_on_pool(frame: Frame, node: la.For, env: Mapping[str, ir.Value], *, name
     ob.ret_void()
     count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
                   ir.Constant(I64, 1))
-    pool = declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
+    pool = frame.declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
     b.call(pool, [outlined, ctx, count, ir.Constant(I32, threads)])
     status = b.load(_slot(b, ctx, 0), typ=I64)
     failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))

@@ -13,9 +13,10 @@ from llvmlite import ir
 import polyonnx
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.config import CodegenConfig
-from polyonnx.codegen.emit import PREFETCH_BYTES, emit_kernel
+from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.jit import jit
 from polyonnx.codegen.kernel_call import kernel_callable
+from polyonnx.codegen.tile_emit import PREFETCH_BYTES
 from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.default import Tiling, default_schedule
