@@ -2,8 +2,8 @@
 affine indices, folded when an operand is constant and numbered per basic block.
 
 Addresses are sums of products of the same loop values, once per access of every unrolled
-statement: numbering them leaves LLVM (and llvmlite's IR printer) a third of the instructions
-to parse and simplify, for the same machine code.
+statement: numbering them leaves LLVM (and llvmlite's IR printer) far fewer instructions to
+parse and simplify, for the same machine code.
 """
 
 from __future__ import annotations

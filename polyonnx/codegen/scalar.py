@@ -7,9 +7,8 @@ builder and a way to declare the external functions it calls.
 
 Floating-point adds and multiplies carry ``contract`` only, so LLVM forms FMAs but never
 reassociates a sum: every output element is summed in the order its loops say, the same order
-for every element. (With ``reassoc`` LLVM vectorized some reductions and not others, so equal
-outputs came out unequal; the shipped ResNet50, whose logits are all 1.28e19, turned that into a
-wrong softmax.) Vector code comes from the schedule's vector loops, which never need it.
+for every element (with ``reassoc``, equal outputs came out unequal; see docs/performance.md).
+Vector code comes from the schedule's vector loops, which never need it.
 
 Example:
     >>> from polyonnx.codegen.llvm_types import declare
