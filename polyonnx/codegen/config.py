@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
 from polyonnx.options import Options
 
 
@@ -31,6 +30,9 @@ class CodegenConfig:
     @staticmethod
     def for_options(options: Options) -> CodegenConfig:
         """What ``options`` ask for on their target (the host's unless another is set)."""
+        # (imported here: reading the target needs LLVM, the record itself does not)
+        from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
+
         return CodegenConfig(options.checked, vector_bits(options), thread_count(options),
                              prefetch_above(options))
 

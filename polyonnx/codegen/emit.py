@@ -120,13 +120,18 @@ class KernelEmitter:
         close_frame(self.frame)
         return fn
 
+    def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """The module's declaration of the external function ``name``."""
+        return declare(self.module, name, ret, args)
+
     # ------------------------------------------------------------------ loop structure
 
     def _nodes(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value]) -> None:
         i = 0
         while i < len(nodes):
-            group = tile_group(nodes, i, self.accesses, self.config) if self._tile is None \
-                else None
+            group = None
+            if self._tile is None:  # (register tiles do not nest)
+                group = tile_group(nodes, i, self.accesses, self.config)
             if group is not None:
                 emit_tile_group(self, group, env)
                 i += group.size
@@ -177,6 +182,32 @@ class KernelEmitter:
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
+
+    def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
+        """A loop under an ``unroll`` mark with a constant trip count: its body, once per
+        iteration, straight-line (isl could unroll too, but generating the AST then costs far
+        more)."""
+        trip = static_trip(node)
+        if trip is None or trip > MAX_UNROLL or node.inc != 1:
+            self._for(node, env)
+            return
+        init = self.frame.index.expr(node.init, env)
+        outer = self._unrolled
+        for k in range(trip):
+            value = self.frame.index.int("add", init, ir.Constant(I64, k))
+            self._unrolled = (*outer, k)
+            self._nodes(node.body, {**env, node.iterator: value})
+        self._unrolled = outer
+
+    def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
+        cond = self.frame.index.expr(node.cond, env)
+        with self.frame.builder.if_else(cond) as (then, orelse):
+            with then:
+                self._nodes(node.then, env)
+            with orelse:
+                self._nodes(node.orelse, env)
+
+    # ------------------------------------------------------------------ parallel loops
 
     def _parallel_mark(self, mark: la.Mark, env: dict[str, ir.Value]) -> None:
         """A ``parallel`` mark's body, its parallel loops run on the thread pool
@@ -229,33 +260,6 @@ class KernelEmitter:
         """The address of lane 0 of ``buffer[index]`` at a statement instance (range-checked
         in checked mode)."""
         return self._address(buffer, index, _Instance(point, lanes))[0]
-
-    def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        return declare(self.module, name, ret, args)
-
-    def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        """A loop under an ``unroll`` mark with a constant trip count: its body, once per
-        iteration, straight-line (isl could unroll too, but generating the AST then costs far
-        more)."""
-        trip = static_trip(node)
-        if trip is None or trip > MAX_UNROLL or node.inc != 1:
-            self._for(node, env)
-            return
-        init = self.frame.index.expr(node.init, env)
-        outer = self._unrolled
-        for k in range(trip):
-            value = self.frame.index.int("add", init, ir.Constant(I64, k))
-            self._unrolled = (*outer, k)
-            self._nodes(node.body, {**env, node.iterator: value})
-        self._unrolled = outer
-
-    def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
-        cond = self.frame.index.expr(node.cond, env)
-        with self.frame.builder.if_else(cond) as (then, orelse):
-            with then:
-                self._nodes(node.then, env)
-            with orelse:
-                self._nodes(node.orelse, env)
 
     # ------------------------------------------------------------------ vector loops
 
