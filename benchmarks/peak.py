@@ -38,6 +38,7 @@ from llvmlite import ir
 
 import polyonnx
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.jit import parse_and_optimize
 from polyonnx.codegen.kernel_call import kernel_callable
@@ -93,7 +94,7 @@ def fma_kernel(rows: int, lanes: int, iterations: int) -> tuple[Kernel, tuple[la
 def assembly(kernel: Kernel, ast: tuple[la.LNode, ...], options: Options) -> str:
     """The optimized x86 assembly of ``kernel`` (as the JIT compiles it)."""
     module = ir.Module(name=kernel.name)
-    emit_kernel(module, kernel, ast, options.checked, vector_bits(options), 1)
+    emit_kernel(module, kernel, ast, CodegenConfig(options.checked, vector_bits(options), 1))
     with LLVM_LOCK:
         tm = target_machine(options)
         return tm.emit_assembly(parse_and_optimize(module, tm, options.opt_level))

@@ -4,29 +4,62 @@ A kernel becomes ``i32 @name(ptr noalias %buf0, ...)`` taking its buffers in
 ``Kernel.buffers`` order and returning 0, or a non-zero status when a run-time check fails
 (a computed index out of range, or any access out of range in checked mode).
 
-Floating-point adds and multiplies carry ``contract`` only, so LLVM forms FMAs but never
-reassociates a sum: every output element is summed in the order its loops say, the same order
-for every element. (With ``reassoc`` LLVM vectorized some reductions and not others, so equal
-outputs came out unequal; the shipped ResNet50, whose logits are all 1.28e19, turned that into a
-wrong softmax.) Vector code comes from the schedule's vector loops, which never need it.
+This module walks the loop AST: plain, ``unroll`` and ``vector`` loops, conditionals, statement
+instances with their addresses and range checks. The rest is its collaborators':
+:mod:`~polyonnx.codegen.parallel` outlines ``parallel`` loops, :mod:`~polyonnx.codegen.tiles`
+plans the register tiles and :mod:`~polyonnx.codegen.tile_emit` emits them,
+:mod:`~polyonnx.codegen.scalar` and :mod:`~polyonnx.codegen.index` emit the arithmetic.
+
+Example:
+    >>> from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
+    >>> i = Aff.var("i")
+    >>> kernel = Kernel("double", (Buffer("x", "float32", (4,), "input"),
+    ...                            Buffer("y", "float32", (4,), "output")),
+    ...                 (Loop("i", 0, 4, (Stmt("S0", Access("y", (i,)),
+    ...                                        Load("x", (i,), "float32") * 2.0),)),))
+    >>> loop = la.For("c0", la.IConst(0), la.IOp("le", (la.IVar("c0"), la.IConst(3))), 1,
+    ...               (la.Call("S0", (la.IVar("c0"),)),))
+    >>> module = ir.Module()
+    >>> config = CodegenConfig(vector_bits=128)  # 4 lanes: the whole loop, one vector
+    >>> fn = emit_kernel(module, kernel, (la.Mark("vector", (loop,)),), config)
+    >>> "fmul contract <4 x float>" in str(module)
+    True
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.access import Accesses, Lanes, static_trip
+from polyonnx.codegen.config import CodegenConfig
+from polyonnx.codegen.frame import Frame, close_frame, open_frame
+from polyonnx.codegen.llvm_types import (
+    I8,
+    I32,
+    I64,
+    PTR,
+    constant,
+    declare,
+    like,
+    memory_type,
+    volatile_load,
+    whole,
+    zero,
+)
+from polyonnx.codegen.parallel import can_share, parallel_children, run_on_pool
+from polyonnx.codegen.tile_emit import TileState, emit_register_tile, emit_tile_group, prefetch
+from polyonnx.codegen.tiles import MAX_UNROLL, MAX_VECTOR_STEPS, register_tile, tile_group
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
-    FLOAT_DTYPES,
     Aff,
     Binary,
-    Buffer,
     Cast,
     Const,
     Expr,
@@ -34,58 +67,21 @@ from polyonnx.krnl.ir import (
     Kernel,
     Load,
     Select,
-    Stmt,
     Unary,
-    loads,
 )
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-PTR = ir.PointerType()
-FAST = ("contract",)
 
-STATUS_OK, STATUS_INDEX_OUT_OF_RANGE = 0, 1
-MAX_UNROLL = 64
-MAX_VECTOR_STEPS = 8
-"""A vector loop with a constant trip count up to this many vectors is emitted straight-line
-(a register tile); a longer one becomes a loop."""
-PARALLEL_ENTRY = "polyonnx_parallel_for"
-PREFETCH_BYTES = 1024
-"""How far ahead a register tile's reduction prefetches a streamed operand (see
-:meth:`KernelEmitter._streamed`): 8 iterations of a conv tile's weights (128 bytes per
-channel block each). 1 KiB ran ResNet50's 7x7 and 14x14 layers 2-9% faster per layer; 512
-bytes and 2 KiB no better, 4 KiB worse."""
+@dataclass(frozen=True)
+class _Instance:
+    """A statement instance being emitted."""
 
-_SCALAR_TYPES: dict[str, ir.Type] = {
-    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
-    "int8": I8, "uint8": I8, "int16": ir.IntType(16), "uint16": ir.IntType(16),
-    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I1,
-}
-
-
-def value_type(dtype: str) -> ir.Type:
-    """The LLVM type a scalar of ``dtype`` has in registers (bool is i1)."""
-    return _SCALAR_TYPES[dtype]
-
-
-def memory_type(dtype: str) -> ir.Type:
-    """The LLVM type a scalar of ``dtype`` has in memory (bool is a byte)."""
-    return I8 if dtype == "bool" else _SCALAR_TYPES[dtype]
-
-
-def _is_float(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES
-
-
-def _is_signed(dtype: str) -> bool:
-    return dtype.startswith("int")
-
-
-_LLVM_SUFFIX = {"float16": "f16", "float32": "f32", "float64": "f64"}
-_INTRINSIC_UNARY = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
-                    "floor": "floor", "ceil": "ceil", "round": "roundeven", "abs": "fabs",
-                    "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
-                    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh"}
-_LIBM_UNARY = ("asinh", "acosh", "atanh", "erf")
+    point: Mapping[str, ir.Value]
+    """Each statement iterator's value (lane 0's in a vector loop)."""
+    lanes: Lanes | None = None
+    """In a vector loop: its lanes."""
+    held: tuple[str, ir.Value, ir.Type] | None = None
+    """In a register tile: (buffer, slot, type) of the accumulator the statement reads from
+    its slot instead of memory."""
 
 
 @dataclass
@@ -94,89 +90,66 @@ class KernelEmitter:
 
     module: ir.Module
     kernel: Kernel
-    stmts: Mapping[str, tuple[tuple[str, ...], Stmt]]
-    """statement name -> (its iterators, the statement)"""
-    checked: bool = False
-    vector_bits: int = 256
-    threads: int = 1
-    prefetch_above: int = 0
-    """Operands a register tile's reduction streams through that are larger than this many
-    bytes are prefetched ahead (0: never; see :meth:`_streamed`)."""
-    fn: ir.Function = field(init=False)
-    builder: ir.IRBuilder = field(init=False)
-    buffers: dict[str, tuple[Buffer, ir.Value]] = field(init=False, default_factory=dict)
-    fail_block: ir.Block = field(init=False)
-    _in_parallel: bool = field(init=False, default=False)
-    _parallel_count: int = field(init=False, default=0)
-    _lanes: tuple[int, dict[str, int]] | None = field(init=False, default=None)
-    """Inside a vector loop: (width, element step of each statement iterator per lane)."""
-    _registers: dict[tuple[str | int, ...], ir.Value] | None = field(init=False, default=None)
-    """Inside a promoted reduction (see :meth:`_promoted_for`): the stack slot that holds the
-    accumulator of each (statement, unrolled iterations..., vector step) of the register
-    tile."""
-    _tile_position: tuple[int, ...] = field(init=False, default=())
-    """The iterations of the enclosing ``unroll`` loops being emitted, outermost first."""
+    accesses: Accesses
+    config: CodegenConfig
+    frame: Frame = field(init=False)
+    """The function being emitted: the kernel's, or an outlined parallel loop body."""
+    _parallel_loops: Iterator[int] = field(init=False, default_factory=itertools.count)
+    """Numbers the parallel loops outlined (their functions' names)."""
+    _tile: TileState | None = field(init=False, default=None)
+    """The register tile being emitted (see :meth:`emit_in_tile`)."""
+    _unrolled: tuple[int, ...] = field(init=False, default=())
+    """The iterations of the enclosing ``unroll`` loops being emitted, outermost first (from
+    the register tile's start inside one)."""
     _vector_step: int = field(init=False, default=0)
-    _slot: tuple[ir.Value, str, ir.Type] | None = field(init=False, default=None)
-    """While emitting a promoted accumulator's statement: (its slot, buffer, vector type)."""
-    _reread: frozenset[tuple[Load, tuple[int, ...], int]] = field(init=False,
-                                                                  default=frozenset())
-    """Inside a promoted reduction: the (vector load, tile position, vector step) instances
-    read from memory at each use (see :meth:`_rereads`)."""
-    _into_slots: bool = field(init=False, default=True)
-    """Whether a statement of a promoted register tile writes its accumulator's slot (init,
-    reduction) or memory (a tile group's epilogue, see :meth:`_tile_group`)."""
-    _initialising: bool = field(init=False, default=False)
-    """While emitting a tile group's init: its statement reads the accumulator's element from
-    memory (a residual the sums start from), its slot holds nothing yet."""
-    _filled: set[tuple[int, ...]] = field(init=False, default_factory=set)
-    """The tile points a tile group's init or epilogue has written."""
-    _streams: frozenset[Load] = field(init=False, default=frozenset())
-    """Inside a promoted reduction: the loads to prefetch ahead (see :meth:`_streamed`)."""
+    """The vector being emitted of a straight-line vector loop."""
     _prefetched: set[tuple[ir.Block, str, object]] = field(init=False, default_factory=set)
     """(block, buffer, element offset) of the prefetches emitted."""
-    _numbered: dict[tuple, ir.Value] = field(init=False, default_factory=dict)
-    """Integer instructions already emitted, by (block, op, operands): see :meth:`_int`."""
 
     def emit(self, ast: tuple[la.LNode, ...]) -> ir.Function:
+        """The kernel's function, its loops ``ast``."""
         fnty = ir.FunctionType(I32, [PTR] * len(self.kernel.buffers))
-        self.fn = ir.Function(self.module, fnty, name=self.kernel.name)
-        self.fn.attributes.add("nounwind")
-        for arg, buf in zip(self.fn.args, self.kernel.buffers, strict=True):
+        fn = ir.Function(self.module, fnty, name=self.kernel.name)
+        fn.attributes.add("nounwind")
+        for arg, buf in zip(fn.args, self.kernel.buffers, strict=True):
             arg.name = "b_" + "".join(ch if ch.isalnum() else "_" for ch in buf.name)
             arg.add_attribute("noalias")
-            self.buffers[buf.name] = (buf, arg)
-        entry = self.fn.append_basic_block("entry")
-        self.fail_block = self.fn.append_basic_block("index_out_of_range")
-        ir.IRBuilder(self.fail_block).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
-        self.builder = ir.IRBuilder(entry)
+        pointers = {buf.name: arg for buf, arg in zip(self.kernel.buffers, fn.args, strict=True)}
+        self.frame = open_frame(fn, pointers, self._declare)
         self._nodes(ast, {})
-        self.builder.ret(ir.Constant(I32, STATUS_OK))
-        return self.fn
+        close_frame(self.frame)
+        return fn
+
+    def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """The module's declaration of the external function ``name``."""
+        return declare(self.module, name, ret, args)
 
     # ------------------------------------------------------------------ loop structure
 
     def _nodes(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value]) -> None:
         i = 0
         while i < len(nodes):
-            taken = self._tile_group(nodes, i, env)
-            if taken:
-                i += taken
+            group = None
+            if self._tile is None:  # (register tiles do not nest)
+                group = tile_group(nodes, i, self.accesses, self.config)
+            if group is not None:
+                emit_tile_group(self, group, env)
+                i += group.size
                 continue
             node = nodes[i]
             i += 1
-            if isinstance(node, la.For):  # (not a register tile: _tile_group looked)
+            if isinstance(node, la.For):  # (not a register tile: tile_group looked)
                 self._plain_for(node, env)
             elif isinstance(node, la.If):
                 self._if(node, env)
             elif isinstance(node, la.Mark) and node.name == "vector" and len(node.body) == 1 \
-                    and isinstance(node.body[0], la.For) and self._lanes is None:
+                    and isinstance(node.body[0], la.For):
                 self._vector_for(node.body[0], env)
             elif isinstance(node, la.Mark) and node.name == "unroll" and len(node.body) == 1 \
                     and isinstance(node.body[0], la.For):
                 self._unrolled_for(node.body[0], env)
             elif isinstance(node, la.Mark) and node.name.split()[0] == "parallel" \
-                    and self.threads > 1 and not self._in_parallel and self._lanes is None:
+                    and self.config.threads > 1 and not self.frame.outlined:
                 self._parallel_mark(node, env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
@@ -184,26 +157,25 @@ class KernelEmitter:
                 self._call(node, env)
 
     def _for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        if self._registers is None and self._lanes is None:
-            tile = self._register_tile(node)
-            if tile is not None:
-                self._promoted_for(node, env, *tile)
-                return
-        self._plain_for(node, env)
+        tile = register_tile(node, self.accesses, self.config) if self._tile is None else None
+        if tile is not None:
+            emit_register_tile(self, tile, env)
+        else:
+            self._plain_for(node, env)
 
     def _plain_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        b = self.builder
-        init = self._iexpr(node.init, env)
+        b = self.frame.builder
+        init = self.frame.index.expr(node.init, env)
         pre = b.block
-        header = self.fn.append_basic_block(f"{node.iterator}.header")
-        body = self.fn.append_basic_block(f"{node.iterator}.body")
-        exit_ = self.fn.append_basic_block(f"{node.iterator}.exit")
+        header = self.frame.fn.append_basic_block(f"{node.iterator}.header")
+        body = self.frame.fn.append_basic_block(f"{node.iterator}.body")
+        exit_ = self.frame.fn.append_basic_block(f"{node.iterator}.exit")
         b.branch(header)
         b.position_at_end(header)
         iv = b.phi(I64, name=node.iterator)
         iv.add_incoming(init, pre)
         inner = {**env, node.iterator: iv}
-        b.cbranch(self._iexpr(node.cond, inner), body, exit_)
+        b.cbranch(self.frame.index.expr(node.cond, inner), body, exit_)
         b.position_at_end(body)
         self._nodes(node.body, inner)
         nxt = b.add(iv, ir.Constant(I64, node.inc), name=f"{node.iterator}.next", flags=["nsw"])
@@ -211,564 +183,83 @@ class KernelEmitter:
         b.branch(header)
         b.position_at_end(exit_)
 
-    def _parallel_mark(self, mark: la.Mark, env: dict[str, ir.Value]) -> None:
-        """``parallel c1 c3``: the loops named (AST iterators) that the schedule proved free of
-        carried dependences run on the thread pool when they come first under the mark; a
-        bare ``parallel`` mark means its single loop."""
-        allowed = set(mark.name.split()[1:])
-        for node in mark.body:
-            few = _static_trip(node) if isinstance(node, la.For) else None
-            if few is not None and few < 4 * self.threads and _inner_loop_named(node, allowed):
-                # Too few iterations to share out evenly: an inner named loop runs in parallel.
-                self._for(replace(node, body=(replace(mark, body=node.body),)), env)
-            elif isinstance(node, la.For) and (node.iterator in allowed or (
-                    not allowed and len(mark.body) == 1)):
-                self._parallel_for(node, env)
-            elif isinstance(node, la.For) and allowed:
-                # A loop that must stay sequential (e.g. over reduction chunks): the named loops
-                # may still come first inside it.
-                self._for(replace(node, body=(replace(mark, body=node.body),)), env)
-            else:
-                self._nodes((node,), env)
-
-    def _parallel_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
-        """A loop under a ``parallel`` mark: its iterations run in contiguous chunks on
-        polyonnx's thread pool (``polyonnx_parallel_for``, see ``parallel.c``).
-
-        The loop body is outlined into ``<kernel>.parallel<k>(ptr ctx, i64 begin, i64 end)``
-        (iterations ``begin <= k < end``); ``ctx`` carries the loop bounds, every value of the
-        enclosing loops, the buffer pointers and a status slot that a failed run-time check sets.
-        """
-        cond = node.cond
-        if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
-                and cond.args[0] == la.IVar(node.iterator) and node.inc > 0):
-            self._for(node, env)
-            return
-        b = self.builder
-        lower = self._iexpr(node.init, env)
-        upper = self._iexpr(cond.args[1], env)
-        if cond.op == "lt":
-            upper = b.sub(upper, ir.Constant(I64, 1))
-        names = sorted(env)
-        buffers = list(self.buffers)
-        slots = 3 + len(names) + len(buffers)
-        with b.goto_entry_block():
-            ctx = b.alloca(I64, size=ir.Constant(I64, slots), name="parallel.ctx")
-
-        def slot(builder: ir.IRBuilder, base: ir.Value, k: int) -> ir.Value:
-            return builder.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
-
-        values = [ir.Constant(I64, 0), lower, upper, *(env[n] for n in names),
-                  *(b.ptrtoint(self.buffers[n][1], I64) for n in buffers)]
-        for k, v in enumerate(values):
-            b.store(v, slot(b, ctx, k))
-
-        # The chunk body is a function of its own whose buffer arguments are ``noalias`` (as
-        # the kernel's are): read back from ``ctx`` they would lose that, and with it the
-        # register tiles (LLVM could no longer keep accumulators in registers). It is not
-        # inlined into the wrapper: LLVM would optimise its loops twice, before and after
-        # (ResNet50's optimiser time at 2 threads: 2.2 -> 1.7 s), to save one call per chunk.
-        base = f"{self.fn.name}.parallel{self._parallel_count}"
-        self._parallel_count += 1
-        body_fn = ir.Function(self.module, ir.FunctionType(
-            I32, [PTR] * len(buffers) + [I64] * (2 + len(names))), name=f"{base}.body")
-        body_fn.attributes.add("nounwind")
-        body_fn.attributes.add("noinline")
-        body_fn.linkage = "internal"
-        saved = (self.fn, self.builder, dict(self.buffers), self.fail_block)
-        try:
-            self.fn, self._in_parallel = body_fn, True
-            args = list(body_fn.args)
-            for name, a in zip(buffers, args[:len(buffers)], strict=True):
-                a.add_attribute("noalias")
-                self.buffers[name] = (self.buffers[name][0], a)
-            first, last = args[len(buffers)], args[len(buffers) + 1]
-            inner_env = dict(zip(names, args[len(buffers) + 2:], strict=True))
-            inner_env["parallel.lo"], inner_env["parallel.hi"] = first, last
-            self.builder = ir.IRBuilder(body_fn.append_basic_block("entry"))
-            self.fail_block = body_fn.append_basic_block("index_out_of_range")
-            ir.IRBuilder(self.fail_block).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
-            bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
-            self._for(la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
-                             node.body), inner_env)
-            self.builder.ret(ir.Constant(I32, STATUS_OK))
-        finally:
-            self.fn, self.builder, self.buffers, self.fail_block = saved
-            self._in_parallel = False
-
-        # The wrapper the pool calls: chunk [begin, end) of the iterations.
-        outlined = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
-                               name=base)
-        outlined.attributes.add("nounwind")
-        arg, begin, end = outlined.args
-        ob = ir.IRBuilder(outlined.append_basic_block("entry"))
-        loaded = [ob.load(slot(ob, arg, k), typ=I64) for k in range(slots)]
-        lo = loaded[1]
-        inc = ir.Constant(I64, node.inc)
-        first = ob.add(lo, ob.mul(begin, inc))
-        last = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
-        pointers = [ob.inttoptr(raw, PTR) for raw in loaded[3 + len(names):]]
-        status = ob.call(body_fn, [*pointers, first, last, *loaded[3:3 + len(names)]])
-        with ob.if_then(ob.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
-            ob.store(ob.zext(status, I64), slot(ob, arg, 0))
-        ob.ret_void()
-        count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
-                      ir.Constant(I64, 1))
-        pool = self._runtime(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
-        b.call(pool, [outlined, ctx, count, ir.Constant(I32, self.threads)])
-        status = b.load(slot(b, ctx, 0), typ=I64)
-        failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
-        with b.if_then(failed, likely=False):
-            b.ret(b.trunc(status, I32))
-
-    # ------------------------------------------------------------------ register tiles
-
-    def _register_tile(self, node: la.For
-                       ) -> tuple[tuple[la.For, ...], la.For, la.Call] | None:
-        """(unrolled loops, vector loop, statement) when ``node`` is a reduction around a
-        register tile: a chain of loops down to ``unroll`` loops (rows; a conv's pairs of
-        channel blocks) of ``vector`` steps of one statement that reads and writes one element
-        per tile point, at an index none of the chain's loops moves (``acc[r, v] += ...``
-        under ``for ic, kh, kw``)."""
-        loops = _reduction_loops(node)
-        chain, cur = [loop.iterator for loop in loops], loops[-1]
-        nest = _unrolled_vector_nest(cur.body)
-        if nest is None:
-            return None
-        unrolled, vec = nest
-        starts = [_linear(loop.init) for loop in (*unrolled, vec)]
-        if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
-            return None  # the tile moves with the reduction (skewed or triangular loops)
-        call = vec.body[0]
-        iterators, stmt = self.stmts[call.stmt]
-        width = self._width((call,))
-        vtrip = _static_trip(vec)
-        if (vtrip is None or vtrip % width or vtrip > MAX_VECTOR_STEPS * width
-                or self._lane_steps(call, vec.iterator) is None or stmt.guards
-                or self.buffers[stmt.write.buffer][0].dtype == "bool"):
-            return None
-        args = dict(zip(iterators, call.args, strict=True))
-        for ix in stmt.write.index:
-            if not isinstance(ix, Aff):
-                return None
-            for name, _ in ix.terms:
-                lin = _linear(args[name])
-                if lin is None or any(lin.get(c, 0) for c in chain):
-                    return None
-        same = [ld for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer]
-        if len(same) != 1 or same[0].index != stmt.write.index:
-            return None
-        return unrolled, vec, call
-
-    def _promoted_for(self, node: la.For, env: dict[str, ir.Value],
-                      unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
-                      places: list[_Accumulator] | None = None) -> None:
-        """Emit the reduction ``node`` with the tile's accumulators in stack slots. LLVM turns
-        the slots into registers (they alias nothing), which it does not reliably do for the
-        buffer itself once other loads and stores of it follow the loop (a fused epilogue).
-        Alone, the tile is loaded from memory before the loop and stored after it; within a
-        tile group (:meth:`_tile_group`), ``places`` come initialised and are left to the
-        epilogue."""
-        alone = places is None
-        if places is None:
-            places = self._accumulators(env, unrolled, vec, call)
-            self._load_accumulators(places)
-        self._registers = self._slots_of(call.stmt, places)
-        self._reread = self._rereads(unrolled, vec, call, len(places))
-        self._streams = self._streamed(node, vec, call)
-        try:
-            self._plain_for(node, env)
-        finally:
-            self._registers, self._reread, self._streams = None, frozenset(), frozenset()
-        if alone:
-            self._store_accumulators(places)
-
-    def _accumulators(self, env: dict[str, ir.Value], unrolled: tuple[la.For, ...],
-                      vec: la.For, call: la.Call) -> list[_Accumulator]:
-        """A stack slot and the address of each accumulator of a register tile."""
-        b = self.builder
-        iterators, stmt = self.stmts[call.stmt]
-        width = self._width((call,))
-        steps = self._lane_steps(call, vec.iterator)
-        buf = self.buffers[stmt.write.buffer][0]
-        vty = ir.VectorType(memory_type(buf.dtype), width)
-        used = {n for ix in stmt.write.index for n, _ in ix.terms}
-
-        def address(position: tuple[int, ...], j: int) -> ir.Value:
-            """The accumulator's address computed from the tile's loop values."""
-            tile_env = dict(env)
-            for loop, k in zip(unrolled, position, strict=True):
-                start = self._iexpr(loop.init, tile_env)
-                tile_env[loop.iterator] = self._int("add", start, ir.Constant(I64, k))
-            lane = self._int("add", self._iexpr(vec.init, tile_env),
-                             ir.Constant(I64, j * width))
-            point = {it: self._iexpr(arg, {**tile_env, vec.iterator: lane})
-                     for it, arg in zip(iterators, call.args, strict=True) if it in used}
-            self._lanes = (width, steps)
-            try:
-                return self._address(stmt.write.buffer, stmt.write.index, point)[0]
-            finally:
-                self._lanes = None
-
-        # One base pointer and constant offsets: LLVM then keeps a single register live across
-        # the reduction, not one address per accumulator (28 of them spilled to the stack
-        # around every tile). Checked code computes each address, to range-check it.
-        offset = self._tile_offsets(unrolled, vec, call, width)
-        places = []
-        first = None
-        trips = [range(_static_trip(loop) or 0) for loop in unrolled]
-        for position in itertools.product(*trips):
-            for j in range(_static_trip(vec) // width):
-                if first is None or self.checked:
-                    ptr = address(position, j)
-                    first = ptr if first is None else first
-                else:
-                    ptr = b.gep(first, [ir.Constant(I64, offset(position, j))], inbounds=True,
-                                source_etype=memory_type(buf.dtype))
-                with b.goto_entry_block():
-                    slot = b.alloca(vty)
-                places.append(_Accumulator(position, j, slot, ptr, vty,
-                                           np.dtype(buf.dtype).itemsize))
-        return places
-
-    def _slots_of(self, stmt: str, places: list[_Accumulator]
-                  ) -> dict[tuple[str | int, ...], ir.Value]:
-        """The slot of each accumulator, keyed as :meth:`_call` looks them up: statement, tile
-        position (after the iterations of any ``unroll`` loops around the tile) and vector
-        step."""
-        outer = self._tile_position
-        return {(stmt, *outer, *a.position, a.step): a.slot for a in places}
-
-    def _load_accumulators(self, places: list[_Accumulator]) -> None:
-        b = self.builder
-        for a in places:
-            b.store(b.load(a.ptr, typ=a.type, align=a.align), a.slot)
-
-    def _store_accumulators(self, places: list[_Accumulator]) -> None:
-        b = self.builder
-        for a in places:
-            b.store(b.load(a.slot, typ=a.type), a.ptr, align=a.align)
-
-    def _tile_group(self, nodes: tuple[la.LNode, ...], i: int, env: dict[str, ir.Value]) -> int:
-        """Emit ``nodes[i:]`` as one register tile when they are its init (a straight-line
-        nest that writes every accumulator: a conv's bias, plus the residual in memory when
-        the sums start from it), its reduction, and
-        its epilogue (one that rewrites every accumulator from its value: the residual Add and
-        the ReLU), each when there is one: the init writes the accumulators' slots instead of
-        memory and the epilogue reads them from the slots, so the tile goes to memory once
-        instead of three times (``init -> store, load -> reduction -> store, load -> epilogue
-        -> store``). How many nodes it emitted (0: no register tile here, emit as usual)."""
-        if self._registers is not None or self._lanes is not None:
-            return 0
-        init = nodes[i] if isinstance(nodes[i], la.Mark | la.If) else None
-        at = i + (init is not None)
-        if at >= len(nodes) or not isinstance(nodes[at], la.For):
-            return 0
-        tile = self._register_tile(nodes[at])
-        if tile is None or (init is not None and not self._covers(init, tile)):
-            return 0
-        after = nodes[at + 1] if at + 1 < len(nodes) else None
-        epilogue = after if after is not None and self._covers(after, tile) else None
-        if init is None and epilogue is None:  # the tile alone (analysed once, not again)
-            self._promoted_for(nodes[at], env, *tile)
-            return 1
-        places = self._accumulators(env, *tile)
-        self._guarded(init, env, lambda nest: self._fill(nest, env, places, into_slots=True),
-                      lambda: self._load_accumulators(places))
-        self._promoted_for(nodes[at], env, *tile, places=places)
-        self._guarded(epilogue, env,
-                      lambda nest: self._fill(nest, env, places, into_slots=False),
-                      lambda: self._store_accumulators(places))
-        return at + 1 - i + (epilogue is not None)
-
-    def _guarded(self, node: la.LNode | None, env: dict[str, ir.Value],
-                 fill: Callable[[la.LNode], None], otherwise: Callable[[], None]) -> None:
-        """``fill(nest)`` for a tile group's init or epilogue ``node``, or ``otherwise()``
-        without one; a chunked reduction's (``if`` first chunk / ``if`` last chunk) runs
-        ``otherwise()`` in the other chunks (they load / store the running sums)."""
-        if node is None:
-            otherwise()
-        elif isinstance(node, la.If):
-            with self.builder.if_else(self._iexpr(node.cond, env)) as (then, orelse):
-                with then:
-                    fill(node.then[0])
-                with orelse:
-                    otherwise()
-        else:
-            fill(node)
-
-    def _covers(self, nest: la.LNode, tile: tuple[tuple[la.For, ...], la.For, la.Call]
-                ) -> bool:
-        """Whether ``nest`` is a straight-line nest of one statement over the same unrolled
-        and vector loops as ``tile`` writing, at each point, the tile's accumulator there, and
-        reading no other element of it (an epilogue reads the sum there; an init, the value
-        in memory the sums start from: a residual updated in place). The nest may be the
-        only branch of an ``if`` (a chunked reduction's first or last chunk)."""
-        if isinstance(nest, la.If):
-            if len(nest.then) != 1 or nest.orelse:
-                return False
-            nest = nest.then[0]
-        parsed = _unrolled_vector_nest((nest,))
-        if parsed is None:
-            return False
-        loops, theirs = (*parsed[0], parsed[1]), (*tile[0], tile[1])
-        call, tile_call = parsed[1].body[0], tile[2]
-        if len(loops) != len(theirs) or any(
-                a.init != b.init or a.inc != 1 or _static_trip(a) != _static_trip(b)
-                for a, b in zip(loops, theirs, strict=True)):
-            return False
-        _, stmt = self.stmts[call.stmt]
-        _, tile_stmt = self.stmts[tile_call.stmt]
-        if (stmt.guards or stmt.write.buffer != tile_stmt.write.buffer
-                or self._width((call,)) != self._width((tile_call,))
-                or self._lane_steps(call, parsed[1].iterator) is None):
-            return False
-        rename = {a.iterator: b.iterator for a, b in zip(loops, theirs, strict=True)}
-        element = self._element(call, stmt.write.index, rename)
-        if element is None or element != self._element(tile_call, tile_stmt.write.index, {}):
-            return False
-        return all(ld.index == stmt.write.index for ld in loads(stmt.body)
-                   if ld.buffer == stmt.write.buffer)
-
-    def _element(self, call: la.Call, index: tuple[Aff | Expr, ...],
-                 rename: Mapping[str, str]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
-        """Each index of a statement instance as a linear form of the AST's loop variables
-        (renamed by ``rename``), None when one is not affine."""
-        iterators, _ = self.stmts[call.stmt]
-        args = {it: _linear(arg) for it, arg in zip(iterators, call.args, strict=True)}
-        out = []
-        for ix in index:
-            if not isinstance(ix, Aff):
-                return None
-            form = {"": ix.const}
-            for name, c in ix.terms:
-                lin = args[name]
-                if lin is None:
-                    return None
-                for var, k in lin.items():
-                    var = rename.get(var, var)
-                    form[var] = form.get(var, 0) + c * k
-            out.append(tuple(sorted((v, k) for v, k in form.items() if k)))
-        return tuple(out)
-
-    def _fill(self, nest: la.LNode, env: dict[str, ir.Value], places: list[_Accumulator],
-              into_slots: bool) -> None:
-        """Emit the init (``into_slots``) or epilogue ``nest`` of a tile group: its statement
-        at each tile point reads (epilogue) and writes (init) that point's slot."""
-        parsed = _unrolled_vector_nest((nest,))
-        assert parsed is not None
-        stmt = parsed[1].body[0].stmt
-        self._registers = self._slots_of(stmt, places)
-        self._into_slots = self._initialising = into_slots
-        self._filled = set()
-        try:
-            self._nodes((nest,), env)
-        finally:
-            self._registers, self._into_slots, self._initialising = None, True, False
-        if len(self._filled) != len(places):  # (_covers matched a nest emitted otherwise)
-            raise CodegenError(f"{self.kernel.name}: a register tile's "
-                               f"{'init' if into_slots else 'epilogue'} reached "
-                               f"{len(self._filled)} of its {len(places)} accumulators")
-
-    def _tile_offsets(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
-                      width: int) -> Callable[[tuple[int, ...], int], int]:
-        """Element offset of a register tile's accumulator (tile position, vector step) from
-        the first one's: the written index is affine in the statement iterators, which are
-        linear in the unrolled and vector loops (:meth:`_register_tile` checked both)."""
-        _, stmt = self.stmts[call.stmt]
-        per_step = [self._element_step(stmt.write.buffer, stmt.write.index,
-                                       self._iterator_steps(call, loop.iterator) or {})
-                    for loop in (*unrolled, vec)]
-
-        def offset(position: tuple[int, ...], j: int) -> int:
-            return sum(p * n for p, n in zip((*position, j * width), per_step, strict=True))
-
-        return offset
-
-    def _rereads(self, unrolled: tuple[la.For, ...], vec: la.For, call: la.Call,
-                 accumulators: int) -> frozenset[tuple[Load, tuple[int, ...], int]]:
-        """The vector-load instances of a register tile to read from memory at each use.
-
-        Each iteration of the reduction holds the accumulators, every distinct vector it loads
-        (a conv's weight vectors: one per channel block and vector step) and one broadcast
-        value. When that is more than the register file (a 7 x 2 x 2 conv tile: 28 + 4 + 1 =
-        33 of AVX-512's 32), LLVM spills accumulators (a store and a reload per iteration).
-        Instead the last vectors loaded over the budget are loaded volatile at each of their
-        uses, which keeps LLVM from merging them into one value: they become memory operands
-        of their FMAs, an extra load each, which the load ports absorb.
-        """
-        _, stmt = self.stmts[call.stmt]
-        steps = self._lane_steps(call, vec.iterator)
-        trips = [_static_trip(loop) or 0 for loop in unrolled]
-        vector_steps = (_static_trip(vec) or 0) // self._width((call,))
-        loop_steps = [self._iterator_steps(call, loop.iterator) or {} for loop in unrolled]
-
-        def moved_by(ld: Load) -> list[int]:
-            """The unrolled loops (by position) the load's address moves with."""
-            return [k for k, per in enumerate(loop_steps)
-                    if self._element_step(ld.buffer, ld.index, per)]
-
-        vectors = []
-        for ld in dict.fromkeys(loads(stmt.body)):
-            if ld.buffer == stmt.write.buffer or any(not isinstance(i, Aff) for i in ld.index):
-                continue
-            if self._element_step(ld.buffer, ld.index, steps) == 1:
-                vectors.append((ld, moved_by(ld)))
-        copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps
-                     for _, moved in vectors)
-        excess = accumulators + copies + 1 - self._vector_registers()
-        if excess <= 0 or not vectors:
-            return frozenset()
-        ld, moved = vectors[-1]
-        # Its distinct copies in emission order (tile positions outermost first, then the
-        # vector step); the last ``excess`` of them are re-read.
-        distinct = sorted({(tuple(p[k] for k in moved), j)
-                           for p in itertools.product(*map(range, trips))
-                           for j in range(vector_steps)})
-        chosen = set(distinct[-excess:])
-        outer = self._tile_position  # (the iterations of unroll loops around the tile)
-        return frozenset((ld, (*outer, *p), j) for p in itertools.product(*map(range, trips))
-                         for j in range(vector_steps)
-                         if (tuple(p[k] for k in moved), j) in chosen)
-
-    def _streamed(self, node: la.For, vec: la.For, call: la.Call) -> frozenset[Load]:
-        """The vector loads of a register tile's reduction ``node`` that stream through an
-        operand larger than ``prefetch_above`` bytes (a quarter of L2: ResNet50's 7x7 and
-        14x14 weights, 1-9 MB a layer), moving forward with the innermost reduction loop.
-
-        The first row tile of each cache chunk fetches that chunk's weights; the hardware
-        prefetchers do not run far enough ahead of it, so each of those loads waits on L3 or
-        memory. A software prefetch ``PREFETCH_BYTES`` ahead in the same stream (into the
-        next chunk at the end of one) hides that. Operands that fit in L2 get none: there it
-        only costs load-port slots (ResNet50's 28x28 1x1 convs and the stem ran 3-8% slower
-        with it)."""
-        if not self.prefetch_above:
-            return frozenset()
-        inner = _reduction_loops(node)[-1]
-        _, stmt = self.stmts[call.stmt]
-        lanes = self._lane_steps(call, vec.iterator) or {}
-        along = self._iterator_steps(call, inner.iterator) or {}
-        return frozenset(
-            ld for ld in loads(stmt.body)
-            if ld.buffer != stmt.write.buffer and all(isinstance(i, Aff) for i in ld.index)
-            and self.buffers[ld.buffer][0].nbytes > self.prefetch_above
-            and self._element_step(ld.buffer, ld.index, lanes) == 1
-            and self._element_step(ld.buffer, ld.index, along) > 0)
-
-    def _prefetch(self, buffer: str, ptr: ir.GEPInstr) -> None:
-        """Prefetch ``PREFETCH_BYTES`` after ``ptr`` (an element of ``buffer``) into L1, once
-        per address and block (the rows of a tile load the same weights: LLVM merges those
-        loads, not the prefetches)."""
-        b = self.builder
-        offset = ptr.indices[0]  # (numbered by _int: one value per distinct offset)
-        key = (b.block, buffer, offset.constant if isinstance(offset, ir.Constant) else offset)
-        if key in self._prefetched:
-            return
-        self._prefetched.add(key)
-        fn = self._runtime("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        ahead = b.gep(ptr, [ir.Constant(I64, PREFETCH_BYTES)], source_etype=I8)
-        # (read, locality 3: keep in all cache levels, data cache)
-        b.call(fn, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
-
-    def _vector_registers(self) -> int:
-        """Vector registers to budget a tile for: 32 with AVX-512, else 16 (AVX; AArch64's 32
-        NEON registers are counted as 16, which only makes its budget conservative)."""
-        return 32 if self.vector_bits >= 512 else 16
-
-    def _runtime(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        """The module's declaration of the external function ``name`` (made on first use)."""
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing
-        return ir.Function(self.module, ir.FunctionType(ret, args), name=name)
-
     def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         """A loop under an ``unroll`` mark with a constant trip count: its body, once per
         iteration, straight-line (isl could unroll too, but generating the AST then costs far
         more)."""
-        trip = _static_trip(node)
+        trip = static_trip(node)
         if trip is None or trip > MAX_UNROLL or node.inc != 1:
             self._for(node, env)
             return
-        init = self._iexpr(node.init, env)
-        outer = self._tile_position
+        init = self.frame.index.expr(node.init, env)
+        outer = self._unrolled
         for k in range(trip):
-            value = self._int("add", init, ir.Constant(I64, k))
-            self._tile_position = (*outer, k)
+            value = self.frame.index.int("add", init, ir.Constant(I64, k))
+            self._unrolled = (*outer, k)
             self._nodes(node.body, {**env, node.iterator: value})
-        self._tile_position = outer
+        self._unrolled = outer
 
     def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
-        cond = self._iexpr(node.cond, env)
-        with self.builder.if_else(cond) as (then, orelse):
+        cond = self.frame.index.expr(node.cond, env)
+        with self.frame.builder.if_else(cond) as (then, orelse):
             with then:
                 self._nodes(node.then, env)
             with orelse:
                 self._nodes(node.orelse, env)
 
-    def _int(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
-        """``x op y`` on i64 (``add``, ``sub``, ``mul``: nsw; ``sdiv``, ``srem``), folded when
-        an operand is constant and reused when this block already computed it. Addresses are
-        sums of products of the same loop values, once per access of every unrolled statement:
-        numbering them here leaves LLVM (and llvmlite's IR printer) a third of the
-        instructions to parse and simplify, for the same machine code."""
-        cx = x.constant if isinstance(x, ir.Constant) else None
-        cy = y.constant if isinstance(y, ir.Constant) else None
-        if cx is not None and cy is not None and op in ("add", "sub", "mul"):
-            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub"
-                               else cx * cy)
-        if op == "mul" and 0 in (cx, cy):
-            return ir.Constant(I64, 0)
-        if (op == "add" and cx == 0) or (op == "mul" and cx == 1):
-            return y
-        if (op in ("add", "sub") and cy == 0) or (op in ("mul", "sdiv") and cy == 1):
-            return x
-        key = (self.builder.block, op, x if cx is None else cx, y if cy is None else cy)
-        hit = self._numbered.get(key)
-        if hit is None:
-            b = self.builder
-            hit = (getattr(b, op)(x, y, flags=["nsw"]) if op in ("add", "sub", "mul")
-                   else getattr(b, op)(x, y))
-            self._numbered[key] = hit
-        return hit
+    # ------------------------------------------------------------------ parallel loops
 
-    def _iexpr(self, e: la.IExpr, env: dict[str, ir.Value]) -> ir.Value:
-        b = self.builder
-        if isinstance(e, la.IConst):
-            return ir.Constant(I64, e.value)
-        if isinstance(e, la.IVar):
-            return env[e.name]
-        a = [self._iexpr(x, env) for x in e.args]
-        op = e.op
-        if op in ("add", "sub", "mul"):
-            return self._int(op, a[0], a[1])
-        if op == "neg":
-            return self._int("sub", ir.Constant(I64, 0), a[0])
-        if op in ("div", "pdiv_q"):
-            return self._int("sdiv", a[0], a[1])
-        if op in ("pdiv_r", "zdiv_r"):
-            return self._int("srem", a[0], a[1])
-        if op == "fdiv_q":
-            # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
-            neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
-            return b.select(b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
-                            b.sdiv(a[0], a[1]), b.sub(ir.Constant(I64, 0), neg))
-        if op in ("min", "max"):
-            out = a[0]
-            for x in a[1:]:
-                pick = b.icmp_signed("<" if op == "min" else ">", out, x)
-                out = b.select(pick, out, x)
-            return out
-        if op in ("eq", "le", "lt", "ge", "gt"):
-            cmp = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}[op]
-            return b.icmp_signed(cmp, a[0], a[1])
-        if op == "and":
-            return b.and_(a[0], a[1])
-        if op == "or":
-            return b.or_(a[0], a[1])
-        if op == "select":
-            return b.select(a[0], a[1], a[2])
-        raise CodegenError(f"unknown loop-AST op {op!r}")
+    def _parallel_mark(self, mark: la.Mark, env: dict[str, ir.Value]) -> None:
+        """A ``parallel`` mark's body, its parallel loops run on the thread pool
+        (:mod:`polyonnx.codegen.parallel`)."""
+        for node, on_pool in parallel_children(mark, self.config.threads):
+            if on_pool and can_share(node):
+                name = f"{self.frame.fn.name}.parallel{next(self._parallel_loops)}"
+                run_on_pool(self.frame, node, env, name=name, threads=self.config.threads,
+                            emit_chunk=self._chunk)
+            elif on_pool:
+                self._for(node, env)
+            else:
+                self._nodes((node,), env)
+
+    def _chunk(self, frame: Frame, loop: la.For, env: dict[str, ir.Value]) -> None:
+        with self._in(frame):
+            self._for(loop, env)
+
+    @contextmanager
+    def _in(self, frame: Frame) -> Iterator[None]:
+        """Emit into ``frame`` (an outlined function) for the duration."""
+        outer, self.frame = self.frame, frame
+        try:
+            yield
+        finally:
+            self.frame = outer
+
+    # ------------------------------------------------------------------ register tiles
+
+    def emit_in_tile(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value],
+                     state: TileState) -> None:
+        """Emit ``nodes`` (a register tile's reduction, init or epilogue) with ``state`` the
+        tile being emitted (for :mod:`~polyonnx.codegen.tile_emit`)."""
+        with self._in_tile(state):
+            self._nodes(nodes, env)
+
+    @contextmanager
+    def _in_tile(self, state: TileState) -> Iterator[None]:
+        """``state`` the register tile for the duration; unrolled positions count from it."""
+        assert self._tile is None, "register tiles do not nest"
+        outer = self._unrolled
+        self._tile, self._unrolled = state, ()
+        try:
+            yield
+        finally:
+            self._tile, self._unrolled = None, outer
+
+    def address(self, buffer: str, index: tuple[Aff, ...], point: Mapping[str, ir.Value],
+                lanes: Lanes) -> ir.Value:
+        """The address of lane 0 of ``buffer[index]`` at a statement instance (range-checked
+        in checked mode)."""
+        return self._address(buffer, index, _Instance(point, lanes))[0]
 
     # ------------------------------------------------------------------ vector loops
 
@@ -781,17 +272,17 @@ class KernelEmitter:
         """
         calls = node.body
         if (node.inc != 1 or not calls or not all(isinstance(c, la.Call) for c in calls)
-                or not all(self._lane_steps(c, node.iterator) is not None for c in calls)):
+                or not all(self.accesses.lane_steps(c, node.iterator) is not None for c in calls)):
             self._for(node, env)
             return
-        width = self._width(calls)
-        b = self.builder
-        init = self._iexpr(node.init, env)
-        trip = _static_trip(node)
+        width = self.accesses.width(calls, self.config.vector_bits)
+        b = self.frame.builder
+        init = self.frame.index.expr(node.init, env)
+        trip = static_trip(node)
         if trip is not None and trip <= MAX_VECTOR_STEPS * width:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
             for k in range(trip // width):
-                base = self._int("add", init, ir.Constant(I64, k * width))
+                base = self.frame.index.int("add", init, ir.Constant(I64, k * width))
                 self._vector_step = k
                 self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
             self._vector_step = 0
@@ -801,15 +292,15 @@ class KernelEmitter:
             return
         # Unknown trip count: strip-mine while the last lane is still in range.
         pre = b.block
-        header = self.fn.append_basic_block(f"{node.iterator}.vheader")
-        body = self.fn.append_basic_block(f"{node.iterator}.vbody")
-        done = self.fn.append_basic_block(f"{node.iterator}.vexit")
+        header = self.frame.fn.append_basic_block(f"{node.iterator}.vheader")
+        body = self.frame.fn.append_basic_block(f"{node.iterator}.vbody")
+        done = self.frame.fn.append_basic_block(f"{node.iterator}.vexit")
         b.branch(header)
         b.position_at_end(header)
         iv = b.phi(I64, name=f"{node.iterator}.v")
         iv.add_incoming(init, pre)
         last = b.add(iv, ir.Constant(I64, width - 1), flags=["nsw"])
-        b.cbranch(self._iexpr(node.cond, {**env, node.iterator: last}), body, done)
+        b.cbranch(self.frame.index.expr(node.cond, {**env, node.iterator: last}), body, done)
         b.position_at_end(body)
         self._vector_calls(calls, {**env, node.iterator: iv}, node.iterator, width)
         iv.add_incoming(b.add(iv, ir.Constant(I64, width), flags=["nsw"]), b.block)
@@ -819,104 +310,53 @@ class KernelEmitter:
         self._for(la.For(node.iterator, la.IVar(rest_var), node.cond, 1, node.body),
                   {**env, rest_var: iv})
 
-    def _width(self, calls: tuple[la.LNode, ...]) -> int:
-        widest = 1
-        for c in calls:
-            stmt = self.stmts[c.stmt][1]
-            for e in (stmt.body, *loads(stmt.body)):
-                widest = max(widest, np.dtype(e.dtype).itemsize)
-            widest = max(widest, np.dtype(self.buffers[stmt.write.buffer][0].dtype).itemsize)
-        return max(self.vector_bits // (8 * widest), 1)
-
-    def _iterator_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
-        """How much each statement iterator moves per iteration of loop ``var`` (None when an
-        argument is not linear in the loops)."""
-        iterators, _ = self.stmts[call.stmt]
-        steps = {}
-        for it, arg in zip(iterators, call.args, strict=True):
-            lin = _linear(arg)
-            if lin is None:
-                return None
-            steps[it] = lin.get(var, 0)
-        return steps
-
-    def _lane_steps(self, call: la.Call, var: str) -> dict[str, int] | None:
-        """How much each statement iterator moves per lane, or None if not vectorizable."""
-        _, stmt = self.stmts[call.stmt]
-        steps = self._iterator_steps(call, var)
-        if steps is None:
-            return None
-        if any(isinstance(i, Expr) for ld in loads(stmt.body) for i in ld.index):
-            return None  # gathers stay scalar
-        if self._element_step(stmt.write.buffer, stmt.write.index, steps) != 1:
-            return None  # the write must be one contiguous vector (no reduction across lanes)
-        return steps
-
-    def _element_step(self, buffer: str, index: tuple[Aff | Expr, ...],
-                      steps: Mapping[str, int]) -> int:
-        shape = self.buffers[buffer][0].shape
-        step, stride = 0, 1
-        for ix, extent in reversed(list(zip(index, shape, strict=True))):
-            step += sum(c * steps.get(n, 0) for n, c in ix.terms) * stride
-            stride *= extent
-        return step
-
     def _vector_calls(self, calls: tuple[la.LNode, ...], env: dict[str, ir.Value], var: str,
                       width: int) -> None:
         for call in calls:
-            steps = self._lane_steps(call, var)
-            self._lanes = (width, steps)
-            try:
-                self._call(call, env)
-            finally:
-                self._lanes = None
+            self._call(call, env, Lanes(width, self.accesses.lane_steps(call, var) or {}))
 
     # ------------------------------------------------------------------ statements
 
-    def _call(self, call: la.Call, env: dict[str, ir.Value]) -> None:
-        iterators, stmt = self.stmts[call.stmt]
+    def _call(self, call: la.Call, env: dict[str, ir.Value], lanes: Lanes | None = None
+              ) -> None:
+        """One statement instance (``lanes`` of them in a vector loop)."""
+        iterators, stmt = self.accesses.statements[call.stmt]
         if len(iterators) != len(call.args):
             raise CodegenError(f"{call.stmt}: {len(call.args)} AST args for "
                                f"{len(iterators)} iterators")
-        point = {it: self._iexpr(arg, env) for it, arg in zip(iterators, call.args, strict=True)}
+        point = {it: self.frame.index.expr(arg, env)
+                 for it, arg in zip(iterators, call.args, strict=True)}
+        b, scalars = self.frame.builder, self.frame.scalars
+        buf = self.accesses.buffers[stmt.write.buffer]
+        at = _Instance(point, lanes)
+        tile = self._tile
         slot = None
-        if self._registers is not None and self._lanes is not None:
-            slot = self._registers.get((call.stmt, *self._tile_position, self._vector_step))
-        if slot is not None:  # an accumulator of a promoted register tile
-            buf = self.buffers[stmt.write.buffer][0]
-            vty = ir.VectorType(memory_type(buf.dtype), self._lanes[0])
-            self._slot = None if self._initialising else (slot, stmt.write.buffer, vty)
-            try:
-                value = self._expr(stmt.body, point)
-            finally:
-                self._slot = None
+        if tile is not None and lanes is not None:
+            slot = tile.slot(call.stmt, self._unrolled, self._vector_step)
+        if slot is not None:  # an accumulator of a register tile
+            vty = ir.VectorType(memory_type(buf.dtype), lanes.width)
+            held = None if tile.reads_memory else (stmt.write.buffer, slot, vty)
+            value = self._expr(stmt.body, _Instance(point, lanes, held))
             if not isinstance(value.type, ir.VectorType):
-                value = self._splat(value, self._lanes[0])
-            self._filled.add((*self._tile_position, self._vector_step))
-            if self._into_slots:
-                self.builder.store(value, slot)
+                value = scalars.splat(value, lanes.width)
+            tile.filled.add((self._unrolled, self._vector_step))
+            if tile.writes_slots:
+                b.store(value, slot)
                 return
         else:
-            value = self._expr(stmt.body, point)
-        ptr, step = self._address(stmt.write.buffer, stmt.write.index, point)
-        buf = self.buffers[stmt.write.buffer][0]
-        if self._lanes is not None and not isinstance(value.type, ir.VectorType):
-            value = self._splat(value, self._lanes[0])
+            value = self._expr(stmt.body, at)
+        ptr, step = self._address(stmt.write.buffer, stmt.write.index, at)
+        if lanes is not None and not isinstance(value.type, ir.VectorType):
+            value = scalars.splat(value, lanes.width)
         if buf.dtype == "bool":
-            value = self.builder.zext(value, _like(value.type, I8))
-        self.builder.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
+            value = b.zext(value, like(value.type, I8))
+        b.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
 
-    def _aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
-        out: ir.Value = ir.Constant(I64, 0)
-        for name, c in a.terms:
-            out = self._int("add", out, self._int("mul", point[name], ir.Constant(I64, c)))
-        return self._int("add", out, ir.Constant(I64, a.const))
-
-    def _address(self, buffer: str, index: tuple[Aff | Expr, ...],
-                 point: Mapping[str, ir.Value]) -> tuple[ir.Value, int]:
+    def _address(self, buffer: str, index: tuple[Aff | Expr, ...], at: _Instance
+                 ) -> tuple[ir.Value, int]:
         """The address of lane 0 and the element step between lanes (0 outside vector loops)."""
-        b = self.builder
-        buf, base = self.buffers[buffer]
+        b = self.frame.builder
+        buf, base = self.accesses.buffers[buffer], self.frame.pointers[buffer]
         if len(index) != len(buf.shape):
             raise CodegenError(f"{buffer}: index rank {len(index)} != buffer rank "
                                f"{len(buf.shape)}")
@@ -924,455 +364,98 @@ class KernelEmitter:
         stride = 1
         for ix, extent in reversed(list(zip(index, buf.shape, strict=True))):
             if isinstance(ix, Aff):
-                v = self._aff(ix, point)
-                if self.checked:
-                    self._check_range(v, extent, ix, point)
+                v = self.frame.index.aff(ix, at.point)
+                if self.config.checked:
+                    # In a vector loop the last lane must be in range as well.
+                    lanes = at.lanes
+                    last = 0 if lanes is None else sum(
+                        c * lanes.steps.get(n, 0) for n, c in ix.terms) * (lanes.width - 1)
+                    self._check_range(v, extent, last)
             else:  # computed at run time: always range-checked, whatever the mode
-                v = self._expr(ix, point)
+                v = self._expr(ix, at)
                 v = b.sext(v, I64) if v.type.width < 64 else v
                 self._check_range(v, extent)
-            term = self._int("mul", v, ir.Constant(I64, stride))
-            linear = term if linear is None else self._int("add", linear, term)
+            term = self.frame.index.int("mul", v, ir.Constant(I64, stride))
+            linear = term if linear is None else self.frame.index.int("add", linear, term)
             stride *= extent
         if linear is None:  # a scalar buffer
             linear = ir.Constant(I64, 0)
         step = 0
-        if self._lanes is not None:
-            step = self._element_step(buffer, index, self._lanes[1])
+        if at.lanes is not None:
+            step = self.accesses.element_step(buffer, index, at.lanes.steps)
         return b.gep(base, [linear], inbounds=True, source_etype=memory_type(buf.dtype)), step
 
-    def _check_range(self, v: ir.Value, extent: int, ix: Aff | None = None,
-                     point: Mapping[str, ir.Value] | None = None) -> None:
-        b = self.builder
+    def _check_range(self, v: ir.Value, extent: int, last: int = 0) -> None:
+        """Branch to the failure block unless ``0 <= v < extent`` (and ``v + last`` too)."""
+        b = self.frame.builder
         ok = b.icmp_unsigned("<", v, ir.Constant(I64, extent))
-        if self._lanes is not None and ix is not None and point is not None:
-            # Lanes move along this index too: the last lane must be in range as well.
-            width, steps = self._lanes
-            delta = sum(c * steps.get(n, 0) for n, c in ix.terms) * (width - 1)
-            if delta:
-                last = b.add(v, ir.Constant(I64, delta))
-                ok = b.and_(ok, b.icmp_unsigned("<", last, ir.Constant(I64, extent)))
-        cont = self.fn.append_basic_block("in_range")
-        b.cbranch(ok, cont, self.fail_block)
+        if last:
+            moved = b.add(v, ir.Constant(I64, last))
+            ok = b.and_(ok, b.icmp_unsigned("<", moved, ir.Constant(I64, extent)))
+        cont = self.frame.fn.append_basic_block("in_range")
+        b.cbranch(ok, cont, self.frame.fail_block)
         b.position_at_end(cont)
 
-    def _splat(self, v: ir.Value, width: int) -> ir.Value:
-        b = self.builder
-        vec_ty = ir.VectorType(v.type, width)
-        one = b.insert_element(_whole(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, _whole(vec_ty, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, width), [0] * width))
-
-    def _load(self, e: Load, point: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.builder
-        buf = self.buffers[e.buffer][0]
-        if self._slot is not None and e.buffer == self._slot[1]:
-            return b.load(self._slot[0], typ=self._slot[2])
-        ptr, step = self._address(e.buffer, e.index, point)
+    def _load(self, e: Load, at: _Instance) -> ir.Value:
+        b = self.frame.builder
+        buf = self.accesses.buffers[e.buffer]
+        if at.held is not None and e.buffer == at.held[0]:
+            return b.load(at.held[1], typ=at.held[2])
+        ptr, step = self._address(e.buffer, e.index, at)
         mty, align = memory_type(buf.dtype), np.dtype(buf.dtype).itemsize
+        tile = self._tile
         if step == 0:
             v = b.load(ptr, typ=mty, align=align)
         elif step == 1:
-            vty = ir.VectorType(mty, self._lanes[0])
-            if (e, self._tile_position, self._vector_step) in self._reread:
-                v = _VolatileLoad(b.block, ptr, typ=vty)
-                v.align = align
-                b._insert(v)
+            vty = ir.VectorType(mty, at.lanes.width)
+            if tile is not None and (e, self._unrolled, self._vector_step) in tile.rereads:
+                v = volatile_load(b, ptr, vty, align)
             else:
                 v = b.load(ptr, typ=vty, align=align)
-            if e in self._streams:
-                self._prefetch(e.buffer, ptr)
+            if tile is not None and e in tile.streams:
+                prefetch(self.frame, self._prefetched, e.buffer, ptr)
         else:  # strided: gather lane by lane
-            width = self._lanes[0]
-            v = _whole(ir.VectorType(mty, width), ir.Undefined)
+            width = at.lanes.width
+            v = whole(ir.VectorType(mty, width), ir.Undefined)
             for lane in range(width):
                 p = b.gep(ptr, [ir.Constant(I64, lane * step)], inbounds=True, source_etype=mty)
                 v = b.insert_element(v, b.load(p, typ=mty, align=align), ir.Constant(I32, lane))
         if buf.dtype == "bool":
-            return b.icmp_unsigned("!=", v, _zero(v.type))
+            return b.icmp_unsigned("!=", v, zero(v.type))
         return v
 
     # ------------------------------------------------------------------ scalar expressions
 
-    def _expr(self, e: Expr, point: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.builder
+    def _expr(self, e: Expr, at: _Instance) -> ir.Value:
+        b, scalars = self.frame.builder, self.frame.scalars
         if isinstance(e, Const):
-            return _constant(e)
+            return constant(e)
         if isinstance(e, Load):
-            return self._load(e, point)
+            return self._load(e, at)
         if isinstance(e, Iter):
-            v = point[e.name]
-            if self._lanes is not None and self._lanes[1].get(e.name, 0):
-                width, steps = self._lanes
+            v = at.point[e.name]
+            if at.lanes is not None and at.lanes.steps.get(e.name, 0):
+                width, steps = at.lanes.width, at.lanes.steps
                 lanes = ir.Constant(ir.VectorType(I64, width),
                                     [k * steps[e.name] for k in range(width)])
-                v = b.add(self._splat(v, width), lanes)
-            return v if e.dtype == "int64" else self._cast(v, "int64", e.dtype)
+                v = b.add(scalars.splat(v, width), lanes)
+            return v if e.dtype == "int64" else scalars.cast(v, "int64", e.dtype)
         if isinstance(e, Cast):
-            return self._cast(self._expr(e.x, point), e.x.dtype, e.dtype)
+            return scalars.cast(self._expr(e.x, at), e.x.dtype, e.dtype)
         if isinstance(e, Select):
-            c, x, y = self._match(self._expr(e.cond, point), self._expr(e.a, point),
-                                  self._expr(e.b, point))
+            c, x, y = scalars.match(self._expr(e.cond, at), self._expr(e.a, at),
+                                    self._expr(e.b, at))
             return b.select(c, x, y)
         if isinstance(e, Unary):
-            return self._unary(e.op, self._expr(e.x, point), e.x.dtype)
+            return scalars.unary(e.op, self._expr(e.x, at), e.x.dtype)
         if isinstance(e, Binary):
-            x, y = self._match(self._expr(e.a, point), self._expr(e.b, point))
-            return self._binary(e.op, x, y, e.a.dtype)
+            x, y = scalars.match(self._expr(e.a, at), self._expr(e.b, at))
+            return scalars.binary(e.op, x, y, e.a.dtype)
         raise CodegenError(f"cannot emit expression {e!r}")
-
-    def _match(self, *values: ir.Value) -> list[ir.Value]:
-        """Splat scalars to the width of any vector among ``values``."""
-        widths = {v.type.count for v in values if isinstance(v.type, ir.VectorType)}
-        if not widths:
-            return list(values)
-        w = widths.pop()
-        return [v if isinstance(v.type, ir.VectorType) else self._splat(v, w) for v in values]
-
-    def _intrinsic(self, name: str, ty: ir.Type, nargs: int = 1) -> ir.Function:
-        return self._runtime(name, ty, [ty] * nargs)
-
-    def _float_call(self, base: str, args: list[ir.Value], dtype: str,
-                    libm: bool = False) -> ir.Value:
-        b = self.builder
-        ty = args[0].type
-        if libm and isinstance(ty, ir.VectorType):
-            # libm has no vector entry points: call it lane by lane.
-            out = _whole(ty, ir.Undefined)
-            for lane in range(ty.count):
-                idx = ir.Constant(I32, lane)
-                r = self._float_call(base, [b.extract_element(a, idx) for a in args], dtype, True)
-                out = b.insert_element(out, r, idx)
-            return out
-        if libm:
-            # libm has float and double versions; half goes through float.
-            work = "float64" if dtype == "float64" else "float32"
-            wty = value_type(work)
-            name = base if work == "float64" else base + "f"
-            xs = [b.fpext(a, wty) if dtype == "float16" else a for a in args]
-            out = b.call(self._intrinsic(name, wty, len(xs)), xs)
-            return b.fptrunc(out, value_type(dtype)) if dtype == "float16" else out
-        suffix = _LLVM_SUFFIX[dtype]
-        if isinstance(ty, ir.VectorType):
-            suffix = f"v{ty.count}{suffix}"
-        return b.call(self._intrinsic(f"llvm.{base}.{suffix}", ty, len(args)), args)
-
-    def _unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
-        b = self.builder
-        if _is_float(dtype):
-            if op == "neg":
-                return b.fneg(x)
-            if op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh") + _LIBM_UNARY:
-                return self._float_call(op, [x], dtype, libm=True)
-            if op in _INTRINSIC_UNARY:
-                return self._float_call(_INTRINSIC_UNARY[op], [x], dtype)
-            if op == "sigmoid":
-                e = self._float_call("exp", [b.fneg(x)], dtype)
-                one = _const_like(x.type, 1.0)
-                return b.fdiv(one, b.fadd(one, e))
-            if op == "isnan":
-                return b.fcmp_unordered("uno", x, x)
-            if op in ("isinf", "isposinf", "isneginf"):
-                inf = _const_like(x.type, float("inf"))
-                if op == "isposinf":
-                    return b.fcmp_ordered("==", x, inf)
-                if op == "isneginf":
-                    return b.fcmp_ordered("==", x, _const_like(x.type, float("-inf")))
-                return b.fcmp_ordered("==", self._float_call("fabs", [x], dtype), inf)
-            if op == "sign":
-                zero, one = _zero(x.type), _const_like(x.type, 1.0)
-                pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
-                return b.select(b.fcmp_ordered("<", x, zero), _const_like(x.type, -1.0), pos)
-        else:
-            zero = _zero(x.type)
-            if op == "not":
-                return b.xor(x, _const_like(x.type, 1))
-            if op == "bitnot":
-                return b.xor(x, _const_like(x.type, -1))
-            if op == "neg":
-                return b.sub(zero, x)
-            if op == "abs":
-                if not _is_signed(dtype):
-                    return x
-                return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
-            if op == "sign":
-                nonzero = (b.icmp_unsigned("!=", x, zero) if not _is_signed(dtype)
-                           else b.icmp_signed(">", x, zero))
-                gt = b.zext(nonzero, x.type)
-                if not _is_signed(dtype):
-                    return gt
-                return b.select(b.icmp_signed("<", x, zero), _const_like(x.type, -1), gt)
-            if op in ("isnan", "isinf", "isposinf", "isneginf"):
-                return _const_like(_like(x.type, I1), 0)
-            if op in ("floor", "ceil", "round"):
-                return x
-        raise CodegenError(f"unary op {op} is not supported for {dtype}")
-
-    def _binary(self, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
-        b = self.builder
-        if _is_float(dtype):
-            if op == "add":
-                return b.fadd(x, y, flags=FAST)
-            if op == "sub":
-                return b.fsub(x, y, flags=FAST)
-            if op == "mul":
-                return b.fmul(x, y, flags=FAST)
-            if op == "div":
-                return b.fdiv(x, y)
-            if op in ("max", "min"):
-                return self._float_call("maximum" if op == "max" else "minimum", [x, y], dtype)
-            if op == "pow":
-                return self._float_call("pow", [x, y], dtype)
-            if op == "fmod":
-                return b.frem(x, y)
-            if op == "mod":
-                # Python-style: the result takes the divisor's sign.
-                r = b.frem(x, y)
-                zero = _zero(x.type)
-                fix = b.and_(b.fcmp_ordered("!=", r, zero),
-                             b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
-                return b.select(fix, b.fadd(r, y), r)
-            cmp = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(op)
-            if cmp:
-                return b.fcmp_ordered(cmp, x, y)
-            if op == "ne":
-                return b.fcmp_unordered("!=", x, y)
-        else:
-            signed = _is_signed(dtype)
-            if op in ("add", "sub", "mul"):
-                return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
-            if op in ("and", "bitand"):
-                return b.and_(x, y)
-            if op in ("or", "bitor"):
-                return b.or_(x, y)
-            if op in ("xor", "bitxor"):
-                return b.xor(x, y)
-            if op == "shl":
-                return b.shl(x, y)
-            if op == "shr":
-                return b.lshr(x, y) if not signed else b.ashr(x, y)
-            cmp = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(op)
-            if cmp:
-                return (b.icmp_signed if signed else b.icmp_unsigned)(cmp, x, y)
-            if op in ("max", "min"):
-                icmp = b.icmp_signed if signed else b.icmp_unsigned
-                return b.select(icmp(">" if op == "max" else "<", x, y), x, y)
-            if op in ("div", "mod", "fmod", "pow"):
-                return self._int_arith(op, x, y, signed)
-        raise CodegenError(f"binary op {op} is not supported for {dtype}")
-
-    def _int_arith(self, op: str, x: ir.Value, y: ir.Value, signed: bool) -> ir.Value:
-        b = self.builder
-        ty = x.type
-        scalar = ty.element if isinstance(ty, ir.VectorType) else ty
-        zero, one = _zero(ty), _const_like(ty, 1)
-        if op == "pow":
-            # Integer power by repeated squaring is not affine; go through double.
-            dty = _like(ty, ir.DoubleType())
-            fx = b.sitofp(x, dty) if signed else b.uitofp(x, dty)
-            fy = b.sitofp(y, dty) if signed else b.uitofp(y, dty)
-            p = self._float_call("pow", [fx, fy], "float64")
-            return b.fptosi(p, ty) if signed else b.fptoui(p, ty)
-        # Division by zero (and INT_MIN / -1) traps on x86: divide by 1 there and yield 0.
-        bad = b.icmp_unsigned("==", y, zero)
-        if signed:
-            minus_one = _const_like(ty, -1)
-            int_min = _const_like(ty, -(1 << (scalar.width - 1)))
-            bad = b.or_(bad, b.and_(b.icmp_signed("==", y, minus_one),
-                                    b.icmp_signed("==", x, int_min)))
-        safe = b.select(bad, one, y)
-        if op == "div":
-            q = b.sdiv(x, safe) if signed else b.udiv(x, safe)
-            return b.select(bad, zero, q)
-        r = b.srem(x, safe) if signed else b.urem(x, safe)
-        if op == "mod" and signed:
-            fix = b.and_(b.icmp_signed("!=", r, zero),
-                         b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
-            r = b.select(fix, b.add(r, y), r)
-        return b.select(bad, zero, r)
-
-    def _cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
-        b = self.builder
-        if src == dst:
-            return x
-        to = _like(x.type, value_type(dst))
-        if dst == "bool":
-            if _is_float(src):
-                return b.fcmp_unordered("!=", x, _zero(x.type))
-            return b.icmp_unsigned("!=", x, _zero(x.type))
-        if _is_float(src) and _is_float(dst):
-            return b.fpext(x, to) if np.dtype(dst).itemsize > np.dtype(src).itemsize \
-                else b.fptrunc(x, to)
-        if _is_float(src):
-            return b.fptosi(x, to) if _is_signed(dst) else b.fptoui(x, to)
-        signed_src = _is_signed(src)
-        if _is_float(dst):
-            return b.sitofp(x, to) if signed_src else b.uitofp(x, to)
-        width_src, width_dst = _scalar(x.type).width, _scalar(to).width
-        if width_src == width_dst:
-            return x
-        if width_src > width_dst:
-            return b.trunc(x, to)
-        return b.sext(x, to) if signed_src else b.zext(x, to)
-
-
-class _VolatileLoad(ir.LoadInstr):
-    """``load volatile`` (llvmlite's builder has no flag for it)."""
-
-    def descr(self, buf: list[str]) -> None:
-        text: list[str] = []
-        super().descr(text)
-        buf.append(text[0].replace("load ", "load volatile ", 1))
-
-
-@dataclass(frozen=True)
-class _Accumulator:
-    """One vector of a register tile: its tile position and vector step, the stack slot it
-    lives in during the reduction and its address in memory."""
-
-    position: tuple[int, ...]
-    step: int
-    slot: ir.Value
-    ptr: ir.Value
-    type: ir.Type
-    align: int
-
-
-def _reduction_loops(node: la.For) -> list[la.For]:
-    """``node`` and the loops perfectly nested in it: a register tile's reduction loops (its
-    rows and vector loop sit under marks, not directly)."""
-    loops = [node]
-    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], la.For):
-        loops.append(loops[-1].body[0])
-    return loops
-
-
-def _unrolled_vector_nest(body: tuple[la.LNode, ...]
-                          ) -> tuple[tuple[la.For, ...], la.For] | None:
-    """(unrolled loops, vector loop) when ``body`` is one or more ``unroll`` loops of constant
-    trip counts, one inside the other, around one ``vector`` loop of one statement."""
-    unrolled: list[la.For] = []
-    while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
-           and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
-        loop = body[0].body[0]
-        trip = _static_trip(loop)
-        if trip is None or trip > MAX_UNROLL or loop.inc != 1:
-            return None
-        unrolled.append(loop)
-        body = loop.body
-    if not unrolled or not (len(body) == 1 and isinstance(body[0], la.Mark)
-                            and body[0].name == "vector" and len(body[0].body) == 1
-                            and isinstance(body[0].body[0], la.For)):
-        return None
-    vec = body[0].body[0]
-    if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
-        return None
-    return tuple(unrolled), vec
-
-
-def _scalar(ty: ir.Type) -> ir.Type:
-    return ty.element if isinstance(ty, ir.VectorType) else ty
-
-
-def _like(ty: ir.Type, scalar: ir.Type) -> ir.Type:
-    """``scalar``, as a vector of the same width when ``ty`` is a vector."""
-    return ir.VectorType(scalar, ty.count) if isinstance(ty, ir.VectorType) else scalar
-
-
-def _const_like(ty: ir.Type, value: float | int) -> ir.Constant:
-    s = _scalar(ty)
-    if isinstance(s, ir.IntType) and value < 0:
-        value &= (1 << s.width) - 1
-    if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [value] * ty.count)
-    return ir.Constant(ty, value)
-
-
-def _whole(ty: ir.Type, value: None | object) -> ir.Constant:
-    """``zeroinitializer`` (None) or ``undef`` (``ir.Undefined``) of ``ty`` in one word:
-    llvmlite spells a vector constant element by element (a broadcast printed 48 words)."""
-    out = ir.Constant(ty, None)
-    out.constant = value
-    return out
-
-
-def _zero(ty: ir.Type) -> ir.Constant:
-    if isinstance(ty, ir.VectorType):
-        return _whole(ty, None)
-    return _const_like(ty, 0.0 if isinstance(_scalar(ty), ir.HalfType | ir.FloatType |
-                                             ir.DoubleType) else 0)
-
-
-def _linear(e: la.IExpr) -> dict[str, int] | None:
-    """``e`` as {var: coeff, "": const} when affine, else None."""
-    if isinstance(e, la.IConst):
-        return {"": e.value}
-    if isinstance(e, la.IVar):
-        return {e.name: 1}
-    parts = [_linear(a) for a in e.args]
-    if any(p is None for p in parts):
-        return None
-    if e.op in ("add", "sub"):
-        out = dict(parts[0])
-        for k, v in parts[1].items():
-            out[k] = out.get(k, 0) + (v if e.op == "add" else -v)
-        return out
-    if e.op == "neg":
-        return {k: -v for k, v in parts[0].items()}
-    if e.op == "mul":
-        a, b = parts
-        if set(a) <= {""}:
-            a, b = b, a
-        if set(b) <= {""}:
-            k = b.get("", 0)
-            return {n: v * k for n, v in a.items()}
-    return None
-
-
-def _inner_loop_named(node: la.For, names: set[str]) -> bool:
-    """Whether a loop named in ``names`` is nested in ``node`` (through single-loop bodies)."""
-    body = node.body
-    while len(body) == 1 and isinstance(body[0], la.For):
-        if body[0].iterator in names:
-            return True
-        body = body[0].body
-    return False
-
-
-def _static_trip(node: la.For) -> int | None:
-    """The trip count of ``for (i = init; i <= init + k; i++)`` (or ``<``), when constant."""
-    cond = node.cond
-    if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
-            and cond.args[0] == la.IVar(node.iterator)):
-        return None
-    upper, lower = _linear(cond.args[1]), _linear(node.init)
-    if upper is None or lower is None:
-        return None
-    diff = {k: upper.get(k, 0) - lower.get(k, 0) for k in set(upper) | set(lower)}
-    if any(v for k, v in diff.items() if k != ""):
-        return None
-    trip = diff.get("", 0) + (1 if cond.op == "le" else 0)
-    return max(trip, 0)
-
-
-def _constant(c: Const) -> ir.Constant:
-    ty = value_type(c.dtype)
-    if _is_float(c.dtype):
-        return ir.Constant(ty, float(c.value))
-    if c.dtype == "bool":
-        return ir.Constant(I1, int(bool(c.value)))
-    v = int(c.value)
-    if v < 0:  # two's complement for the width
-        v &= (1 << ty.width) - 1
-    return ir.Constant(ty, v)
 
 
 def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
-                checked: bool = False, vector_bits: int = 256, threads: int = 1,
-                prefetch_above: int = 0) -> ir.Function:
-    """Add ``kernel`` to ``module``, its loops given by ``ast``."""
-    stmts = {}
-    for loops, s in kernel.statements():
-        stmts[s.name] = (tuple(lp.iterator for lp in loops), s)
-    return KernelEmitter(module, kernel, stmts, checked, vector_bits, threads,
-                         prefetch_above).emit(ast)
+                config: CodegenConfig) -> ir.Function:
+    """Add ``kernel`` to ``module``, its loops given by ``ast``, its code decided by
+    ``config``."""
+    return KernelEmitter(module, kernel, Accesses.of(kernel), config).emit(ast)

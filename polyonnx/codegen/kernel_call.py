@@ -16,9 +16,9 @@ import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.jit import jit
-from polyonnx.codegen.module import CodegenConfig
 from polyonnx.errors import InputError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
@@ -32,9 +32,7 @@ def kernel_callable(kernel: Kernel, ast: tuple[la.LNode, ...], options: Options 
     options = options or Options()
     module = ir.Module(name=kernel.name)
     name = f"polyonnx_kernel_{next(_ids)}_{kernel.name}"
-    config = CodegenConfig.for_options(options)
-    emit_kernel(module, replace(kernel, name=name), ast, config.checked, config.vector_bits,
-                config.threads, config.prefetch_above)
+    emit_kernel(module, replace(kernel, name=name), ast, CodegenConfig.for_options(options))
     address, keep = jit(module, name, options)
     proto = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(kernel.buffers))
     fn = proto(address)

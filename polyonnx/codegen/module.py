@@ -16,42 +16,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.emit import I1, I8, I32, I64, PTR, emit_kernel
-from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
+from polyonnx.codegen.config import CodegenConfig
+from polyonnx.codegen.emit import emit_kernel
+from polyonnx.codegen.llvm_types import I1, I8, I32, I64, PTR
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
 from polyonnx.krnl.program import Program
-from polyonnx.options import Options
 from polyonnx.schedule.signature import canonical
 
 WEIGHTS_SYMBOL = "polyonnx_weights"
-
-
-@dataclass(frozen=True)
-class CodegenConfig:
-    """What, besides the kernel and its loops, decides a kernel's machine code."""
-
-    checked: bool = False
-    vector_bits: int = 256
-    threads: int = 1
-    prefetch_above: int = 0
-    """Register tiles prefetch the operands larger than this they stream through (a quarter
-    of the target's L2: :func:`~polyonnx.codegen.target.prefetch_above`; 0: never)."""
-
-    @staticmethod
-    def for_options(options: Options) -> CodegenConfig:
-        """What ``options`` ask for on their target (the host's unless another is set)."""
-        return CodegenConfig(options.checked, vector_bits(options), thread_count(options),
-                             prefetch_above(options))
-
-    def key(self) -> str:
-        return (f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
-                f",prefetch_above={self.prefetch_above}")
 
 
 def kernel_symbol(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig) -> str:
@@ -69,14 +47,13 @@ def kernel_module(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
     module = ir.Module(name=symbol)
     if triple:
         module.triple = triple
-    emit_kernel(module, replace(kernel, name=symbol), ast, config.checked, config.vector_bits,
-                config.threads, config.prefetch_above)
+    emit_kernel(module, replace(kernel, name=symbol), ast, config)
     return symbol, module
 
 
 def build_module(program: Program, plan: MemoryPlan,
                  kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
-                 config: CodegenConfig = CodegenConfig(), aot: bool = False,
+                 config: CodegenConfig, aot: bool = False,
                  metadata: str = "", triple: str = "", with_kernels: bool = True,
                  symbols: Sequence[str] | None = None) -> ir.Module:
     """The entry point (and, with ``with_kernels``, every kernel function) in one module;
@@ -93,9 +70,7 @@ def build_module(program: Program, plan: MemoryPlan,
     for (k, ast), symbol in zip(kernels, symbols, strict=True):
         if symbol not in functions:
             if with_kernels:
-                functions[symbol] = emit_kernel(module, replace(k, name=symbol), ast,
-                                                config.checked, config.vector_bits,
-                                                config.threads, config.prefetch_above)
+                functions[symbol] = emit_kernel(module, replace(k, name=symbol), ast, config)
             else:
                 fnty = ir.FunctionType(I32, [PTR] * len(k.buffers))
                 functions[symbol] = ir.Function(module, fnty, name=symbol)

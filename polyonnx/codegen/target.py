@@ -16,7 +16,7 @@ from polyonnx.options import Options
 LLVM_LOCK = threading.RLock()
 
 
-#: See :func:`init_llvm`.
+#: The machine scheduler's largest region (``-dag-maps-huge-region``, see :func:`init_llvm`).
 SCHEDULER_REGION_LIMIT = 200
 
 
@@ -27,9 +27,8 @@ def init_llvm() -> None:
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
     # The machine scheduler's dependence graph grows quadratically with a block's memory
-    # operations until it holds this many (LLVM's default: 1000); a conv's unrolled
-    # zero-border fill has thousands of stores in one block (0.6 s of code generation for
-    # one ResNet50 kernel). At 200 every ResNet50 kernel's object code is the same, 3x faster.
+    # operations up to this many (LLVM's default: 1000), and a conv's unrolled zero-border
+    # fill has thousands of stores in one block (see docs/performance.md, Compile time).
     llvm.set_option("", f"-dag-maps-huge-region={SCHEDULER_REGION_LIMIT}")
 
 
@@ -107,11 +106,9 @@ def _cache_bytes(options: Options, level: int, default: int) -> int:
 
 def prefetch_above(options: Options) -> int:
     """Operands larger than this many bytes that a register tile streams through are
-    prefetched ahead by its code (see :meth:`polyonnx.codegen.emit.KernelEmitter._streamed`):
-    a quarter of the target's L2, which the weights of a layer share with its activations.
-    (ResNet50 per layer, this host's 2 MiB L2: prefetching weights of 1 MB and more ran
-    those layers 2-9% faster, above 2 MB only half the gain; the 256 KB weights of the
-    28x28 1x1 convs and the stem's ran 3-8% slower prefetched.)"""
+    prefetched ahead by its code (see :func:`polyonnx.codegen.tiles.streamed`): a quarter of
+    the target's L2, which the weights of a layer share with its activations (smaller ones
+    stay in L2, where a prefetch only costs load-port slots)."""
     return l2_bytes(options) // 4
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.errors import InputError
@@ -22,7 +23,7 @@ def _llvm_text(kernel, schedule) -> str:
     from llvmlite import ir
 
     module = ir.Module()
-    emit_kernel(module, kernel, la.from_isl(build_ast(schedule)))
+    emit_kernel(module, kernel, la.from_isl(build_ast(schedule)), CodegenConfig())
     return str(module)
 
 

@@ -12,9 +12,11 @@ from llvmlite import ir
 
 import polyonnx
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.emit import PREFETCH_BYTES, emit_kernel
+from polyonnx.codegen.config import CodegenConfig
+from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.jit import jit
 from polyonnx.codegen.kernel_call import kernel_callable
+from polyonnx.codegen.tile_emit import PREFETCH_BYTES
 from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.default import Tiling, default_schedule
@@ -43,7 +45,7 @@ def test_accumulators_live_in_slots_and_results_match(m: int, n: int, k: int) ->
     kernel = _matmul_relu(m, n, k)
     loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
     module = ir.Module()
-    emit_kernel(module, kernel, loops)
+    emit_kernel(module, kernel, loops, CodegenConfig())
     # One slot per accumulator vector of a full tile (4 rows x 2 vectors of 8 lanes).
     assert str(module).count("alloca <8 x float>") >= 8
     assert "volatile" not in str(module)  # 8 accumulators + 2 vectors + 1 fit 16 registers
@@ -79,7 +81,7 @@ def test_paired_tile_two_unrolled_loops() -> None:
     assert ast.to_C_str().count("// unroll") >= 2
     loops = la.from_isl(ast)
     module = ir.Module()
-    emit_kernel(module, kernel, loops, vector_bits=512)
+    emit_kernel(module, kernel, loops, CodegenConfig(vector_bits=512))
     assert str(module).count("alloca <16 x float>") == nr * 2 * 2
     # 28 accumulators + 4 weight vectors + 1 broadcast > 32 registers: one weight vector is
     # loaded at each of its 7 uses (a memory operand) rather than spilling an accumulator.
@@ -110,7 +112,8 @@ def test_streamed_weights_are_prefetched_once_per_vector(above: int, prefetches:
     loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
     module = ir.Module()
     name = f"prefetching_matmul_{above}"  # (one JIT engine per process: a name of its own)
-    emit_kernel(module, dataclasses.replace(kernel, name=name), loops, prefetch_above=above)
+    emit_kernel(module, dataclasses.replace(kernel, name=name), loops,
+                CodegenConfig(prefetch_above=above))
     text = str(module)
     calls = re.findall(r'call void @"llvm.prefetch.p0"\(ptr (\S+), i32 0, i32 3, i32 1\)', text)
     assert len(calls) == prefetches
@@ -159,7 +162,7 @@ def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int, residual:
     assert ("if (" in ast.to_C_str()) == (stores == 2)
     loops = la.from_isl(ast)
     module = ir.Module()
-    emit_kernel(module, kernel, loops)
+    emit_kernel(module, kernel, loops, CodegenConfig())
     text = str(module)
     slots = text.count("alloca <8 x float>")
     assert slots == 8  # 4 rows x 2 vectors

@@ -6,6 +6,7 @@ import pytest
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
+from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.krnl.ir import (
@@ -50,7 +51,7 @@ def _compile(kernel, vector=True):
         sched = _mark_innermost(sched)
     ast = la.from_isl(build_ast(sched))
     module = ir.Module()
-    emit_kernel(module, kernel, ast)
+    emit_kernel(module, kernel, ast, CodegenConfig())
     return kernel_callable(kernel, ast), str(module)
 
 

@@ -1,0 +1,43 @@
+"""What, besides a kernel and its loops, decides the kernel's machine code: the codegen
+configuration every emitter takes whole.
+
+Example:
+    >>> CodegenConfig(vector_bits=512, threads=2).key()
+    'checked=False,vector_bits=512,threads=2,prefetch_above=0'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyonnx.options import Options
+
+
+@dataclass(frozen=True, slots=True)
+class CodegenConfig:
+    """What, besides the kernel and its loops, decides a kernel's machine code."""
+
+    checked: bool = False
+    """Range-check every access (not only the computed indices)."""
+    vector_bits: int = 256
+    """The width of the target's vector registers (``vector`` loops use all of it)."""
+    threads: int = 1
+    """Threads ``parallel`` loops run on (1: they run sequentially, not outlined)."""
+    prefetch_above: int = 0
+    """Register tiles prefetch the operands larger than this they stream through (a quarter
+    of the target's L2: :func:`~polyonnx.codegen.target.prefetch_above`; 0: never)."""
+
+    @staticmethod
+    def for_options(options: Options) -> CodegenConfig:
+        """What ``options`` ask for on their target (the host's unless another is set)."""
+        # (imported here: reading the target needs LLVM, the record itself does not)
+        from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
+
+        return CodegenConfig(options.checked, vector_bits(options), thread_count(options),
+                             prefetch_above(options))
+
+    def key(self) -> str:
+        """The configuration as text, part of every kernel's symbol
+        (:func:`polyonnx.codegen.module.kernel_symbol`)."""
+        return (f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
+                f",prefetch_above={self.prefetch_above}")

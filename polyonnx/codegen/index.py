@@ -1,0 +1,99 @@
+"""The i64 arithmetic of loops and addresses: the loop AST's integer expressions and krnl's
+affine indices, folded when an operand is constant and numbered per basic block.
+
+Addresses are sums of products of the same loop values, once per access of every unrolled
+statement: numbering them leaves LLVM (and llvmlite's IR printer) far fewer instructions to
+parse and simplify, for the same machine code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from polyonnx.codegen import loopast as la
+from polyonnx.codegen.llvm_types import I64
+from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import Aff
+
+_PREDICATES = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}
+
+
+@dataclass(frozen=True)
+class IndexEmitter:
+    """Emits i64 index arithmetic at ``builder``'s position."""
+
+    builder: ir.IRBuilder
+    numbered: dict[tuple, ir.Value] = field(default_factory=dict)
+    """Instructions already emitted, by (block, op, operands)."""
+
+    def int(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``x op y`` on i64 (``add``, ``sub``, ``mul``: nsw; ``sdiv``, ``srem``), folded when
+        an operand is constant and reused when this block already computed it."""
+        cx = x.constant if isinstance(x, ir.Constant) else None
+        cy = y.constant if isinstance(y, ir.Constant) else None
+        if cx is not None and cy is not None and op in ("add", "sub", "mul"):
+            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub"
+                               else cx * cy)
+        if op == "mul" and 0 in (cx, cy):
+            return ir.Constant(I64, 0)
+        if (op == "add" and cx == 0) or (op == "mul" and cx == 1):
+            return y
+        if (op in ("add", "sub") and cy == 0) or (op in ("mul", "sdiv") and cy == 1):
+            return x
+        key = (self.builder.block, op, x if cx is None else cx, y if cy is None else cy)
+        hit = self.numbered.get(key)
+        if hit is None:
+            b = self.builder
+            hit = (getattr(b, op)(x, y, flags=["nsw"]) if op in ("add", "sub", "mul")
+                   else getattr(b, op)(x, y))
+            self.numbered[key] = hit
+        return hit
+
+    def expr(self, e: la.IExpr, env: Mapping[str, ir.Value]) -> ir.Value:
+        """A loop-AST expression (isl's semantics, see :class:`~polyonnx.codegen.loopast.IOp`)
+        with its variables' values from ``env``."""
+        b = self.builder
+        if isinstance(e, la.IConst):
+            return ir.Constant(I64, e.value)
+        if isinstance(e, la.IVar):
+            return env[e.name]
+        a = [self.expr(x, env) for x in e.args]
+        op = e.op
+        if op in ("add", "sub", "mul"):
+            return self.int(op, a[0], a[1])
+        if op == "neg":
+            return self.int("sub", ir.Constant(I64, 0), a[0])
+        if op in ("div", "pdiv_q"):
+            return self.int("sdiv", a[0], a[1])
+        if op in ("pdiv_r", "zdiv_r"):
+            return self.int("srem", a[0], a[1])
+        if op == "fdiv_q":
+            # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
+            neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
+            return b.select(b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
+                            b.sdiv(a[0], a[1]), b.sub(ir.Constant(I64, 0), neg))
+        if op in ("min", "max"):
+            out = a[0]
+            for x in a[1:]:
+                pick = b.icmp_signed("<" if op == "min" else ">", out, x)
+                out = b.select(pick, out, x)
+            return out
+        if op in _PREDICATES:
+            return b.icmp_signed(_PREDICATES[op], a[0], a[1])
+        if op == "and":
+            return b.and_(a[0], a[1])
+        if op == "or":
+            return b.or_(a[0], a[1])
+        if op == "select":
+            return b.select(a[0], a[1], a[2])
+        raise CodegenError(f"unknown loop-AST op {op!r}")
+
+    def aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
+        """A krnl affine index at a statement instance (iterator values ``point``)."""
+        out: ir.Value = ir.Constant(I64, 0)
+        for name, c in a.terms:
+            out = self.int("add", out, self.int("mul", point[name], ir.Constant(I64, c)))
+        return self.int("add", out, ir.Constant(I64, a.const))

@@ -1,0 +1,343 @@
+"""The arithmetic of krnl expressions in LLVM IR, on scalars or lane-wise on vectors: unary and
+binary ops, integer division and power, casts, LLVM intrinsics and libm calls.
+
+Which instructions an op becomes is data: a table per operand kind (float, signed and unsigned
+integer; bool is unsigned) from op name to its emitter. :class:`ScalarEmitter` needs only a
+builder and a way to declare the external functions it calls.
+
+Floating-point adds and multiplies carry ``contract`` only, so LLVM forms FMAs but never
+reassociates a sum: every output element is summed in the order its loops say, the same order
+for every element (with ``reassoc``, equal outputs came out unequal; see docs/performance.md).
+Vector code comes from the schedule's vector loops, which never need it.
+
+Example:
+    >>> from polyonnx.codegen.llvm_types import declare
+    >>> module = ir.Module()
+    >>> fn = ir.Function(module, ir.FunctionType(ir.FloatType(), [ir.FloatType()]), name="f")
+    >>> s = ScalarEmitter(ir.IRBuilder(fn.append_basic_block()),
+    ...                   lambda *a: declare(module, *a))
+    >>> x = fn.args[0]
+    >>> s.unary("abs", x, "float32").callee.name
+    'llvm.fabs.f32'
+    >>> s.unary("tanh", x, "float32").callee.name  # (libm)
+    'tanhf'
+    >>> product = s.binary("mul", x, x, "float32")
+    >>> product.opname, product.flags
+    ('fmul', ['contract'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from polyonnx.codegen.llvm_types import (
+    I1,
+    I32,
+    const_like,
+    is_float,
+    is_signed,
+    like,
+    scalar_type,
+    value_type,
+    whole,
+    zero,
+)
+from polyonnx.errors import CodegenError
+
+FAST = ("contract",)
+"""The fast-math flags of floating-point adds, subtractions and multiplications."""
+
+Declare = Callable[[str, ir.Type, list[ir.Type]], ir.Function]
+"""``declare(name, return type, argument types)``: the external function ``name``."""
+
+UnaryEmit = Callable[["ScalarEmitter", ir.Value, str], ir.Value]
+"""How a unary op is emitted: ``emit(scalars, x, operand dtype)``."""
+BinaryEmit = Callable[["ScalarEmitter", ir.Value, ir.Value, str], ir.Value]
+"""How a binary op is emitted: ``emit(scalars, x, y, operand dtype)``."""
+
+_LLVM_SUFFIX = {"float16": "f16", "float32": "f32", "float64": "f64"}
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarEmitter:
+    """Emits krnl arithmetic at ``builder``'s position; ``declare`` provides the intrinsics
+    and libm functions it calls."""
+
+    builder: ir.IRBuilder
+    declare: Declare
+
+    def unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
+        """``op(x)`` for an operand of ``dtype``."""
+        table = _FLOAT_UNARY if is_float(dtype) else _INT_UNARY[is_signed(dtype)]
+        emit = table.get(op)
+        if emit is None:
+            raise CodegenError(f"unary op {op} is not supported for {dtype}")
+        return emit(self, x, dtype)
+
+    def binary(self, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+        """``x op y`` for operands of ``dtype`` (of one type: see :meth:`match`)."""
+        table = _FLOAT_BINARY if is_float(dtype) else _INT_BINARY[is_signed(dtype)]
+        emit = table.get(op)
+        if emit is None:
+            raise CodegenError(f"binary op {op} is not supported for {dtype}")
+        return emit(self, x, y, dtype)
+
+    def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
+        """``x`` of dtype ``src`` converted to ``dst`` (bool: whether it is non-zero)."""
+        b = self.builder
+        if src == dst:
+            return x
+        to = like(x.type, value_type(dst))
+        if dst == "bool":
+            if is_float(src):
+                return b.fcmp_unordered("!=", x, zero(x.type))
+            return b.icmp_unsigned("!=", x, zero(x.type))
+        if is_float(src) and is_float(dst):
+            return b.fpext(x, to) if np.dtype(dst).itemsize > np.dtype(src).itemsize \
+                else b.fptrunc(x, to)
+        if is_float(src):
+            return b.fptosi(x, to) if is_signed(dst) else b.fptoui(x, to)
+        signed_src = is_signed(src)
+        if is_float(dst):
+            return b.sitofp(x, to) if signed_src else b.uitofp(x, to)
+        width_src, width_dst = scalar_type(x.type).width, scalar_type(to).width
+        if width_src == width_dst:
+            return x
+        if width_src > width_dst:
+            return b.trunc(x, to)
+        return b.sext(x, to) if signed_src else b.zext(x, to)
+
+    def splat(self, v: ir.Value, width: int) -> ir.Value:
+        """The scalar ``v`` in every lane of a ``width``-lane vector."""
+        b = self.builder
+        vec_ty = ir.VectorType(v.type, width)
+        one = b.insert_element(whole(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, whole(vec_ty, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+    def match(self, *values: ir.Value) -> list[ir.Value]:
+        """Splat scalars to the width of any vector among ``values``."""
+        widths = {v.type.count for v in values if isinstance(v.type, ir.VectorType)}
+        if not widths:
+            return list(values)
+        w = widths.pop()
+        return [v if isinstance(v.type, ir.VectorType) else self.splat(v, w) for v in values]
+
+    def float_call(self, base: str, args: list[ir.Value], dtype: str,
+                   libm: bool = False) -> ir.Value:
+        """``llvm.<base>.<type>(args...)``, or with ``libm`` the C library's ``base`` (lane by
+        lane on vectors; half precision through float)."""
+        b = self.builder
+        ty = args[0].type
+        if libm and isinstance(ty, ir.VectorType):
+            # libm has no vector entry points: call it lane by lane.
+            out = whole(ty, ir.Undefined)
+            for lane in range(ty.count):
+                idx = ir.Constant(I32, lane)
+                r = self.float_call(base, [b.extract_element(a, idx) for a in args], dtype, True)
+                out = b.insert_element(out, r, idx)
+            return out
+        if libm:
+            # libm has float and double versions; half goes through float.
+            work = "float64" if dtype == "float64" else "float32"
+            wty = value_type(work)
+            name = base if work == "float64" else base + "f"
+            xs = [b.fpext(a, wty) if dtype == "float16" else a for a in args]
+            out = b.call(self.declare(name, wty, [wty] * len(xs)), xs)
+            return b.fptrunc(out, value_type(dtype)) if dtype == "float16" else out
+        suffix = _LLVM_SUFFIX[dtype]
+        if isinstance(ty, ir.VectorType):
+            suffix = f"v{ty.count}{suffix}"
+        return b.call(self.declare(f"llvm.{base}.{suffix}", ty, [ty] * len(args)), args)
+
+    def int_arith(self, op: str, x: ir.Value, y: ir.Value, signed: bool) -> ir.Value:
+        """Integer ``div``, ``mod`` (the divisor's sign), ``fmod`` (the dividend's) and
+        ``pow``; dividing by zero (or ``INT_MIN / -1``) yields 0 instead of trapping."""
+        b = self.builder
+        ty = x.type
+        scalar = scalar_type(ty)
+        zero_, one = zero(ty), const_like(ty, 1)
+        if op == "pow":
+            # Integer power by repeated squaring is not affine; go through double.
+            dty = like(ty, ir.DoubleType())
+            fx = b.sitofp(x, dty) if signed else b.uitofp(x, dty)
+            fy = b.sitofp(y, dty) if signed else b.uitofp(y, dty)
+            p = self.float_call("pow", [fx, fy], "float64")
+            return b.fptosi(p, ty) if signed else b.fptoui(p, ty)
+        # Division by zero (and INT_MIN / -1) traps on x86: divide by 1 there and yield 0.
+        bad = b.icmp_unsigned("==", y, zero_)
+        if signed:
+            minus_one = const_like(ty, -1)
+            int_min = const_like(ty, -(1 << (scalar.width - 1)))
+            bad = b.or_(bad, b.and_(b.icmp_signed("==", y, minus_one),
+                                    b.icmp_signed("==", x, int_min)))
+        safe = b.select(bad, one, y)
+        if op == "div":
+            q = b.sdiv(x, safe) if signed else b.udiv(x, safe)
+            return b.select(bad, zero_, q)
+        r = b.srem(x, safe) if signed else b.urem(x, safe)
+        if op == "mod" and signed:
+            fix = b.and_(b.icmp_signed("!=", r, zero_),
+                         b.xor(b.icmp_signed("<", r, zero_), b.icmp_signed("<", y, zero_)))
+            r = b.select(fix, b.add(r, y), r)
+        return b.select(bad, zero_, r)
+
+
+# ---------------------------------------------------------------------- unary ops
+
+
+def _intrinsic(name: str) -> UnaryEmit:
+    return lambda s, x, dtype: s.float_call(name, [x], dtype)
+
+
+def _libm(name: str) -> UnaryEmit:
+    return lambda s, x, dtype: s.float_call(name, [x], dtype, libm=True)
+
+
+def _sigmoid(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    b = s.builder
+    e = s.float_call("exp", [b.fneg(x)], dtype)
+    one = const_like(x.type, 1.0)
+    return b.fdiv(one, b.fadd(one, e))
+
+
+def _is_inf(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    inf = const_like(x.type, float("inf"))
+    return s.builder.fcmp_ordered("==", s.float_call("fabs", [x], dtype), inf)
+
+
+def _float_sign(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    b = s.builder
+    zero_, one = zero(x.type), const_like(x.type, 1.0)
+    pos = b.select(b.fcmp_ordered(">", x, zero_), one, x)
+    return b.select(b.fcmp_ordered("<", x, zero_), const_like(x.type, -1.0), pos)
+
+
+_FLOAT_UNARY: dict[str, UnaryEmit] = {
+    "neg": lambda s, x, dtype: s.builder.fneg(x),
+    **{op: _intrinsic(name) for op, name in (
+        ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"),
+        ("floor", "floor"), ("ceil", "ceil"), ("round", "roundeven"), ("abs", "fabs"))},
+    **{op: _libm(op) for op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+                                "asinh", "acosh", "atanh", "erf")},
+    "sigmoid": _sigmoid,
+    "isnan": lambda s, x, dtype: s.builder.fcmp_unordered("uno", x, x),
+    "isinf": _is_inf,
+    "isposinf": lambda s, x, dtype: s.builder.fcmp_ordered(
+        "==", x, const_like(x.type, float("inf"))),
+    "isneginf": lambda s, x, dtype: s.builder.fcmp_ordered(
+        "==", x, const_like(x.type, float("-inf"))),
+    "sign": _float_sign,
+}
+
+
+def _signed_abs(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    b, zero_ = s.builder, zero(x.type)
+    return b.select(b.icmp_signed("<", x, zero_), b.sub(zero_, x), x)
+
+
+def _signed_sign(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    b, zero_ = s.builder, zero(x.type)
+    gt = b.zext(b.icmp_signed(">", x, zero_), x.type)
+    return b.select(b.icmp_signed("<", x, zero_), const_like(x.type, -1), gt)
+
+
+def _unsigned_sign(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    return s.builder.zext(s.builder.icmp_unsigned("!=", x, zero(x.type)), x.type)
+
+
+def _unchanged(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    return x
+
+
+def _never(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+    return const_like(like(x.type, I1), 0)
+
+
+def _int_unary(signed: bool) -> dict[str, UnaryEmit]:
+    return {
+        "not": lambda s, x, dtype: s.builder.xor(x, const_like(x.type, 1)),
+        "bitnot": lambda s, x, dtype: s.builder.xor(x, const_like(x.type, -1)),
+        "neg": lambda s, x, dtype: s.builder.sub(zero(x.type), x),
+        "abs": _signed_abs if signed else _unchanged,
+        "sign": _signed_sign if signed else _unsigned_sign,
+        **dict.fromkeys(("isnan", "isinf", "isposinf", "isneginf"), _never),
+        **dict.fromkeys(("floor", "ceil", "round"), _unchanged),
+    }
+
+
+_INT_UNARY = {signed: _int_unary(signed) for signed in (False, True)}
+"""Integer unary ops, by whether the operand is signed."""
+
+
+# ---------------------------------------------------------------------- binary ops
+
+
+def _instr(name: str, **flags: tuple[str, ...]) -> BinaryEmit:
+    """The builder's instruction ``name`` on the two operands."""
+    return lambda s, x, y, dtype: getattr(s.builder, name)(x, y, **flags)
+
+
+def _compare(method: str, predicate: str) -> BinaryEmit:
+    return lambda s, x, y, dtype: getattr(s.builder, method)(predicate, x, y)
+
+
+def _float_calls(name: str) -> BinaryEmit:
+    return lambda s, x, y, dtype: s.float_call(name, [x, y], dtype)
+
+
+def _float_mod(s: ScalarEmitter, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    """Python-style: the result takes the divisor's sign."""
+    b = s.builder
+    r = b.frem(x, y)
+    zero_ = zero(x.type)
+    fix = b.and_(b.fcmp_ordered("!=", r, zero_),
+                 b.xor(b.fcmp_ordered("<", r, zero_), b.fcmp_ordered("<", y, zero_)))
+    return b.select(fix, b.fadd(r, y), r)
+
+
+_FLOAT_BINARY: dict[str, BinaryEmit] = {
+    "add": _instr("fadd", flags=FAST), "sub": _instr("fsub", flags=FAST),
+    "mul": _instr("fmul", flags=FAST), "div": _instr("fdiv"),
+    "max": _float_calls("maximum"), "min": _float_calls("minimum"), "pow": _float_calls("pow"),
+    "fmod": _instr("frem"), "mod": _float_mod,
+    **{op: _compare("fcmp_ordered", p) for op, p in (
+        ("eq", "=="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    "ne": _compare("fcmp_unordered", "!="),
+}
+
+
+def _pick(compare: str, predicate: str) -> BinaryEmit:
+    """``x`` where ``x predicate y`` holds, else ``y`` (integer max and min)."""
+
+    def emit(s: ScalarEmitter, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+        return s.builder.select(getattr(s.builder, compare)(predicate, x, y), x, y)
+
+    return emit
+
+
+def _int_arith(op: str, signed: bool) -> BinaryEmit:
+    return lambda s, x, y, dtype: s.int_arith(op, x, y, signed)
+
+
+def _int_binary(signed: bool) -> dict[str, BinaryEmit]:
+    compare = "icmp_signed" if signed else "icmp_unsigned"
+    return {
+        "add": _instr("add"), "sub": _instr("sub"), "mul": _instr("mul"),
+        **dict.fromkeys(("and", "bitand"), _instr("and_")),
+        **dict.fromkeys(("or", "bitor"), _instr("or_")),
+        **dict.fromkeys(("xor", "bitxor"), _instr("xor")),
+        "shl": _instr("shl"), "shr": _instr("ashr" if signed else "lshr"),
+        **{op: _compare(compare, p) for op, p in (
+            ("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
+        "max": _pick(compare, ">"), "min": _pick(compare, "<"),
+        **{op: _int_arith(op, signed) for op in ("div", "mod", "fmod", "pow")},
+    }
+
+
+_INT_BINARY = {signed: _int_binary(signed) for signed in (False, True)}
+"""Integer binary ops, by whether the operands are signed."""
