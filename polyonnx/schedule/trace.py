@@ -119,29 +119,3 @@ def load_schedules(path: str) -> dict[str, Trace]:
     if not isinstance(obj, dict):
         raise ScheduleError(f"schedules file {path}: expected a JSON object of traces")
     return {str(k): Trace.from_json(v) for k, v in obj.items()}
-
-
-def replay_schedules(kernels: tuple[Kernel, ...] | list[Kernel],
-                     schedules: Mapping[str, TraceLike]) -> dict[int, Schedule]:
-    """Replay the trace given for each kernel: ``schedules`` maps a kernel name (``k3_Conv``)
-    or a kernel signature (every kernel with it) to a trace; a name wins over a signature.
-    Returns kernel index -> schedule; a key that fits no kernel is a ScheduleError."""
-    from polyonnx.schedule.signature import kernel_signature
-
-    traces = {k: v if isinstance(v, Trace) else Trace.from_json(v) for k, v in schedules.items()}
-    used: set[str] = set()
-    out: dict[int, Schedule] = {}
-    for i, kernel in enumerate(kernels):
-        for key in (kernel.name, kernel_signature(kernel)):
-            if key in traces:
-                used.add(key)
-                try:
-                    out[i] = traces[key].replay(kernel)
-                except ScheduleError as e:
-                    raise ScheduleError(f"schedule for kernel {kernel.name}: {e}") from None
-                break
-    unused = [k for k in traces if k not in used]
-    if unused:
-        raise ScheduleError(f"schedules: no kernel named or with signature {unused[0]!r}; "
-                            f"kernels: {', '.join(k.name for k in kernels)}")
-    return out
