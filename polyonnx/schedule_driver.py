@@ -41,8 +41,9 @@ from polyonnx.krnl.program import Program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.budget import isl_exclusive, schedule_kernel
-from polyonnx.schedule.default import ScheduledKernel, Tiling, default_schedule
+from polyonnx.schedule.default import Tiling, default_schedule
 from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.scheduled import ScheduledKernel
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import Trace, TraceLike
 
@@ -119,7 +120,7 @@ def replay_schedules(kernels: Sequence[Kernel],
             if key in traces:
                 used.add(key)
                 try:
-                    out[i] = traces[key].replay(kernel)
+                    out[i] = Schedule.from_kernel(kernel).replay(traces[key])
                 except ScheduleError as e:
                     raise ScheduleError(f"schedule for kernel {kernel.name}: {e}") from None
                 break

@@ -30,8 +30,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import ScheduledKernel
-from polyonnx.schedule.poly import PolyKernel, initial_schedule
+from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
 
 #: How isl words the failure of a call that ran out of operations.
 _QUOTA_MESSAGE = "maximal number of operations exceeded"
@@ -100,12 +99,6 @@ def _exhausted() -> bool:
     except isl.Error:
         return True
     return False
-
-
-def own_loop_order(kernel: Kernel) -> ScheduledKernel:
-    """The fallback schedule: the kernel's loops as written, with no analysis at all."""
-    poly = PolyKernel.build(kernel)
-    return ScheduledKernel(kernel, poly, initial_schedule(poly))
 
 
 def schedule_kernel(kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel],

@@ -32,8 +32,8 @@ import numpy as np
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Aff, Index, Kernel, Loop, Stmt, loads
 from polyonnx.schedule.legality import loops_that_may_carry
-from polyonnx.schedule.poly import PolyKernel, initial_schedule
-from polyonnx.schedule.trace import Trace
+from polyonnx.schedule.poly import PolyKernel
+from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
 from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
 from polyonnx.schedule.tree import Sequence as TreeSequence
 from polyonnx.schedule.verbs import (
@@ -55,17 +55,6 @@ if TYPE_CHECKING:
 
 VECTOR_MARK = "vector"
 UNROLL_MARK = "unroll"
-
-
-@dataclass(frozen=True)
-class ScheduledKernel:
-    """A kernel with its polyhedral model and the schedule tree codegen will follow."""
-
-    kernel: Kernel
-    poly: PolyKernel
-    schedule: isl.Schedule
-    trace: Trace | None = None
-    """The verbs that made ``schedule`` from the kernel's own loops (None: not made by verbs)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +114,7 @@ def default_schedule(kernel: Kernel, tiling: Tiling | None = None,
         s, bands = _strategy(start, tiling)
         if parallel:
             s = _parallel_outer(s, bands)
-        s._verify("default schedule: " + "; ".join(str(d) for d in s.directives))
+        s = s.verify("default schedule: " + "; ".join(str(d) for d in s.directives))
     except (_NotApplicable, ScheduleError):
         return plain_schedule(kernel)
     return s.scheduled()
@@ -133,8 +122,7 @@ def default_schedule(kernel: Kernel, tiling: Tiling | None = None,
 
 def plain_schedule(kernel: Kernel) -> ScheduledKernel:
     """The kernel's own loop structure, untransformed."""
-    poly = PolyKernel.build(kernel)
-    return ScheduledKernel(kernel, poly, initial_schedule(poly))
+    return own_loop_order(kernel)
 
 
 def respects(poly: PolyKernel, schedule: isl.Schedule,
@@ -216,13 +204,13 @@ class _NotApplicable(Exception):
 def _apply(s: Schedule, steps: Sequence[Directive]) -> Schedule:
     """``steps`` checked and applied, legality left to the caller (one check at the end)."""
     for d in steps:
-        s = s._step(d)
+        s = s.apply_unverified(d)
     return s
 
 
 def _created(s: Schedule, d: Directive) -> tuple[Schedule, tuple[str, ...]]:
     """``s`` after ``d`` and the loops ``d`` made."""
-    s = s._step(d)
+    s = s.apply_unverified(d)
     return s, s.created
 
 
@@ -461,31 +449,31 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
         full = [made[k] for k, _ in reversed(splits)]
         want = tiles + inner + points
         if want != current:
-            s = s._step(Reorder(tuple(want)))
+            s = s.apply_unverified(Reorder(tuple(want)))
         return s, tiles, points, full
 
     def finish(s: Schedule, tiles: list[str], full: list[str],
                groups: list[list[str]]) -> Schedule:
         for points in groups:
             for p in points[:-1]:  # (the rows, and the pair)
-                s = s._step(Unroll(p, 0, mark=True))
-            s = s._step(Vectorize(points[-1], 0, mark=True))
+                s = s.apply_unverified(Unroll(p, 0, mark=True))
+            s = s.apply_unverified(Vectorize(points[-1], 0, mark=True))
         # Isolate the full tiles, so their inner loops have constant trip counts (the partial
         # tiles at the edges get their own, general code).
         if ragged:  # (the full tiles of the vector loop first, then of the row loop)
-            s = s._step(Isolate(tiles[0], tiles[-1], tuple(full)))
+            s = s.apply_unverified(Isolate(tiles[0], tiles[-1], tuple(full)))
         return s
 
     outer, reduction = loops[:n_outer], loops[n_outer:]
     if chunking is None or (epilogue_loops and ragged):
         for e in epilogue_loops:
-            s = s._step(Fuse(outer[0], e[0], n_outer))
+            s = s.apply_unverified(Fuse(outer[0], e[0], n_outer))
         s, tiles, points, full = tile(s, outer, [])
         # The point loops over the init, the reduction loops and each epilogue statement.
         s, copies = _created(s, Distribute(points[0]))
         groups = [points] + [list(copies[k:k + len(points)])
                              for k in range(0, len(copies), len(points))]
-        s = s._step(Reorder((*reduction, *groups[1])))
+        s = s.apply_unverified(Reorder((*reduction, *groups[1])))
         return finish(s, tiles, full, groups), [tiles]
     # A long reduction is cut into chunks (cache blocking, see _reduction_split): the operands
     # of one chunk stay in cache while every output tile of a row takes its share. The chunk
@@ -521,11 +509,11 @@ def _tile_reduction(s: Schedule, red: _Reduction, loops: list[str],
     # Each output tile is initialised in the first chunk and finished (the epilogue) in the
     # last, while its accumulators are in registers: one pass over the output per chunk, not
     # two more (which made L1-sized chunks cost more than they saved).
-    s = s._step(ComputeAt(init_tiles[0], upd_tiles[-1]))
+    s = s.apply_unverified(ComputeAt(init_tiles[0], upd_tiles[-1]))
     for e in epilogue_loops:
         s, e_tiles, e_points, _ = tile(s, e, [], band=band)
         s = finish(s, e_tiles, [], [e_points])
-        s = s._step(ReverseComputeAt(e_tiles[0], upd_tiles[-1]))
+        s = s.apply_unverified(ReverseComputeAt(e_tiles[0], upd_tiles[-1]))
     # (With an epilogue, below the chunk loops there are several nests: not one band.)
     return s, [upd_tiles[:at] if epilogue_loops else upd_tiles]
 
@@ -578,9 +566,9 @@ def _vector_nest(s: Schedule, nest: Loop, loops: list[str]
         s, (tile, point) = _created(s, Split(loops[-1], width, floor=True))
         outer = [n for n in loops[:-1] if n != across] + [tile]
         if [*outer, across, point] != [*loops[:-1], tile, point]:
-            s = s._step(Reorder((*outer, across, point)))
-        return s._step(Vectorize(point, 0, mark=True)), outer
-    return s._step(Vectorize(loops[-1], 0, mark=True)), loops[:-1]
+            s = s.apply_unverified(Reorder((*outer, across, point)))
+        return s.apply_unverified(Vectorize(point, 0, mark=True)), outer
+    return s.apply_unverified(Vectorize(loops[-1], 0, mark=True)), loops[:-1]
 
 
 def _transposing_loop(stmt: Stmt, its: list[str], loops: list[Loop]) -> str | None:

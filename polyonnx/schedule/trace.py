@@ -1,5 +1,5 @@
 """Traces: the verbs that made a schedule, as JSON, replayable on any kernel of the same
-signature.
+signature (:meth:`Schedule.replay <polyonnx.schedule.schedule.Schedule.replay>`).
 
 Example:
     >>> t = Trace("k0_Conv", "0123456789abcdef", (Split("ow", 8),))
@@ -14,14 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.verbs import VERBS, Directive, Split  # noqa: F401 (doctest)
-
-if TYPE_CHECKING:
-    from polyonnx.schedule.schedule import Schedule
 
 
 def _jsonable(v: Any) -> Any:
@@ -80,20 +76,6 @@ class Trace:
                          tuple(directive_from_dict(s) for s in steps))
         except (ValueError, KeyError, TypeError) as e:
             raise ScheduleError(f"trace: not a schedule trace ({e})") from None
-
-    def replay(self, target: Kernel | Schedule) -> Schedule:
-        """Apply the directives to ``target`` (a kernel, or a schedule to continue from);
-        refused with ScheduleError if its signature differs."""
-        from polyonnx.schedule.schedule import Schedule
-
-        s = target if isinstance(target, Schedule) else Schedule.from_kernel(target)
-        if s.signature != self.signature:
-            raise ScheduleError(f"trace of kernel {self.kernel} (signature {self.signature}) "
-                                f"does not fit kernel {s.kernel.name} (signature "
-                                f"{s.signature})")
-        for d in self.directives:
-            s = s.apply(d)
-        return s
 
     def __str__(self) -> str:
         return "\n".join(str(d) for d in self.directives)
