@@ -50,8 +50,8 @@ from polyonnx.krnl.memory import MemoryPlan, plan_memory
 from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import Tiling
 from polyonnx.schedule.scheduled import ScheduledKernel
+from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.schedule.trace import TraceLike
 from polyonnx.schedule_driver import KernelLoops, schedule_program
 

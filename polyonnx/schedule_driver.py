@@ -41,10 +41,10 @@ from polyonnx.krnl.program import Program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.budget import isl_exclusive, schedule_kernel
-from polyonnx.schedule.default import Tiling, default_schedule
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.scheduled import ScheduledKernel
 from polyonnx.schedule.signature import kernel_signature
+from polyonnx.schedule.strategies import Tiling, default_schedule
 from polyonnx.schedule.trace import Trace, TraceLike
 
 KernelLoops = tuple[ScheduledKernel | None, tuple[la.LNode, ...]]

@@ -13,8 +13,8 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.budget import BudgetExceeded, isl_budget, schedule_kernel
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
+from polyonnx.schedule.strategies import default_schedule
 from tests.kernels import matmul
 from tests.reliability.models import conv_net, ort_run
 
