@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from polyonnx.errors import ScheduleError
-from polyonnx.schedule.measure import run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.tree import Band, Leaf, Sequence, walk
+from polyonnx.tune.measure import run
 from tests.schedule.zoo import ZOO
 
 

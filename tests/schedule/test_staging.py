@@ -9,9 +9,9 @@ import pytest
 import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.runtime.session import Executable
-from polyonnx.schedule.measure import run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
+from polyonnx.tune.measure import run
 from tests.kernels import matmul
 from tests.schedule.zoo import chain, conv, cumsum
 

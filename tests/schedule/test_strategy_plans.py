@@ -8,7 +8,6 @@ import pytest
 
 from polyonnx.errors import ScheduleError
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.measure import run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.strategies import (
     KernelPlan,
@@ -21,6 +20,7 @@ from polyonnx.schedule.strategies import (
 )
 from polyonnx.schedule.strategies.parallel import plan_parallel
 from polyonnx.schedule.strategies.reduction import Chunks, ReductionPlan
+from polyonnx.tune.measure import run
 from tests.kernels import matmul
 from tests.schedule.zoo import ZOO, conv
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from polyonnx.errors import ScheduleError
-from polyonnx.schedule.measure import run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
+from polyonnx.tune.measure import run
 from tests.kernels import matmul, stencil
 from tests.schedule.zoo import ZOO, chain, conv, cumsum, rnn
 
