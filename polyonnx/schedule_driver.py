@@ -70,8 +70,7 @@ def schedule_program(program: Program, options: Options,
     """
     threads = thread_count(options)
     tiling = Tiling.for_vector_bits(vector_bits(options), threads, l1_data_bytes(options))
-    # On one thread no loop runs in parallel: no parallel loops to prove (a third of the
-    # default strategy's isl work).
+    # On one thread no loop runs in parallel: no parallel loops to look for and prove.
     strategy = functools.partial(default_schedule, tiling=tiling, parallel=threads > 1)
     chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
                                                              schedules or {}).items()}

@@ -1,14 +1,13 @@
 """A budget on isl, so that compiling never hangs.
 
 isl counts its elementary operations per context and, past a limit, fails the running call
-(``maximal number of operations exceeded``). One operation costs about a microsecond on the
-development machine: scheduling plus AST generation of a ResNet50 convolution takes ~60,000
-without dependence analysis and ~200,000 with it. :func:`isl_budget` runs a block under such a
-limit and turns isl's failure into :class:`BudgetExceeded`; :func:`schedule_kernel` schedules a
-kernel and generates its AST under ``Options.isl_max_operations``, falling back to the kernel's
-own loop order (no dependence analysis, no transformation) when the strategy runs out, and says
-so on stderr with ``Options.verbose``. If even the fallback runs out, the kernel is refused
-with a :class:`~polyonnx.errors.ScheduleError`.
+(``maximal number of operations exceeded``); what a kernel costs is in docs/performance.md
+(*Compile time*). :func:`isl_budget` runs a block under such a limit and turns isl's failure
+into :class:`BudgetExceeded`; :func:`schedule_kernel` schedules a kernel and generates its AST
+under ``Options.isl_max_operations``, falling back to the kernel's own loop order (no
+dependence analysis, no transformation) when the strategy runs out, and says so on stderr
+with ``Options.verbose``. If even the fallback runs out, the kernel is refused with a
+:class:`~polyonnx.errors.ScheduleError`.
 
 Example:
     >>> with isl_budget(1_000_000, "a lexmin"):
