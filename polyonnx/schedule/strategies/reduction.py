@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Aff, Kernel, Loop, Stmt, loads
+from polyonnx.krnl.ir import Aff, Kernel, Load, Loop, Stmt, loads
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.strategies.nests import chain, extent, offsets
 from polyonnx.schedule.strategies.tiling import Tiling
@@ -192,24 +192,44 @@ def plan_reduction(nest: ReductionNest, loops: Sequence[str],
     vec = names[-1]
     if extent(nest.outer, vec) < 8:
         return None
-    # Unroll the outer loop that the vector-moving loads do not depend on: the rows of the
-    # register tile then share each vector load (conv: output pixels share a weight vector).
+    # The vector-moving loads: those whose contiguous index follows the vector loop.
     moving = [ld for ld in loads(nest.update.body) if ld.buffer != nest.update.write.buffer
               and ld.index and isinstance(ld.index[-1], Aff) and ld.index[-1].coeff(vec)]
+    row, rows, pair = _tile_shape(nest, moving, tiling)
+    v = tiling.vector
+    ragged = bool(extent(nest.outer, vec) % v or (row and extent(nest.outer, row) % rows))
+    n_outer = len(names)
+    plan = ReductionPlan(
+        tuple(loops[:n_outer]), tuple(loops[n_outer:]), tuple(tuple(e) for e in epilogues),
+        names.index(row) if row else None, rows, names.index(pair) if pair else None, v,
+        _vector_first(nest, kernel, moving, row, rows, v), ragged, None)
+    moving_buffers = {ld.buffer for ld in moving}
+    itemsize = max(np.dtype(b.dtype).itemsize for b in kernel.buffers
+                   if b.name in moving_buffers) if moving else 4
+    cut = reduction_chunks(nest, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
+    if cut is None or (epilogues and ragged):
+        return plan
+    return replace(plan, chunks=_place_chunks(nest, plan, cut, tiling))
+
+
+def _tile_shape(nest: ReductionNest, moving: list[Load], tiling: Tiling
+                ) -> tuple[str | None, int, str | None]:
+    """The register tile's row loop, its rows and its pair loop (krnl iterators)."""
+    names = [lp.iterator for lp in nest.outer]
 
     def used_by_moving(n: str) -> bool:
         return any(not isinstance(i, Aff) or i.coeff(n) for ld in moving for i in ld.index)
 
+    # Unroll the outer loop that the vector-moving loads do not depend on: the rows of the
+    # register tile then share each vector load (conv: output pixels share a weight vector).
     candidates = [n for n in names[:-1]
                   if not used_by_moving(n) and extent(nest.outer, n) >= 2]
     row = candidates[-1] if candidates else None
-    u = tiling.rows(extent(nest.outer, row)) if row else 1
-    v = tiling.vector
+    rows = tiling.rows(extent(nest.outer, row)) if row else 1
     # Pair up two vector tiles of a loop the moving loads depend on (a conv's output-channel
     # blocks) when the rows divide into tiles of ``paired_rows`` (or one fewer): every loaded
     # row value then feeds four vectors, not two. (GEMMs of power-of-two sizes do not divide
     # so: they keep one vector tile.)
-    pair = None
     if row and tiling.paired_rows:
         rows_extent = extent(nest.outer, row)
         paired = [p for p in (tiling.paired_rows, tiling.paired_rows - 1)
@@ -217,29 +237,33 @@ def plan_reduction(nest: ReductionNest, loops: Sequence[str],
         partners = [n for n in names[:-1] if n != row and used_by_moving(n)
                     and extent(nest.outer, n) % 2 == 0]
         if paired and partners:
-            pair, u = partners[-1], paired[0]
-    # Loop order of the tiles: sweeping the other loops inside a vector tile re-reads the
-    # other operands once per vector tile; the kernel's own order re-reads the moving operand
-    # (conv weights) once per row tile of every outer iteration. Take the smaller traffic.
+            return row, paired[0], partners[-1]
+    return row, rows, None
+
+
+def _vector_first(nest: ReductionNest, kernel: Kernel, moving: list[Load], row: str | None,
+                  rows: int, vector: int) -> bool:
+    """Whether the vector tiles' loop goes outermost. Sweeping the other loops inside a
+    vector tile re-reads the other operands once per vector tile; the kernel's own order
+    re-reads the moving operand (conv weights) once per row tile of every outer iteration:
+    the smaller traffic wins."""
+    names = [lp.iterator for lp in nest.outer]
+    vec = names[-1]
     sizes = {b.name: b.nbytes for b in kernel.buffers}
     moving_buffers = {ld.buffer for ld in moving}
     moving_bytes = sum(sizes[b] for b in moving_buffers)
     other_bytes = sum(sizes[b] for b in {ld.buffer for ld in loads(nest.update.body)}
                       if b != nest.update.write.buffer and b not in moving_buffers)
     sweeps = int(np.prod([extent(nest.outer, n) for n in names if n not in (vec, row)]))
-    sweeps *= -(-extent(nest.outer, row) // u) if row else 1
-    vector_first = other_bytes * -(-extent(nest.outer, vec) // v) < moving_bytes * sweeps
-    ragged = bool(extent(nest.outer, vec) % v or (row and extent(nest.outer, row) % u))
-    itemsize = max(np.dtype(b.dtype).itemsize for b in kernel.buffers
-                   if b.name in moving_buffers) if moving else 4
-    n_outer = len(names)
-    plan = ReductionPlan(
-        tuple(loops[:n_outer]), tuple(loops[n_outer:]), tuple(tuple(e) for e in epilogues),
-        names.index(row) if row else None, u, names.index(pair) if pair else None, v,
-        vector_first, ragged, None)
-    cut = reduction_chunks(nest, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
-    if cut is None or (epilogues and ragged):
-        return plan
+    sweeps *= -(-extent(nest.outer, row) // rows) if row else 1
+    return other_bytes * -(-extent(nest.outer, vec) // vector) < moving_bytes * sweeps
+
+
+def _place_chunks(nest: ReductionNest, plan: ReductionPlan, cut: tuple[int, int],
+                  tiling: Tiling) -> Chunks:
+    """Where the chunk loops of ``cut`` go among the plan's tile loops, and the row block
+    that gives the thread pool enough iterations outside them."""
+    names = [lp.iterator for lp in nest.outer]
     # The chunk loops sit after the first loop that really iterates, which stays free to run
     # in parallel (a GEMM: before its row tiles, so one chunk of the packed B panels serves
     # all of them); with an epilogue, after the first *tile* loop that iterates.
@@ -247,21 +271,20 @@ def plan_reduction(nest: ReductionNest, loops: Sequence[str],
     tile_sizes = dict(plan.splits())
     counts = [-(-extent(nest.outer, names[k]) // tile_sizes.get(k, 1)) for k in order]
     extents = [extent(nest.outer, names[k]) for k in order]
-    at = next((pos + 1 for pos, c in enumerate(counts if epilogues else extents) if c > 1), 1)
-    block, block_size = None, 0
-    if epilogues and at < len(order) and order[at] not in tile_sizes:
+    at = next((pos + 1 for pos, c in enumerate(counts if plan.epilogues else extents)
+               if c > 1), 1)
+    whole, size = cut
+    if plan.epilogues and at < len(order) and order[at] not in tile_sizes:
         # Everything the epilogue is fused with runs per iteration of the loops outside the
         # chunk loop, so they are the only parallel loops: cut the next loop in blocks until
         # they give ``parallel_tiles`` iterations (a conv: blocks of output rows).
         have = int(np.prod(counts[:at]))
         block_extent = extent(nest.outer, names[order[at]])
         if have < tiling.parallel_tiles and block_extent > 1:
-            size = -(-block_extent // -(-tiling.parallel_tiles // have))
-            if size < block_extent:
-                block, block_size = order[at], size
-                at += 1  # (the block loop)
-    whole, size = cut
-    return replace(plan, chunks=Chunks(whole, size, at, block, block_size))
+            block_size = -(-block_extent // -(-tiling.parallel_tiles // have))
+            if block_size < block_extent:  # (the block loop goes before the chunk loops)
+                return Chunks(whole, size, at + 1, order[at], block_size)
+    return Chunks(whole, size, at)
 
 
 def reduction_chunks(nest: ReductionNest, depth: int) -> tuple[int, int] | None:
