@@ -20,10 +20,10 @@ from polyonnx.kernels import KernelInfo, get_kernel, list_kernels, op_kernel
 from polyonnx.options import Options
 from polyonnx.pipeline import Compiled, compile, emit
 from polyonnx.runtime.session import InferenceSession, NodeArg
-from polyonnx.schedule.measure import Measurement, build, measure, random_arrays, run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.signature import kernel_flops, kernel_signature
 from polyonnx.schedule.trace import Trace, load_schedules
+from polyonnx.tune.measure import Measurement, build, measure, random_arrays, run
 
 __all__ = [
     "CodegenError", "Compiled", "InferenceSession", "InputError", "KernelInfo", "Measurement",

@@ -23,27 +23,21 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
-import io
 import itertools
 import json
-import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 from llvmlite import ir
 
-from polyonnx import cache
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
-from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits
-from polyonnx.errors import PolyonnxError, ScheduleError
-from polyonnx.forked import forked_map
+from polyonnx.codegen.target import vector_bits
+from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import import_model
 from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
@@ -56,10 +50,10 @@ from polyonnx.krnl.memory import MemoryPlan, plan_memory
 from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.budget import isl_exclusive, schedule_kernel
-from polyonnx.schedule.default import ScheduledKernel, Tiling, default_schedule
-from polyonnx.schedule.signature import kernel_signature
-from polyonnx.schedule.trace import TraceLike, replay_schedules
+from polyonnx.schedule.scheduled import ScheduledKernel
+from polyonnx.schedule.strategies.tiling import Tiling
+from polyonnx.schedule.trace import TraceLike
+from polyonnx.schedule_driver import KernelLoops, schedule_program
 
 STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
 
@@ -83,105 +77,12 @@ def lower(graph: Graph) -> Program:
     return build_program(graph, [g.nodes for g in fuse(graph)])
 
 
-#: Distinct kernels to schedule below which a pool of forked processes costs more than it saves.
-PARALLEL_MIN_KERNELS = 8
-
-
 def schedule(program: Program, options: Options,
              schedules: Mapping[str, TraceLike] | None = None, *, trees: bool = False
-             ) -> tuple[tuple[ScheduledKernel | None, tuple[la.LNode, ...]], ...]:
-    """The schedule tree of every kernel and the loops isl generates from it (read into
-    codegen's loop AST), within the isl budget (a kernel over it falls back to its own loop
-    order: see :mod:`polyonnx.schedule.budget`). ``schedules`` maps kernel names or
-    signatures to traces that replace the default strategy (see
-    :func:`polyonnx.schedule.trace.replay_schedules`).
-
-    The schedule of a default-scheduled kernel is None when its loops came from the on-disk
-    cache (``options.cache``: that kernel, by signature, was scheduled before) or from a
-    forked worker process (a model with at least :data:`PARALLEL_MIN_KERNELS` distinct
-    kernels to schedule is scheduled by a pool, one process per core). With ``trees``, every
-    kernel not served by the cache is scheduled in this process and keeps its schedule.
-    """
-    threads = thread_count(options)
-    tiling = Tiling.for_vector_bits(vector_bits(options), threads, l1_data_bytes(options))
-    # On one thread no loop runs in parallel: no parallel loops to prove (a third of the
-    # default strategy's isl work).
-    strategy = functools.partial(default_schedule, tiling=tiling, parallel=threads > 1)
-    chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
-                                                             schedules or {}).items()}
-    # Kernels that differ only in their buffers (ResNet50 repeats most of its convolutions)
-    # share one schedule and one AST.
-    by_signature: dict[str, tuple[ScheduledKernel | None, tuple[la.LNode, ...]]] = {}
-    todo: dict[str, Kernel] = {}  # signature -> the first kernel with it, not in the cache
-    signatures = [None if i in chosen else kernel_signature(k)
-                  for i, k in enumerate(program.kernels)]
-    for sig, k in zip(signatures, program.kernels, strict=True):
-        if sig is None or sig in by_signature or sig in todo:
-            continue
-        hit = cache.get("loops", _loops_key(sig, tiling, options)) if options.cache else None
-        if hit is not None:
-            by_signature[sig] = None, la.from_data(json.loads(hit))
-        else:
-            todo[sig] = k
-    workers = min(len(todo), os.cpu_count() or 1)
-    if not trees and workers > 1 and len(todo) >= PARALLEL_MIN_KERNELS:
-        by_signature.update(_forked_loops(todo, strategy, options, workers))
-    for sig, k in todo.items():
-        if sig not in by_signature:
-            scheduled, ast = schedule_kernel(k, strategy, options)
-            by_signature[sig] = scheduled, la.from_isl(ast)
-        if options.cache:
-            cache.put("loops", _loops_key(sig, tiling, options),
-                      json.dumps(la.to_data(by_signature[sig][1])).encode())
-    out = []
-    for i, (sig, k) in enumerate(zip(signatures, program.kernels, strict=True)):
-        if sig is None:
-            out.append((chosen[i], la.from_isl(build_ast(chosen[i].schedule))))
-            continue
-        first, loops = by_signature[sig]
-        out.append((dataclasses.replace(first, kernel=k) if first else None, loops))
-    return tuple(out)
-
-
-def _loops_key(signature: str, tiling: Tiling, options: Options) -> str:
-    return cache.key("loops", signature, repr(tiling), str(options.isl_max_operations))
-
-
-_Job = tuple[Kernel, Callable[[Kernel], ScheduledKernel], Options]
-
-def _forked_loops(todo: Mapping[str, Kernel], strategy: Callable[[Kernel], ScheduledKernel],
-                  options: Options, workers: int
-                  ) -> dict[str, tuple[None, tuple[la.LNode, ...]]]:
-    """The loops of the kernels in ``todo`` (by signature), scheduled by a pool of forked
-    processes. A kernel whose worker failed is left out: the caller schedules it again in this
-    process, which raises the error as if there had been no pool (scheduling is
-    deterministic). What a worker printed on stderr (``Options.verbose``) is printed here."""
-    sigs = list(todo)
-    # Most statements first, so that no worker is left alone with a long kernel at the end.
-    order = sorted(range(len(sigs)), key=lambda j: -sum(1 for _ in todo[sigs[j]].statements()))
-    jobs = [(todo[sigs[j]], strategy, options) for j in order]
-    # fork: the workers inherit the jobs (initargs are not pickled with fork) and need no
-    # imports; no thread of ours is inside isl while the process is copied.
-    with isl_exclusive():
-        results = forked_map(_forked_job, jobs, workers, ScheduleError)
-    out: dict[str, tuple[None, tuple[la.LNode, ...]]] = {}
-    for j, (data, err) in sorted(zip(order, results, strict=True)):
-        if data is not None:
-            sys.stderr.write(err)
-            out[sigs[j]] = None, la.from_data(data)
-    return out
-
-
-def _forked_job(job: _Job) -> tuple[list | None, str]:
-    """One kernel's loops as data (JSON-able) and its stderr; None on any error (in a worker)."""
-    kernel, strategy, options = job
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            _, ast = schedule_kernel(kernel, strategy, options)
-            return la.to_data(la.from_isl(ast)), err.getvalue()
-    except Exception:  # the parent schedules the kernel again, to raise the error itself
-        return None, ""
+             ) -> tuple[KernelLoops, ...]:
+    """Every kernel's schedule and loops (see :func:`polyonnx.schedule_driver.schedule_program`:
+    shared by signature, cached, forked, within the isl budget)."""
+    return schedule_program(program, options, schedules, trees=trees)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
-from polyonnx import pipeline
+from polyonnx import pipeline, schedule_driver
 from polyonnx.codegen import objects
 from polyonnx.errors import ScheduleError
 from polyonnx.schedule.budget import BudgetExceeded
@@ -24,7 +24,7 @@ OPTIONS = polyonnx.Options(cache=False, num_threads=1)
 @pytest.fixture
 def pools(monkeypatch):
     """Pools from two kernels on (the small test models have few), on two processes at least."""
-    monkeypatch.setattr(pipeline, "PARALLEL_MIN_KERNELS", 2)
+    monkeypatch.setattr(schedule_driver, "PARALLEL_MIN_KERNELS", 2)
     monkeypatch.setattr(objects, "PARALLEL_MIN_MODULES", 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
 
@@ -77,7 +77,7 @@ def test_fallback_messages_of_workers_reach_stderr(pools, monkeypatch, capsys):
     def over_budget(kernel, tiling, parallel):
         raise BudgetExceeded(f"kernel {kernel.name}", 1)
 
-    monkeypatch.setattr(pipeline, "default_schedule", over_budget)
+    monkeypatch.setattr(schedule_driver, "default_schedule", over_budget)
     program = _program()
     pipeline.schedule(program, polyonnx.Options(cache=False, verbose=True))
     err = capsys.readouterr().err

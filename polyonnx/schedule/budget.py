@@ -1,14 +1,13 @@
 """A budget on isl, so that compiling never hangs.
 
 isl counts its elementary operations per context and, past a limit, fails the running call
-(``maximal number of operations exceeded``). One operation costs about a microsecond on the
-development machine: scheduling plus AST generation of a ResNet50 convolution takes ~60,000
-without dependence analysis and ~200,000 with it. :func:`isl_budget` runs a block under such a
-limit and turns isl's failure into :class:`BudgetExceeded`; :func:`schedule_kernel` schedules a
-kernel and generates its AST under ``Options.isl_max_operations``, falling back to the kernel's
-own loop order (no dependence analysis, no transformation) when the strategy runs out, and says
-so on stderr with ``Options.verbose``. If even the fallback runs out, the kernel is refused
-with a :class:`~polyonnx.errors.ScheduleError`.
+(``maximal number of operations exceeded``); what a kernel costs is in docs/performance.md
+(*Compile time*). :func:`isl_budget` runs a block under such a limit and turns isl's failure
+into :class:`BudgetExceeded`; :func:`schedule_kernel` schedules a kernel and generates its AST
+under ``Options.isl_max_operations``, falling back to the kernel's own loop order (no
+dependence analysis, no transformation) when the strategy runs out, and says so on stderr
+with ``Options.verbose``. If even the fallback runs out, the kernel is refused with a
+:class:`~polyonnx.errors.ScheduleError`.
 
 Example:
     >>> with isl_budget(1_000_000, "a lexmin"):
@@ -30,8 +29,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import ScheduledKernel
-from polyonnx.schedule.poly import PolyKernel, initial_schedule
+from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
 
 #: How isl words the failure of a call that ran out of operations.
 _QUOTA_MESSAGE = "maximal number of operations exceeded"
@@ -100,12 +98,6 @@ def _exhausted() -> bool:
     except isl.Error:
         return True
     return False
-
-
-def own_loop_order(kernel: Kernel) -> ScheduledKernel:
-    """The fallback schedule: the kernel's loops as written, with no analysis at all."""
-    poly = PolyKernel.build(kernel)
-    return ScheduledKernel(kernel, poly, initial_schedule(poly))
 
 
 def schedule_kernel(kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel],

@@ -8,7 +8,10 @@ from them (``oc_o``/``oc_i`` for a split, ``oc_0..oc_n`` for a multi-level tile)
 Every verb is validated (``check_<verb>``), applied to the tree (``apply_<verb>``) and the result
 is accepted only if isl proves it respects every RAW, WAR and WAW dependence of the kernel and
 no ``parallel`` or ``vector`` loop carries one; otherwise :class:`ScheduleError` names the verb,
-the statements, the buffer element and the distance of a violated dependence.
+the statements, the buffer element and the distance of a violated dependence. A strategy that
+applies many verbs proves only the result: :meth:`Schedule.apply_unverified` applies a verb
+without the proof, and the schedule it returns is not :attr:`~Schedule.verified` (the pipeline
+refuses it) until :meth:`Schedule.verify` proves it.
 
 Example:
     >>> s = Schedule.from_kernel(kernel)                            # doctest: +SKIP
@@ -28,7 +31,6 @@ import numpy as np
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import ScheduledKernel
 from polyonnx.schedule.legality import (
     check_not_carried,
     check_order,
@@ -36,6 +38,7 @@ from polyonnx.schedule.legality import (
     loops_that_may_carry,
 )
 from polyonnx.schedule.poly import Dependences, PolyKernel
+from polyonnx.schedule.scheduled import ScheduledKernel
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.tree import (
@@ -106,11 +109,13 @@ class _Model:
 class Schedule:
     """A kernel plus a schedule tree and the trace of verbs that made it."""
 
-    def __init__(self, model: _Model, tree: Node, directives: tuple[Directive, ...]) -> None:
+    def __init__(self, model: _Model, tree: Node, directives: tuple[Directive, ...],
+                 unverified: int = 0) -> None:
         self._model = model
         self.tree = tree
         self.directives = directives
         self._created: tuple[str, ...] = ()
+        self._unverified = unverified  # the last directives, not yet proved legal
 
     @staticmethod
     def from_kernel(kernel: Kernel) -> Schedule:
@@ -182,41 +187,51 @@ class Schedule:
         return build_ast(self.isl_schedule).to_C_str()
 
     def scheduled(self) -> ScheduledKernel:
-        """The kernel, its model and this schedule's isl tree, as the pipeline takes them."""
+        """The kernel, its model and this schedule's isl tree, as the pipeline takes them;
+        refused while the schedule is not :attr:`verified`."""
+        if not self.verified:
+            raise ScheduleError(f"schedule of kernel {self.kernel.name}: "
+                                f"{'; '.join(self._pending())} not proved legal (verify() it)")
         return ScheduledKernel(self.kernel, self.poly, self.isl_schedule, self.trace)
 
     def __str__(self) -> str:
         return render(self.tree, self.poly)
 
     def __repr__(self) -> str:
-        return f"<Schedule of {self.kernel.name}: {len(self.directives)} verbs>"
+        unverified = f", {self._unverified} unverified" if self._unverified else ""
+        return f"<Schedule of {self.kernel.name}: {len(self.directives)} verbs{unverified}>"
 
     # ------------------------------------------------------------------ applying verbs
 
     def apply(self, d: Directive) -> Schedule:
         """Check ``d``, apply it and return the new schedule if it is legal."""
-        new = self._step(d)
-        new._verify(str(d))
-        return new
+        return self.apply_unverified(d).verify()
 
     def apply_all(self, directives: Iterable[Directive]) -> Schedule:
         """Check and apply each directive in turn, and accept the result if it is legal: the
         legality check (the costly part) runs once, for the final schedule, so the schedules in
-        between need not be legal. A refusal names every directive. The default strategies
-        apply their verbs this way.
+        between need not be legal. A refusal names every directive.
 
         Example:
             >>> s.apply_all([Split("j", 8), Vectorize("j_i", 8)])      # doctest: +SKIP
         """
         new = self
         for d in directives:
-            new = new._step(d)
-        if new is not self:
-            new._verify("; ".join(str(d) for d in new.directives[len(self.directives):]))
-        return new
+            new = new.apply_unverified(d)
+        return new.verify()
 
-    def _step(self, d: Directive) -> Schedule:
-        """``d`` checked and applied, its legality not yet verified."""
+    def apply_unverified(self, d: Directive) -> Schedule:
+        """``d`` validated and applied, its legality not yet proved: the new schedule is not
+        :attr:`verified` (:meth:`scheduled` refuses it) until :meth:`verify` proves it. A
+        strategy applies its verbs so and proves the result once, as :meth:`apply_all` does;
+        the schedules in between need not be legal.
+
+        Example:
+            >>> s = s.apply_unverified(Split("j", 8, floor=True))     # doctest: +SKIP
+            >>> s.created, s.verified                                # doctest: +SKIP
+            (('j_o', 'j_i'), False)
+            >>> s = s.apply_unverified(Vectorize("j_i", 0, True)).verify()  # doctest: +SKIP
+        """
         entry = VERBS.get(getattr(d, "verb", ""))
         if entry is None or not isinstance(d, entry[0]):
             raise ScheduleError(f"not a schedule directive: {d!r}")
@@ -225,16 +240,50 @@ class Schedule:
         result = apply(self.tree, self.poly, d)
         if isinstance(result, tuple):  # a staging verb: a new kernel
             kernel, tree = result
-            new = Schedule(_Model(kernel, self._model, tree), tree, self.directives + (d,))
+            model = _Model(kernel, self._model, tree)
         else:
-            new = Schedule(self._model, result, self.directives + (d,))
+            model, tree = self._model, result
         before = set(self.loops)
+        new = Schedule(model, tree, self.directives + (d,), unverified=self._unverified + 1)
         new._created = tuple(n for n in new.loops if n not in before)
         return new
 
-    def _verify(self, verb: str) -> None:
-        """Refuse this schedule unless it is legal (see the module docstring)."""
-        check_order(verb, self.poly, self.dependences, self.isl_schedule)
+    @property
+    def verified(self) -> bool:
+        """Whether the schedule is proved legal: made by checked verbs only, or by
+        :meth:`apply_unverified` and then :meth:`verify`."""
+        return self._unverified == 0
+
+    def verify(self, what: str = "") -> Schedule:
+        """This schedule, proved legal (see the module docstring): refused with
+        :class:`ScheduleError` naming ``what`` (by default: the directives applied unverified)
+        and a violated dependence. Proved once: the schedule is then :attr:`verified`."""
+        if self._unverified:
+            verb = what or "; ".join(self._pending())
+            check_order(verb, self.poly, self.dependences, self.isl_schedule)
+            self._check_marks(verb)
+            self._unverified = 0  # (a fact about this immutable schedule, found once)
+        return self
+
+    def replay(self, trace: Trace) -> Schedule:
+        """Apply the directives of ``trace`` to this schedule (each checked), e.g. to the
+        kernel's own loops: ``Schedule.from_kernel(kernel).replay(trace)``; refused with
+        :class:`ScheduleError` if the trace was recorded on a kernel of another signature."""
+        if self.signature != trace.signature:
+            raise ScheduleError(f"trace of kernel {trace.kernel} (signature {trace.signature}) "
+                                f"does not fit kernel {self.kernel.name} (signature "
+                                f"{self.signature})")
+        s = self
+        for d in trace.directives:
+            s = s.apply(d)
+        return s
+
+    def _pending(self) -> list[str]:
+        return [str(d) for d in self.directives[len(self.directives) - self._unverified:]]
+
+    def _check_marks(self, verb: str) -> None:
+        """Refuse a ``parallel`` or ``vector`` loop that carries a dependence, and a vector
+        loop holding loops."""
         paths = band_paths(self.tree)
         for _, node in walk(self.tree):
             if not isinstance(node, Band) or node.mark not in ("parallel", "vector"):

@@ -1,5 +1,5 @@
 """Traces: the verbs that made a schedule, as JSON, replayable on any kernel of the same
-signature.
+signature (:meth:`Schedule.replay <polyonnx.schedule.schedule.Schedule.replay>`).
 
 Example:
     >>> t = Trace("k0_Conv", "0123456789abcdef", (Split("ow", 8),))
@@ -14,14 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.verbs import VERBS, Directive, Split  # noqa: F401 (doctest)
-
-if TYPE_CHECKING:
-    from polyonnx.schedule.schedule import Schedule
 
 
 def _jsonable(v: Any) -> Any:
@@ -81,20 +77,6 @@ class Trace:
         except (ValueError, KeyError, TypeError) as e:
             raise ScheduleError(f"trace: not a schedule trace ({e})") from None
 
-    def replay(self, target: Kernel | Schedule) -> Schedule:
-        """Apply the directives to ``target`` (a kernel, or a schedule to continue from);
-        refused with ScheduleError if its signature differs."""
-        from polyonnx.schedule.schedule import Schedule
-
-        s = target if isinstance(target, Schedule) else Schedule.from_kernel(target)
-        if s.signature != self.signature:
-            raise ScheduleError(f"trace of kernel {self.kernel} (signature {self.signature}) "
-                                f"does not fit kernel {s.kernel.name} (signature "
-                                f"{s.signature})")
-        for d in self.directives:
-            s = s.apply(d)
-        return s
-
     def __str__(self) -> str:
         return "\n".join(str(d) for d in self.directives)
 
@@ -119,29 +101,3 @@ def load_schedules(path: str) -> dict[str, Trace]:
     if not isinstance(obj, dict):
         raise ScheduleError(f"schedules file {path}: expected a JSON object of traces")
     return {str(k): Trace.from_json(v) for k, v in obj.items()}
-
-
-def replay_schedules(kernels: tuple[Kernel, ...] | list[Kernel],
-                     schedules: Mapping[str, TraceLike]) -> dict[int, Schedule]:
-    """Replay the trace given for each kernel: ``schedules`` maps a kernel name (``k3_Conv``)
-    or a kernel signature (every kernel with it) to a trace; a name wins over a signature.
-    Returns kernel index -> schedule; a key that fits no kernel is a ScheduleError."""
-    from polyonnx.schedule.signature import kernel_signature
-
-    traces = {k: v if isinstance(v, Trace) else Trace.from_json(v) for k, v in schedules.items()}
-    used: set[str] = set()
-    out: dict[int, Schedule] = {}
-    for i, kernel in enumerate(kernels):
-        for key in (kernel.name, kernel_signature(kernel)):
-            if key in traces:
-                used.add(key)
-                try:
-                    out[i] = traces[key].replay(kernel)
-                except ScheduleError as e:
-                    raise ScheduleError(f"schedule for kernel {kernel.name}: {e}") from None
-                break
-    unused = [k for k in traces if k not in used]
-    if unused:
-        raise ScheduleError(f"schedules: no kernel named or with signature {unused[0]!r}; "
-                            f"kernels: {', '.join(k.name for k in kernels)}")
-    return out

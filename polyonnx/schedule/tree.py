@@ -279,7 +279,7 @@ def _build(at: isl.ScheduleNode, node: Node, poly: PolyKernel) -> isl.ScheduleNo
     if _elided(node, poly):
         # isl makes no loop of a band that takes one value (a batch of 1, a channel tile as
         # wide as the channels ...), but each band is one more dimension of every set the AST
-        # generator builds: a third of ResNet50's AST generation time went to 258 of them.
+        # generator builds (docs/performance.md, *Compile time*).
         # A parallel mark moves to the band's loops inside it (see _mark_text).
         at = _build(at, node.child, poly)
         text = _mark_text(node, at.get_schedule_depth(), poly)

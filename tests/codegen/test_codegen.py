@@ -11,7 +11,7 @@ from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.errors import InputError
 from polyonnx.krnl.ir import Access, Aff, Buffer, Cast, Const, Kernel, Load, Loop, Stmt, binary
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.strategies import default_schedule
 from tests.kernels import matmul, stencil
 
 

@@ -19,7 +19,7 @@ from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.codegen.tile_emit import PREFETCH_BYTES
 from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import Tiling, default_schedule
+from polyonnx.schedule.strategies import Tiling, default_schedule
 
 
 def _matmul_relu(m: int, n: int, k: int) -> Kernel:

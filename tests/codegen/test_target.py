@@ -10,7 +10,7 @@ from polyonnx.codegen.target import (
     l2_bytes,
     prefetch_above,
 )
-from polyonnx.schedule.default import Tiling
+from polyonnx.schedule.strategies.tiling import Tiling
 
 
 def test_the_host_l1_sizes_the_cache_chunks() -> None:

@@ -25,7 +25,7 @@ from polyonnx.krnl.ir import (
     maximum,
 )
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.strategies import default_schedule
 
 
 def _mark_innermost(schedule: isl.Schedule) -> isl.Schedule:

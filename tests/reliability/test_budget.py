@@ -12,8 +12,9 @@ from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.budget import BudgetExceeded, isl_budget, own_loop_order, schedule_kernel
-from polyonnx.schedule.default import ScheduledKernel, default_schedule
+from polyonnx.schedule.budget import BudgetExceeded, isl_budget, schedule_kernel
+from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
+from polyonnx.schedule.strategies import default_schedule
 from polyonnx.testing import onnxruntime_outputs
 from tests.kernels import matmul
 from tests.reliability.models import conv_net

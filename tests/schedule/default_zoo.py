@@ -19,14 +19,14 @@ import sys
 from collections.abc import Iterator
 
 from polyonnx.krnl.ir import Kernel
-from polyonnx.schedule import default
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.signature import kernel_signature
+from polyonnx.schedule.strategies import Tiling, default_schedule, parallel
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "data", "default_asts.json")
 # (for the 2-core machine the project is measured on: the thread count shapes parallel tiles)
-TILINGS = {"avx2": default.Tiling.for_vector_bits(256, threads=2),
-           "avx512": default.Tiling.for_vector_bits(512, threads=2)}
+TILINGS = {"avx2": Tiling.for_vector_bits(256, threads=2),
+           "avx512": Tiling.for_vector_bits(512, threads=2)}
 
 
 @functools.cache
@@ -47,7 +47,7 @@ def model_kernels(block: int) -> tuple[tuple[str, Kernel], ...]:
     return tuple(out.values())
 
 
-def cases() -> Iterator[tuple[str, Kernel, default.Tiling, int | None]]:
+def cases() -> Iterator[tuple[str, Kernel, Tiling, int | None]]:
     """(key, kernel, tiling, MIN_PARALLEL_INSTANCES override or None)."""
     from tests.schedule.zoo import ZOO, conv, maxpool
 
@@ -63,14 +63,14 @@ def cases() -> Iterator[tuple[str, Kernel, default.Tiling, int | None]]:
                 yield f"zoo/{name}/{tname}/par{par or 'default'}", k, tiling, par
 
 
-def default_ast(kernel: Kernel, tiling: default.Tiling, min_parallel: int | None) -> str:
-    saved = default.MIN_PARALLEL_INSTANCES
+def default_ast(kernel: Kernel, tiling: Tiling, min_parallel: int | None) -> str:
+    saved = parallel.MIN_PARALLEL_INSTANCES
     if min_parallel is not None:
-        default.MIN_PARALLEL_INSTANCES = min_parallel
+        parallel.MIN_PARALLEL_INSTANCES = min_parallel
     try:
-        return build_ast(default.default_schedule(kernel, tiling=tiling).schedule).to_C_str()
+        return build_ast(default_schedule(kernel, tiling=tiling).schedule).to_C_str()
     finally:
-        default.MIN_PARALLEL_INSTANCES = saved
+        parallel.MIN_PARALLEL_INSTANCES = saved
 
 
 def main() -> None:

@@ -6,25 +6,26 @@ from polyonnx.codegen import loopast as la
 from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
 from polyonnx.options import Options
-from polyonnx.schedule import default
 from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.strategies import Tiling, default_schedule, parallel
+from polyonnx.schedule.strategies.reduction import ReductionNest, reduction_chunks
 from tests.kernels import matmul, stencil
 
 
 def _ast(kernel, **kw) -> str:
-    return build_ast(default.default_schedule(kernel, **kw).schedule).to_C_str()
+    return build_ast(default_schedule(kernel, **kw).schedule).to_C_str()
 
 
 def test_matmul_gets_a_register_tile(monkeypatch):
-    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
-    text = _ast(matmul(64, 64, 32), tiling=default.Tiling(unroll=4, vector=16))
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
+    text = _ast(matmul(64, 64, 32), tiling=Tiling(unroll=4, vector=16))
     assert "// unroll" in text and "// vector" in text and "// parallel" in text
     # the reduction loop runs inside the tile, around the unrolled rows
     assert text.index("// parallel") < text.index("c2 <= 31") < text.rindex("// unroll")
 
 
 def test_a_loop_carrying_a_dependence_is_never_parallel(monkeypatch):
-    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
     marks = [line.split()[2:] for line in _ast(stencil(64, 64)).splitlines()
              if line.strip().startswith("// parallel")]
     # t (c0) carries the dependence; i (c1) does not, whatever t is.
@@ -34,7 +35,7 @@ def test_a_loop_carrying_a_dependence_is_never_parallel(monkeypatch):
 def test_degenerate_outer_loops_do_not_hide_a_carried_dependence(monkeypatch):
     # for n in [0, 1): for t in [1, T): for i: A[n, t, i] = A[n, t-1, i] + 1 — n is a single
     # value, so the loop that would run in parallel is t, which carries the dependence.
-    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
     n, t, i = Aff.var("n"), Aff.var("t"), Aff.var("i")
     s = Stmt("S0", Access("A", (n, t, i)), Load("A", (n, t - 1, i), "float32") + 1.0)
     k = Kernel("k", (Buffer("A", "float32", (1, 32, 32), "output"),),
@@ -48,11 +49,11 @@ def test_degenerate_outer_loops_do_not_hide_a_carried_dependence(monkeypatch):
 
 
 def test_default_schedules_compute_the_same_results(monkeypatch):
-    monkeypatch.setattr(default, "MIN_PARALLEL_INSTANCES", 1)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
     rng = np.random.default_rng(0)
     for m, n, kk in ((13, 37, 5), (64, 48, 70)):
         k = matmul(m, n, kk)
-        loops = la.from_isl(build_ast(default.default_schedule(k).schedule))
+        loops = la.from_isl(build_ast(default_schedule(k).schedule))
         run = kernel_callable(k, loops, Options(num_threads=2))
         a, b = rng.random((m, kk), np.float32), rng.random((kk, n), np.float32)
         c = np.zeros((m, n), np.float32)
@@ -60,17 +61,17 @@ def test_default_schedules_compute_the_same_results(monkeypatch):
         np.testing.assert_allclose(c, a @ b, rtol=1e-5)
 
 
-def _reduction(*extents: int) -> default._Reduction:
+def _reduction(*extents: int) -> ReductionNest:
     names = [f"r{k}" for k in range(len(extents))]
     y = Access("y", (Aff.var("o"),))
     init = Stmt("S0", y, Load("b", (Aff.var("o"),), "float32"))
     update = Stmt("S1", y, Load("y", (Aff.var("o"),), "float32"))
-    inner = [Loop(n, 0, e, ()) for n, e in zip(names, extents, strict=True)]
-    return default._Reduction([Loop("o", 0, 64, ())], init, inner, update)
+    inner = tuple(Loop(n, 0, e, ()) for n, e in zip(names, extents, strict=True))
+    return ReductionNest((Loop("o", 0, 64, ()),), init, inner, update)
 
 
 def test_reduction_chunks_hold_about_depth_iterations():
-    split = default._reduction_split
+    split = reduction_chunks
     assert split(_reduction(2, 32), 64) is None  # short enough: one chunk
     assert split(_reduction(8, 32), 64) == (0, 2)  # 1x1 conv: 2 blocks of 32 channels
     # 3x3 conv: a block of 32 channels has 288 iterations; its kernel rows (96) are the chunk

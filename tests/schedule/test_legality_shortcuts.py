@@ -2,7 +2,7 @@
 
 ``Dependences.all`` computes RAW and WAW in one dataflow analysis;
 ``check_order`` first maps the dependences to (source time, sink time) instead of building the
-lexicographic order between all instances; ``Schedule._verify`` asks
+lexicographic order between all instances; ``Schedule.verify`` asks
 ``loops_that_may_carry`` which loops of a nest need ``check_not_carried`` at all. All are
 compared here with the definitions on random schedules, legal or not, of the zoo kernels.
 """
@@ -95,5 +95,5 @@ def test_random_schedules_legal_or_not(data):
     if data.draw(st.booleans(), label="reverse a loop unchecked"):
         # Running a loop backwards breaks the order of what it carries: an illegal schedule.
         with contextlib.suppress(ScheduleError):  # (a marked loop is not reversed)
-            s = s._step(Reverse(data.draw(st.sampled_from(s.loops), label="loop")))
+            s = s.apply_unverified(Reverse(data.draw(st.sampled_from(s.loops), label="loop")))
     _compare(s)

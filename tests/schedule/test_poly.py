@@ -1,8 +1,8 @@
 import islpy as isl
 
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.poly import PolyKernel, initial_schedule, isl_identifier
+from polyonnx.schedule.strategies import default_schedule
 from tests.kernels import matmul, stencil
 
 

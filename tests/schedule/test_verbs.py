@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from polyonnx.errors import ScheduleError
-from polyonnx.schedule.measure import run
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
+from polyonnx.tune.measure import run
 from tests.kernels import matmul, stencil
 from tests.schedule.zoo import ZOO, chain, conv, cumsum, rnn
 
@@ -197,6 +197,32 @@ def test_illegal_requests_leave_no_trace():
         s.split("x", 2)
 
 
+def test_unverified_verbs_are_proved_once_and_refused_until_then():
+    from polyonnx.schedule.verbs import Reorder, Skew
+
+    start = Schedule.from_kernel(stencil())
+    assert start.verified
+    # Interchanging alone is illegal; skewed first, the interchange is legal.
+    bad = start.apply_unverified(Reorder(("i", "t")))
+    assert not bad.verified and bad.directives == (Reorder(("i", "t")),)
+    with pytest.raises(ScheduleError, match=r"reorder\(i, t\) not proved legal"):
+        bad.scheduled()
+    with pytest.raises(ScheduleError, match=r"^reorder\(i, t\): the RAW dependence"):
+        bad.verify()
+    assert not bad.verified
+    good = start.apply_unverified(Skew("t", "i", 1)).apply_unverified(Reorder(("i", "t")))
+    assert good.verify() is good and good.verified and good.loops == ("i", "t")
+    assert good.scheduled().trace == good.trace
+    _same_result(good)
+
+
+def test_created_names_the_loops_a_verb_made():
+    from polyonnx.schedule.verbs import Split
+
+    s = Schedule.from_kernel(matmul()).apply_unverified(Split("j", 2, floor=True))
+    assert s.created == ("j_o", "j_i") and s.loops == ("i", "j_o", "j_i", "k")
+
+
 ROUND_TRIPS = {
     "split": (matmul, lambda s: s.split("j", 2)),
     "tile": (matmul, lambda s: s.distribute("j").tile(("k", "j_1"), (2, 3), (1, 1))),
@@ -223,7 +249,7 @@ def test_trace_round_trip(verb):
     kernel = build()
     s = script(Schedule.from_kernel(kernel))
     assert s.directives[-1].verb == verb
-    again = Trace.from_json(s.trace.to_json()).replay(kernel)
+    again = Schedule.from_kernel(kernel).replay(Trace.from_json(s.trace.to_json()))
     assert again.isl_text() == s.isl_text()
     assert str(again) == str(s)
     assert again.trace == s.trace
@@ -238,7 +264,7 @@ def test_every_verb_has_a_round_trip_test():
 def test_trace_refuses_another_signature():
     t = Schedule.from_kernel(matmul(4, 5, 3)).split("i", 2).trace
     with pytest.raises(ScheduleError, match="does not fit"):
-        t.replay(matmul(4, 5, 4))
+        Schedule.from_kernel(matmul(4, 5, 4)).replay(t)
     with pytest.raises(ScheduleError, match="unknown verb"):
         Trace.from_json('{"signature": "x", "steps": [{"verb": "explode"}]}')
 

@@ -1,4 +1,5 @@
-"""Kernels are timed on arrays aligned like a compiled model's memory (64 bytes)."""
+"""Kernels are built only from proved schedules, and timed on arrays aligned like a compiled
+model's memory (64 bytes)."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import pytest
 import polyonnx
 from polyonnx.bench.profile import profile
 from polyonnx.krnl.memory import aligned_array
-from polyonnx.schedule.measure import random_arrays
+from polyonnx.tune.measure import random_arrays
 
 
 @pytest.mark.parametrize("values", [np.arange(10, dtype=np.float32).reshape(2, 5),
@@ -23,6 +24,18 @@ def test_random_arrays_are_aligned() -> None:
     arrays = random_arrays(kernel)
     assert {b.name for b in kernel.buffers} == set(arrays)
     assert all(a.ctypes.data % 64 == 0 for a in arrays.values())
+
+
+def test_an_unverified_schedule_is_not_built() -> None:
+    from polyonnx.errors import ScheduleError
+    from polyonnx.schedule.verbs import Vectorize
+    from tests.kernels import matmul
+
+    s = polyonnx.Schedule.from_kernel(matmul()).apply_unverified(Vectorize("k", 0, mark=True))
+    with pytest.raises(ScheduleError, match="not proved legal"):
+        polyonnx.build(s)
+    with pytest.raises(ScheduleError, match="loop k carries the RAW dependence"):
+        s.verify()
 
 
 def test_profile_times_every_kernel() -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from polyonnx.codegen import loopast
+from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import FLOAT_DTYPES, Kernel
 from polyonnx.krnl.memory import aligned_array
@@ -27,12 +29,11 @@ Arrays = dict[str, np.ndarray]
 
 def build(schedule: Schedule, options: Options | None = None
           ) -> Callable[[Mapping[str, np.ndarray]], None]:
-    """JIT-compile the kernel with the loops of ``schedule``; call it on named numpy arrays."""
-    from polyonnx.codegen import loopast
-    from polyonnx.codegen.kernel_call import kernel_callable
-
-    ast = loopast.from_isl(build_ast(schedule.isl_schedule))
-    return kernel_callable(schedule.kernel, ast, options)
+    """JIT-compile the kernel with the loops of ``schedule`` (refused unless it is verified);
+    call it on named numpy arrays."""
+    scheduled = schedule.scheduled()
+    ast = loopast.from_isl(build_ast(scheduled.schedule))
+    return kernel_callable(scheduled.kernel, ast, options)
 
 
 def random_arrays(kernel: Kernel, seed: int = 0) -> Arrays:

@@ -1,0 +1,100 @@
+"""Parallel outer loops: the outermost loop of each nest with enough work gets a ``parallel``
+mark naming the loops of its band that carry no dependence.
+
+:func:`plan_parallel` decides on a schedule the nest strategies made (their outer bands),
+:func:`apply_parallel` puts the marks.
+
+Example:
+    >>> plan = plan_parallel(s, [("n", "oc_o", "oh")])    # doctest: +SKIP
+    >>> print(plan)                                       # doctest: +SKIP
+    parallel(n, named=(n, oc_o, oh))
+    >>> s = apply_parallel(s, plan)                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+import numpy as np
+
+from polyonnx.schedule.legality import loops_that_may_carry
+from polyonnx.schedule.poly import PolyKernel
+from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
+from polyonnx.schedule.verbs import Parallel
+
+MIN_PARALLEL_INSTANCES = 1 << 20
+"""Statement instances below which a nest stays on one thread: waking the pool and joining
+it costs about what a second core saves on less work."""
+MIN_PARALLEL_BYTES = 256 * 1024
+"""Bytes written above which a nest runs in parallel whatever its instance count: a copy is
+bound by memory traffic, which a second core shares."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelPlan:
+    """The ``parallel`` marks to put, one per nest, outermost loop first."""
+
+    marks: tuple[Parallel, ...]
+
+    def __str__(self) -> str:
+        return "\n".join(str(m) for m in self.marks) or "no parallel loops"
+
+
+def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
+    """``parallel(band[0], named=...)`` for each outer band (loop names) of ``s`` whose nest
+    has enough work, naming the band's loops that may run in parallel.
+
+    The loop of band member ``m`` is parallel when every dependence that has distance 0 on
+    the members before it has distance 0 on ``m`` too: under the mark, a loop that codegen
+    meets first has all the members before it fixed (isl made no loop for them), so the
+    dependences among its iterations are exactly those (:func:`loops_that_may_carry`). (The
+    verb checks each named loop again; this finds them with one distance computation per
+    nest.)
+    """
+    marks = []
+    paths = band_paths(s.tree)
+    for names in bands:
+        if not names:
+            continue
+        nodes = [get(s.tree, paths[n]) for n in names]
+        assert all(isinstance(b, Band) for b in nodes)
+        below = instances(s.poly, stmts(nodes[0]))
+        count, written = _instances(s.poly, below)
+        if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
+            continue
+        may = loops_that_may_carry(s.dependences, below, [b.sched for b in nodes],
+                                   range(len(names)))
+        safe = [n for m, n in enumerate(names) if m not in may]
+        if safe:
+            marks.append(Parallel(names[0], tuple(safe)))
+    return ParallelPlan(tuple(marks))
+
+
+def apply_parallel(s: Schedule, plan: ParallelPlan) -> Schedule:
+    """The plan's marks put on ``s`` (unverified)."""
+    for mark in plan.marks:
+        s = s.apply_unverified(mark)
+    return s
+
+
+def _instances(poly: PolyKernel, domain: isl.UnionSet) -> tuple[int, int]:
+    """Statement instances of ``domain`` and the bytes they write (each buffer's at most
+    once: a reduction writes its output, not one element per instance), counted from the
+    krnl loops (guards ignored)."""
+    total = 0
+    names = set()
+    domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
+    buffers = {b.name: b for b in poly.kernel.buffers}
+    written: dict[str, int] = {}
+    for name in names:
+        info = poly.stmts[name]
+        count = 1
+        for lp in info.loops:
+            count *= max(lp.upper.const - lp.lower.const, 1)
+        total += count
+        out = info.stmt.write.buffer
+        written[out] = written.get(out, 0) + count * np.dtype(buffers[out].dtype).itemsize
+    return total, sum(min(n, buffers[b].nbytes) for b, n in written.items())

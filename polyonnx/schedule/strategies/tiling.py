@@ -1,0 +1,51 @@
+"""``Tiling``: the knobs of the default strategies that come from the target.
+
+Example:
+    >>> Tiling.for_vector_bits(512, threads=2, l1_bytes=48 * 1024)
+    Tiling(unroll=8, vector=32, chunk_bytes=24576, paired_rows=7, parallel_tiles=4)
+    >>> Tiling(unroll=6).rows(56), Tiling(unroll=6).rows(7)
+    (4, 6)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Tiling:
+    """Register-tile sizes and cache and thread knobs of the reduction strategy."""
+
+    unroll: int = 4
+    """Rows of a register tile (at most: see :meth:`rows`)."""
+    vector: int = 16
+    """Lanes of a register tile (several vector registers wide)."""
+    chunk_bytes: int = 16 * 1024
+    """The slice of the vector-moving operand (a conv's weights, a GEMM's B panel) one cache
+    block of the reduction reads per register tile: half of the L1 data cache, so it stays
+    there while the row tiles sweep it."""
+    paired_rows: int = 0
+    """Rows of a tile two vector tiles wide; 0: never."""
+    parallel_tiles: int = 1
+    """Iterations the tile loops outside a reduction's cache chunks should give the thread
+    pool when an epilogue is fused there; 1: one thread."""
+
+    @staticmethod
+    def for_vector_bits(bits: int, threads: int = 1, l1_bytes: int = 32 * 1024) -> Tiling:
+        """Two float32 vectors wide; as many rows as the register file holds accumulators for
+        (16 vector registers with AVX2, 32 with AVX-512). With 32 registers a tile may also be
+        7 rows by two vector tiles (28 accumulators, each row's broadcast serving 4 FMAs).
+        Cache chunks are half of ``l1_bytes``. With several threads, 2 tiles per thread at
+        least: a worker the OS wakes late leaves its share to the others (see
+        docs/performance.md for what other sizes measured)."""
+        return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32,
+                      chunk_bytes=l1_bytes // 2, paired_rows=7 if bits >= 512 else 0,
+                      parallel_tiles=2 * threads if threads > 1 else 1)
+
+    def rows(self, extent: int) -> int:
+        """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
+        budget and the budget, so the tiles have no ragged edge, else the budget."""
+        for u in range(self.unroll, max(self.unroll // 2, 1) - 1, -1):
+            if extent % u == 0:
+                return u
+        return self.unroll

@@ -1,0 +1,83 @@
+"""The default strategies as data: each nest's plan is a printable record, applying it is the
+default schedule, and a changed plan is applied (and proved) like any other."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from polyonnx.errors import ScheduleError
+from polyonnx.schedule.astgen import build_ast
+from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.strategies import (
+    KernelPlan,
+    OwnLoops,
+    Tiling,
+    apply_kernel_plan,
+    default_schedule,
+    parallel,
+    plan_kernel,
+)
+from polyonnx.schedule.strategies.parallel import plan_parallel
+from polyonnx.schedule.strategies.reduction import Chunks, ReductionPlan
+from polyonnx.tune.measure import run
+from tests.kernels import matmul
+from tests.schedule.zoo import ZOO, conv
+
+AVX512 = Tiling.for_vector_bits(512, threads=2)
+
+
+def test_a_plan_prints_its_knobs(monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
+    s = Schedule.from_kernel(matmul(64, 64, 1024))
+    plan = plan_kernel(s, AVX512)
+    assert str(plan) == ("reduction (i, j) over (k): tile i 8 rows x j 32 lanes, vector tiles "
+                         "outermost; chunks: k by 128 after 1 tile loop\nparallel outer loops")
+    tiled = apply_kernel_plan(s, dataclasses.replace(plan, parallel=False))
+    # (the chunk loop k_o carries the reduction)
+    assert str(plan_parallel(tiled, [("j_1_o", "k_o", "i_1_o")])) == \
+        "parallel(j_1_o, named=(j_1_o, i_1_o))"
+    assert str(KernelPlan((OwnLoops("t"),), parallel=False)) == "own loops from t\none thread"
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_applying_the_plan_is_the_default_schedule(name):
+    kernel = ZOO[name]()
+    s = Schedule.from_kernel(kernel)
+    try:
+        got = apply_kernel_plan(s, plan_kernel(s, AVX512)).verify().ast_text()
+    except ScheduleError:  # (the default schedule falls back to the kernel's own loops)
+        assert name == "cumsum"  # (its vector mark is refused)
+        got = s.ast_text()
+    assert got == build_ast(default_schedule(kernel, AVX512).schedule).to_C_str()
+
+
+def test_the_applied_plan_is_unverified_until_proved():
+    s = Schedule.from_kernel(matmul(64, 64, 32))
+    tiled = apply_kernel_plan(s, plan_kernel(s, AVX512))
+    with pytest.raises(ScheduleError, match="not proved legal"):
+        tiled.scheduled()
+    assert tiled.verify().scheduled().trace == tiled.trace
+
+
+def test_a_changed_plan_is_applied_and_computes_the_same():
+    kernel = conv(relu=True, c=8, oc=20, h=13)
+    s = Schedule.from_kernel(kernel)
+    plan = plan_kernel(s, AVX512)
+    red = plan.nests[0]
+    assert isinstance(red, ReductionPlan) and red.rows == 5 and red.epilogues
+    smaller = dataclasses.replace(red, rows=2, vector=8)
+    assert "tile oc 2 rows x ow 8 lanes" in str(smaller)
+    tuned = apply_kernel_plan(s, dataclasses.replace(plan, nests=(smaller,))).verify()
+    arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32)
+              for b in kernel.buffers}
+    want, got = run(s, arrays), run(tuned, arrays)
+    np.testing.assert_allclose(got["R"], want["R"], rtol=1e-5, atol=1e-5)
+
+
+def test_an_inconsistent_plan_is_refused():
+    with pytest.raises(ScheduleError, match="without ragged tiles"):
+        ReductionPlan(("i", "j"), ("k",), (("a", "b"),), 0, 4, None, 16, False, True,
+                      Chunks(0, 8, 1))
+    with pytest.raises(ScheduleError, match="0 rows"):
+        ReductionPlan(("i", "j"), ("k",), (), 0, 0, None, 16, False, False, None)
