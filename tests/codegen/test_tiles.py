@@ -10,7 +10,8 @@ from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.tiles import TileGroup, register_tile, tile_group
 from polyonnx.krnl.ir import Access, Aff, Binary, Buffer, Const, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.default import Tiling, default_schedule
+from polyonnx.schedule.strategies import default_schedule
+from polyonnx.schedule.strategies.tiling import Tiling
 from tests import kernels
 
 F32 = "float32"
