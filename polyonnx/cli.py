@@ -27,6 +27,7 @@ from onnx import numpy_helper
 from polyonnx import __version__
 from polyonnx.errors import InputError, PolyonnxError
 from polyonnx.graph.ir import Graph, Node
+from polyonnx.krnl.passes import AFTER
 from polyonnx.options import Options
 from polyonnx.pipeline import STAGES, Compiled, compile, compile_graph, emit, lower, to_graph
 from polyonnx.runtime.session import Executable, NodeArg
@@ -41,6 +42,7 @@ _COMPILE_EXAMPLES = """\
 examples:
   polyonnx compile model.onnx -o model.so          shared library + C header model.h
   polyonnx compile model.onnx --emit krnl          print the loop-nest kernels
+  polyonnx compile model.onnx --emit krnl --after lower   the kernels before the krnl passes
   polyonnx compile model.onnx --emit ast           print isl's generated loops
   polyonnx compile model.onnx --emit asm -O2 --cpu znver3
   polyonnx compile model.onnx --emit obj -o model.o
@@ -136,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", choices=STAGES, metavar="STAGE",
                    help=f"print one stage instead: {', '.join(STAGES)} (obj and lib are "
                    "binary: obj goes to -o or stdout, lib needs -o)")
+    c.add_argument("--after", choices=AFTER, metavar="PASS",
+                   help=f"with --emit krnl: the kernels after this krnl pass ({', '.join(AFTER)};"
+                   " lower: as lowered, before any)")
     _add_codegen_options(c)
     _add_model_options(c)
     _add_schedule_option(c)
@@ -190,6 +195,8 @@ def _shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:
 def _cmd_compile(args: argparse.Namespace) -> int:
     options = _options(args)
     if args.emit in (None, "lib"):
+        if args.after:
+            raise PolyonnxError("--after shows a krnl pass's result: add --emit krnl")
         if args.output is None:
             if args.emit == "lib":
                 raise PolyonnxError("--emit lib writes a file: add -o OUT.so")
@@ -203,7 +210,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if args.schedules:
         raise PolyonnxError("--schedules applies to libraries (-o OUT.so) and `run`, not to "
                             "--emit")
-    text = emit(args.model, args.emit, options, _shapes(args))
+    text = emit(args.model, args.emit, options, _shapes(args), after=args.after)
     if args.output is not None:
         data = text if isinstance(text, bytes) else text.encode()
         Path(args.output).write_bytes(data)

@@ -4,7 +4,8 @@ Each stage is a function of the previous stage's result plus options, and every 
 
     onnx   load, check, upgrade opset, infer shapes           (frontend)
     graph  import, fold, simplify, fold BN, DCE, blocked layout (graph passes)
-    krnl   fusion groups lowered to loop-nest kernels         (krnl)
+    krnl   fusion groups lowered to loop-nest kernels, then   (krnl)
+           the krnl passes (``after``: stop after one)
     isl    domains, accesses, dependences, schedule trees     (schedule)
     ast    isl's AST of each schedule tree                    (schedule + codegen)
     llvm   the LLVM module; asm / obj / lib from it           (codegen)
@@ -52,6 +53,7 @@ from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.validate import validate
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import plan_memory
+from polyonnx.krnl.passes import AFTER
 from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
@@ -77,9 +79,10 @@ def to_graph(model: ModelSource | onnx.ModelProto,
     return graph
 
 
-def lower(graph: Graph) -> Program:
-    """Fusion grouping and lowering of every group to a krnl kernel."""
-    return build_program(graph, [g.nodes for g in fuse(graph)])
+def lower(graph: Graph, *, after: str | None = None) -> Program:
+    """Fusion grouping and lowering of every group to a krnl kernel, each through the krnl
+    passes (:data:`polyonnx.krnl.passes.PASSES`; up to the one named ``after`` when given)."""
+    return build_program(graph, [g.nodes for g in fuse(graph)], after=after)
 
 
 #: Distinct kernels to schedule below which a pool of forked processes costs more than it saves.
@@ -219,19 +222,29 @@ def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None
 
 
 def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | None = None,
-         input_shapes: Mapping[str, Sequence[int]] | None = None) -> str | bytes:
-    """The printed form of ``stage`` for ``model`` (text, or bytes for ``obj``)."""
+         input_shapes: Mapping[str, Sequence[int]] | None = None, *,
+         after: str | None = None) -> str | bytes:
+    """The printed form of ``stage`` for ``model`` (text, or bytes for ``obj``).
+
+    ``after`` (``krnl`` only) prints the kernels as they are after the krnl pass of that name
+    (:data:`polyonnx.krnl.passes.AFTER`), or as lowered, before any pass, for ``"lower"``.
+
+    Example:
+        >>> print(emit("model.onnx", "krnl", after="lower"))   # doctest: +SKIP
+    """
     if stage not in STAGES:
         raise PolyonnxError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+    if after is not None and (stage != "krnl" or after not in AFTER):
+        raise PolyonnxError(f"after={after!r} shows the kernels after a krnl pass: it needs "
+                            f"stage 'krnl' and one of {', '.join(AFTER)}")
     options = options or Options()
     if stage == "onnx":
         return onnx.printer.to_text(load_model(model))
     graph = to_graph(model, input_shapes, options)
     if stage == "graph":
         return str(graph)
-    program = lower(graph)
     if stage == "krnl":
-        return str(program)
+        return str(lower(graph, after=after))
     # The isl stages print schedule trees, which cached loops and forked workers do not keep.
     compiled = compile_graph(graph, dataclasses.replace(options, cache=False), trees=True)
     if stage == "isl":
