@@ -88,7 +88,7 @@ class Executable:
         from polyonnx.codegen.objects import compile_objects
 
         program = compiled.program
-        weights: list[np.ndarray] = []  # (laid out while worker processes compile: 0.03-0.3 s)
+        weights: list[np.ndarray] = []  # (laid out while worker processes compile)
         objects = compile_objects(compiled.kernel_modules(), compiled.options, jit=True,
                                   meanwhile=lambda: weights.append(
                                       compiled.plan.weights_blob(program)))
