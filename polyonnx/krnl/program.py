@@ -1,5 +1,10 @@
 """A whole model in krnl: the kernels of its fusion groups, in execution order.
 
+:func:`build_program` tells the story: which values are stored zero-bordered
+(:mod:`polyonnx.krnl.borders`), which group reads each value last, each group's kernel
+(:func:`build_kernel`: its nodes lowered by :mod:`polyonnx.krnl.lower`, then the krnl passes
+of :mod:`polyonnx.krnl.passes`), and copies for graph outputs that would not own their memory.
+
 View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) produce no kernel: their
 output shares its input's storage, recorded in ``Program.storage``. Every buffer a kernel
 touches is named after an ONNX value (or a lowering's temp); ``storage`` maps it to the root
@@ -9,7 +14,7 @@ value whose memory it occupies.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -183,6 +188,14 @@ def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
     return last
 
 
+def _live_out(group: Sequence[Node], graph_outputs: Set[str],
+              consumers: Mapping[str, Sequence[Node]]) -> frozenset[str]:
+    """The outputs of ``group`` used after it: graph outputs, and values read outside it."""
+    inside = {n.name for n in group}
+    return frozenset(o for n in group for o in n.outputs if o and (
+        o in graph_outputs or any(c.name not in inside for c in consumers.get(o, []))))
+
+
 def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
     """``dst = src`` elementwise (same element count, both row-major)."""
     its = [f"i{d}" for d in range(len(dst.shape))]
@@ -229,10 +242,8 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]], *,
                     if o:
                         storage[o] = storage.get(n.inputs[0], n.inputs[0])
             continue
-        inside = {n.name for n in group}
         context = KernelContext(
-            live_out=frozenset(o for n in group for o in n.outputs if o and (
-                o in graph_outputs or any(c.name not in inside for c in consumers.get(o, [])))),
+            live_out=_live_out(group, graph_outputs, consumers),
             dying=frozenset(v for n in group for v in n.inputs if last.get(v) == gi),
             fixed=graph_outputs, borders=borders)
         built = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, context, after=after)
