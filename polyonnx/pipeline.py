@@ -4,7 +4,8 @@ Each stage is a function of the previous stage's result plus options, and every 
 
     onnx   load, check, upgrade opset, infer shapes           (frontend)
     graph  import, fold, simplify, fold BN, DCE, blocked layout (graph passes)
-    krnl   fusion groups lowered to loop-nest kernels         (krnl)
+    krnl   fusion groups lowered to loop-nest kernels, then   (krnl)
+           the krnl passes (``after``: stop after one)
     isl    domains, accesses, dependences, schedule trees     (schedule)
     ast    isl's AST of each schedule tree                    (schedule + codegen)
     llvm   the LLVM module; asm / obj / lib from it           (codegen)
@@ -24,19 +25,15 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import itertools
-import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 import onnx
-from llvmlite import ir
 
-from polyonnx.codegen import loopast as la
-from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
+from polyonnx.codegen import aot
 from polyonnx.codegen.target import vector_bits
+from polyonnx.compiled import Compiled
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import import_model
 from polyonnx.frontend.load import ModelSource, load_model
@@ -45,8 +42,8 @@ from polyonnx.graph.passes import optimize
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.validate import validate
-from polyonnx.krnl.ir import Kernel
-from polyonnx.krnl.memory import MemoryPlan, plan_memory
+from polyonnx.krnl.memory import plan_memory
+from polyonnx.krnl.passes import AFTER
 from polyonnx.krnl.program import Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
@@ -72,9 +69,10 @@ def to_graph(model: ModelSource | onnx.ModelProto,
     return graph
 
 
-def lower(graph: Graph) -> Program:
-    """Fusion grouping and lowering of every group to a krnl kernel."""
-    return build_program(graph, [g.nodes for g in fuse(graph)])
+def lower(graph: Graph, *, after: str | None = None) -> Program:
+    """Fusion grouping and lowering of every group to a krnl kernel, each through the krnl
+    passes (:data:`polyonnx.krnl.passes.PASSES`; up to the one named ``after`` when given)."""
+    return build_program(graph, [g.nodes for g in fuse(graph)], after=after)
 
 
 def schedule(program: Program, options: Options,
@@ -83,83 +81,6 @@ def schedule(program: Program, options: Options,
     """Every kernel's schedule and loops (see :func:`polyonnx.schedule_driver.schedule_program`:
     shared by signature, cached, forked, within the isl budget)."""
     return schedule_program(program, options, schedules, trees=trees)
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """A compiled model: every stage's result, ready to JIT or to write as a library."""
-
-    graph: Graph
-    program: Program
-    plan: MemoryPlan
-    scheduled: tuple[ScheduledKernel | None, ...]
-    """Each kernel's schedule tree; None where the loops came from the compile cache."""
-    asts: tuple[tuple[Kernel, tuple[la.LNode, ...]], ...]
-    options: Options
-    prefix: str
-
-    @property
-    def entry(self) -> str:
-        return f"{self.prefix}_run"
-
-    @property
-    def config(self) -> CodegenConfig:
-        return CodegenConfig.for_options(self.options)
-
-    @functools.cached_property
-    def symbols(self) -> tuple[str, ...]:
-        """Each kernel's function name (:func:`polyonnx.codegen.module.kernel_symbol`)."""
-        return tuple(kernel_symbol(k, ast, self.config) for k, ast in self.asts)
-
-    def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
-        """The whole model in one LLVM module (what ``--emit llvm|asm|obj`` shows)."""
-        return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
-                            config=self.config, aot=aot, metadata=self.metadata(),
-                            triple=triple, symbols=self.symbols)
-
-    def entry_module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
-        """The entry point alone, calling kernels declared from :meth:`kernel_modules`."""
-        return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
-                            config=self.config, aot=aot, metadata=self.metadata(),
-                            triple=triple, with_kernels=False, symbols=self.symbols)
-
-    def kernel_modules(self, triple: str = "") -> list[tuple[str, Callable[[], ir.Module]]]:
-        """Each distinct kernel function: its symbol and how to make its module."""
-        config = self.config
-        out: dict[str, Callable[[], ir.Module]] = {}
-        for (kernel, ast), symbol in zip(self.asts, self.symbols, strict=True):
-            if symbol not in out:
-                out[symbol] = functools.partial(
-                    lambda k, a: kernel_module(k, a, config, triple)[1], kernel, ast)
-        return list(out.items())
-
-    def metadata(self) -> str:
-        """JSON description of the entry point (inputs, outputs, sizes).
-
-        An output with a data-dependent extent (a str dim in ``shape``) also has
-        ``max_shape``, the shape of the buffer the caller passes, and ``counts``: per dim,
-        null or the index ``k`` of the extra output (after the graph's outputs, an int64[1]
-        the caller passes too) that holds the dim's extent after the run. ``count_outputs``
-        says how many such extra outputs the entry point takes.
-        """
-        program = self.program
-        slot = {c: k for k, c in enumerate(program.counts)}
-
-        def describe(vs: Sequence) -> list[dict]:
-            out = []
-            for v in vs:
-                d: dict = {"name": v.name, "dtype": v.dtype, "shape": list(v.shape)}
-                dyn = program.dynamic.get(v.name)
-                if dyn is not None:
-                    d["max_shape"] = list(dyn.shape)
-                    d["counts"] = [slot[c] if c else None for c in dyn.counts]
-                out.append(d)
-            return out
-        return json.dumps({"name": self.graph.name, "inputs": describe(program.inputs),
-                           "outputs": describe(program.outputs),
-                           "count_outputs": len(program.counts),
-                           "workspace_bytes": self.plan.workspace_size,
-                           "weights_bytes": self.plan.weights_size})
 
 
 def compile_graph(graph: Graph, options: Options | None = None,
@@ -198,19 +119,29 @@ def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None
 
 
 def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | None = None,
-         input_shapes: Mapping[str, Sequence[int]] | None = None) -> str | bytes:
-    """The printed form of ``stage`` for ``model`` (text, or bytes for ``obj``)."""
+         input_shapes: Mapping[str, Sequence[int]] | None = None, *,
+         after: str | None = None) -> str | bytes:
+    """The printed form of ``stage`` for ``model`` (text, or bytes for ``obj``).
+
+    ``after`` (``krnl`` only) prints the kernels as they are after the krnl pass of that name
+    (:data:`polyonnx.krnl.passes.AFTER`), or as lowered, before any pass, for ``"lower"``.
+
+    Example:
+        >>> print(emit("model.onnx", "krnl", after="lower"))   # doctest: +SKIP
+    """
     if stage not in STAGES:
         raise PolyonnxError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+    if after is not None and (stage != "krnl" or after not in AFTER):
+        raise PolyonnxError(f"after={after!r} shows the kernels after a krnl pass: it needs "
+                            f"stage 'krnl' and one of {', '.join(AFTER)}")
     options = options or Options()
     if stage == "onnx":
         return onnx.printer.to_text(load_model(model))
     graph = to_graph(model, input_shapes, options)
     if stage == "graph":
         return str(graph)
-    program = lower(graph)
     if stage == "krnl":
-        return str(program)
+        return str(lower(graph, after=after))
     # The isl stages print schedule trees, which cached loops and forked workers do not keep.
     compiled = compile_graph(graph, dataclasses.replace(options, cache=False), trees=True)
     if stage == "isl":
@@ -218,8 +149,6 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
     if stage == "ast":
         return "\n\n".join(f"// kernel {s.kernel.name}\n{build_ast(s.schedule).to_C_str()}"
                            for s in compiled.scheduled)
-    from polyonnx.codegen import aot  # codegen back end: only needed from here on
-
     if stage == "llvm":
         return aot.optimized_ir(compiled)
     if stage == "asm":

@@ -45,6 +45,11 @@ def test_emit_prints_each_text_stage(model_path, capsys, stage, needle):
     assert needle in capsys.readouterr().out
 
 
+def test_emit_krnl_after_a_pass(model_path, capsys):
+    assert main(["compile", str(model_path), "--emit", "krnl", "--after", "lower"]) == 0
+    assert "tmp t: float32[2, 4]" in capsys.readouterr().out
+
+
 def test_emit_obj_writes_an_object_file(model_path, tmp_path):
     out = tmp_path / "m.o"
     assert main(["compile", str(model_path), "--emit", "obj", "-o", str(out), "-O1"]) == 0
@@ -109,6 +114,7 @@ def test_kernels_counts_flops_as_list_kernels_does(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["compile", "nope.onnx", "--emit", "graph"], "nope.onnx"),
     (["compile", "{model}", "--emit", "lib"], "--emit lib writes a file"),
+    (["compile", "{model}", "--after", "lower"], "--after shows a krnl pass's result"),
     (["run", "{model}", "--input", "x=missing.npy"], "missing.npy"),
     (["run", "{model}", "--input", "z={model}"], "unknown input name"),
 ])

@@ -18,12 +18,14 @@ from polyonnx.cli.arguments import (
     shapes,
 )
 from polyonnx.errors import PolyonnxError
+from polyonnx.krnl.passes import AFTER
 from polyonnx.pipeline import STAGES
 
 EXAMPLES = """\
 examples:
   polyonnx compile model.onnx -o model.so          shared library + C header model.h
   polyonnx compile model.onnx --emit krnl          print the loop-nest kernels
+  polyonnx compile model.onnx --emit krnl --after lower   the kernels before the krnl passes
   polyonnx compile model.onnx --emit ast           print isl's generated loops
   polyonnx compile model.onnx --emit asm -O2 --cpu znver3
   polyonnx compile model.onnx --emit obj -o model.o
@@ -44,6 +46,9 @@ def add_parser(sub: Subparsers) -> None:
     c.add_argument("--emit", choices=STAGES, metavar="STAGE",
                    help=f"print one stage instead: {', '.join(STAGES)} (obj and lib are "
                    "binary: obj goes to -o or stdout, lib needs -o)")
+    c.add_argument("--after", choices=AFTER, metavar="PASS",
+                   help=f"with --emit krnl: the kernels after this krnl pass ({', '.join(AFTER)};"
+                   " lower: as lowered, before any)")
     add_codegen_options(c)
     add_model_options(c)
     add_schedule_option(c)
@@ -52,6 +57,8 @@ def add_parser(sub: Subparsers) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     if args.emit in (None, "lib"):
+        if args.after:
+            raise PolyonnxError("--after shows a krnl pass's result: add --emit krnl")
         if args.output is None:
             if args.emit == "lib":
                 raise PolyonnxError("--emit lib writes a file: add -o OUT.so")
@@ -65,7 +72,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.schedules:
         raise PolyonnxError("--schedules applies to libraries (-o OUT.so) and `run`, not to "
                             "--emit")
-    text = polyonnx.emit(args.model, args.emit, options(args), shapes(args))
+    text = polyonnx.emit(args.model, args.emit, options(args), shapes(args), after=args.after)
     if args.output is not None:
         data = text if isinstance(text, bytes) else text.encode()
         Path(args.output).write_bytes(data)

@@ -36,7 +36,7 @@ from polyonnx.codegen.target import LLVM_LOCK, host_cpu, target_machine
 from polyonnx.errors import CodegenError
 
 if TYPE_CHECKING:
-    from polyonnx.pipeline import Compiled
+    from polyonnx.compiled import Compiled
 
 
 def _machine_and_module(compiled: Compiled) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:

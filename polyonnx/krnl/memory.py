@@ -65,9 +65,8 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
     From ``2 * HUGE_PAGE`` bytes on (a workspace, the weights) it starts on a huge-page boundary
     of its own mapping, advised ``MADV_HUGEPAGE`` where the OS has it: numpy's own arrays of
-    that size got huge pages for the weights but not for ResNet50's 12 MB workspace, which
-    then ran 1-3.5% slower (TLB misses as kernels sweep it; interleaved runs, 1 and 2
-    threads)."""
+    that size did not always get huge pages, and kernels sweeping a workspace in small pages
+    pay for the TLB misses (docs/performance.md, *Run-time overhead*)."""
     if nbytes >= 2 * HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
         # Private (a shared mapping would get no huge pages, and forked workers would share
         # it) and anonymous: zeroed.

@@ -1,5 +1,10 @@
 """A whole model in krnl: the kernels of its fusion groups, in execution order.
 
+:func:`build_program` tells the story: which values are stored zero-bordered
+(:mod:`polyonnx.krnl.borders`), which group reads each value last, each group's kernel
+(:func:`build_kernel`: its nodes lowered by :mod:`polyonnx.krnl.lower`, then the krnl passes
+of :mod:`polyonnx.krnl.passes`), and copies for graph outputs that would not own their memory.
+
 View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) produce no kernel: their
 output shares its input's storage, recorded in ``Program.storage``. Every buffer a kernel
 touches is named after an ONNX value (or a lowering's temp); ``storage`` maps it to the root
@@ -9,7 +14,7 @@ value whose memory it occupies.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -17,11 +22,9 @@ import numpy as np
 from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
-from polyonnx.krnl.borders import store_bordered, zero_borders
-from polyonnx.krnl.in_place import accumulate_in_place
-from polyonnx.krnl.inline import inline_pointwise
-from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, lower_node
-from polyonnx.krnl.residual import residual_in_place
+from polyonnx.krnl.borders import zero_borders
+from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, lower_nodes
+from polyonnx.krnl.passes import KernelContext, run_passes
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
@@ -63,17 +66,6 @@ def _identifier(text: str) -> str:
     return out if not out[0].isdigit() else "k" + out
 
 
-def _renumber(nodes: tuple[ir.Node, ...], counter: list[int]) -> tuple[ir.Node, ...]:
-    out: list[ir.Node] = []
-    for n in nodes:
-        if isinstance(n, ir.Stmt):
-            out.append(replace(n, name=f"S{counter[0]}"))
-            counter[0] += 1
-        else:
-            out.append(replace(n, body=_renumber(n.body, counter)))
-    return tuple(out)
-
-
 def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
     """(read, written) buffer names in first-use order."""
     read: list[str] = []
@@ -94,93 +86,89 @@ def _buffer_names(nodes: Iterable[ir.Node]) -> tuple[list[str], list[str]]:
     return read, written
 
 
-def build_kernel(name: str, graph: Graph, nodes: Sequence[Node], live_out: set[str],
-                 constants: dict[str, np.ndarray] | None = None,
-                 views: dict[str, str] | None = None,
-                 dynamic: dict[str, DynamicOutput] | None = None,
-                 borders: Mapping[str, ir.Border] | None = None,
-                 dying: Collection[str] = (), fixed: Collection[str] = (),
-                 shared: dict[str, str] | None = None) -> ir.Kernel:
-    """Lower the nodes of one fusion group into one kernel.
+@dataclass(frozen=True, slots=True)
+class BuiltKernel:
+    """A fusion group's kernel, after the krnl passes, and what the program records of it."""
 
-    ``live_out`` holds the values used after this kernel (by later kernels or as graph outputs).
-    Constants the lowerings derive (repacked weights) are added to ``constants``, read-only
-    views (view name -> value) to ``views``, outputs with data-dependent extents to
-    ``dynamic`` (their buffers get the maximal shape; their count buffers are kernel outputs).
-    Values in ``borders`` are stored in their zero-bordered buffers. A residual among
-    ``dying`` (values no later kernel reads) that an epilogue adds is updated in place
-    (:mod:`polyonnx.krnl.residual`): ``shared`` gets ``{output: residual}``, the output taking
-    the residual's memory (not an output in ``fixed``, a graph output's or a bordered one's).
+    kernel: ir.Kernel
+    constants: Mapping[str, np.ndarray]
+    """Constants its lowerings derived from constant inputs (repacked weights), by name."""
+    views: Mapping[str, str]
+    """Its read-only views: view buffer -> the value whose memory the view reads."""
+    dynamic: Mapping[str, DynamicOutput]
+    """Its outputs with data-dependent extents (stored in buffers of the maximal shape; their
+    count buffers are kernel outputs), by value."""
+    shared: Mapping[str, str]
+    """Its outputs that take a dying residual's memory (:mod:`polyonnx.krnl.residual`):
+    output -> residual."""
+
+
+def build_kernel(name: str, graph: Graph, nodes: Sequence[Node],
+                 context: KernelContext, *, after: str | None = None
+                 ) -> BuiltKernel:
+    """Lower the nodes of one fusion group into one kernel and run the krnl passes on it
+    (:data:`polyonnx.krnl.passes.PASSES`, up to the one named ``after`` when given).
+
+    ``context`` says what the program decides around the kernel: which values are used after
+    it (``live_out``: its outputs), which die with it (a residual among them that an epilogue
+    adds may be updated in place), which keep their own memory, which are stored
+    zero-bordered.
     """
-    borders = borders or {}
-    bordered = {b.buffer: b for b in borders.values()}
-    ctx = LowerContext(graph, borders)
-    body: list[ir.Node] = []
-    temps: dict[str, ir.Buffer] = {}
-    derived: dict[str, np.ndarray] = {}
-    view_buffers: dict[str, ir.Buffer] = {}
-    viewed: set[str] = set()
-    maximal: dict[str, DynamicOutput] = {}
-    for node in nodes:
-        lowered = lower_node(node, ctx)
-        maximal.update({d.value: d for d in lowered.dynamic})
-        body.extend(lowered.nests)
-        temps.update({t.name: t for t in lowered.temps})
-        derived.update(lowered.constants)
-        for buffer, value in lowered.views:
-            if value in borders:  # (zero_borders leaves out values that views read)
-                raise ValueError(f"kernel {name}: a view of zero-bordered value {value}")
-            view_buffers[buffer.name] = buffer
-            viewed.add(value)
-            if views is not None:
-                views[buffer.name] = value
-    if constants is not None:
-        constants.update(derived)
-    if dynamic is not None:
-        dynamic.update(maximal)
-    count_names = {c for d in maximal.values() for c in d.counts if c}
-    read, written = _buffer_names(body)
+    lowered = lower_nodes(nodes, LowerContext(graph, context.borders))
+    viewed = {value for _, value in lowered.views}
+    if viewed & context.borders.keys():  # (zero_borders leaves out values that views read)
+        raise ValueError(f"kernel {name}: views of zero-bordered values "
+                         f"{sorted(viewed & context.borders.keys())}")
+    dynamic = {d.value: d for d in lowered.dynamic}
+    kernel = ir.Kernel(_identifier(name), _buffers(name, graph, lowered, context),
+                       lowered.nests, tuple(n.name for n in nodes))
+    # A residual read through a view of it too is not updated in place, and an output with a
+    # data-dependent extent keeps its maximal buffer.
+    result = run_passes(kernel, replace(context, dying=context.dying - viewed,
+                                        fixed=context.fixed.union(dynamic)), after)
+    return BuiltKernel(result.kernel, dict(lowered.constants),
+                       {buffer.name: value for buffer, value in lowered.views}, dynamic,
+                       result.shared)
+
+
+def _buffers(name: str, graph: Graph, lowered: Lowered, context: KernelContext
+             ) -> tuple[ir.Buffer, ...]:
+    """The buffers the nests of ``lowered`` touch, read ones first, each in first-use order and
+    declared by what it is: a lowering's temp, a derived constant, a bordered value a
+    convolution reads, a view, or an ONNX value."""
+    temps = {t.name: t for t in lowered.temps}
+    derived = dict(lowered.constants)
+    bordered = {b.buffer: b for b in context.borders.values()}
+    views = {buffer.name: (buffer, value) for buffer, value in lowered.views}
+    maximal = {d.value: d for d in lowered.dynamic}
+    counts = {c for d in maximal.values() for c in d.counts if c}
+    read, written = _buffer_names(lowered.nests)
     buffers = []
     for b in read + [w for w in written if w not in read]:
         if b in temps:
             t = temps[b]
             # A count outlives the kernel: the runtime reads it to size the output.
-            kind = "output" if b in count_names else "temp"
-            buffers.append(ir.Buffer(t.name, t.dtype, t.shape, kind))
-            continue
-        if b in derived:
-            c = derived[b]
-            buffers.append(ir.Buffer(b, c.dtype.name, c.shape, "input"))
-            continue
-        if b in bordered:  # read by a convolution, around the value
-            border = bordered[b]
-            buffers.append(ir.Buffer(b, ctx.dtype(border.value),
-                                     border.shape(ctx.shape(border.value)), "input"))
-            continue
-        if b in view_buffers:
+            buffers.append(ir.Buffer(t.name, t.dtype, t.shape, "output" if b in counts else "temp"))
+        elif b in derived:
+            buffers.append(ir.Buffer(b, derived[b].dtype.name, derived[b].shape, "input"))
+        elif b in bordered:  # read by a convolution, around the value
+            value = graph.value(bordered[b].value)
+            buffers.append(ir.Buffer(b, value.dtype,
+                                     bordered[b].shape(tuple(int(d) for d in value.shape)),
+                                     "input"))
+        elif b in views:
             # A view is a second name for memory: isl would not see a dependence through it.
-            if b in written or (views or {}).get(b) in written:
+            view, value = views[b]
+            if b in written or value in written:
                 raise ValueError(f"kernel {name}: view {b} or its value is written in the "
                                  "kernel (views are read-only inputs)")
-            buffers.append(view_buffers[b])
-            continue
-        v = graph.value(b)
-        if b in written:
-            kind = "output" if b in live_out else "temp"
+            buffers.append(view)
         else:
-            kind = "input"
-        shape = maximal[b].shape if b in maximal else tuple(int(d) for d in v.shape)
-        buffers.append(ir.Buffer(b, v.dtype, shape, kind))
-    kernel = accumulate_in_place(inline_pointwise(ir.Kernel(
-        _identifier(name), tuple(buffers), tuple(body), tuple(n.name for n in nodes))))
-    # (A residual read through a view of it too is not updated in place.)
-    kernel, moved = residual_in_place(kernel, set(dying) - viewed,
-                                      {*fixed, *maximal, *borders})
-    if shared is not None:
-        shared.update(moved)
-    # (After the epilogues are in place: they match a temp to the value it becomes by shape.)
-    kernel = store_bordered(kernel, borders)
-    return replace(kernel, body=_renumber(kernel.body, [0]))
+            v = graph.value(b)
+            kind = ("output" if b in context.live_out else "temp") if b in written else "input"
+            shape = maximal[b].shape if b in maximal else tuple(int(d) for d in v.shape)
+            buffers.append(ir.Buffer(b, v.dtype, shape, kind))
+    return tuple(buffers)
 
 
 def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
@@ -198,6 +186,14 @@ def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
                 if v and v not in outside and v not in views and v not in borders:
                     last[v] = gi
     return last
+
+
+def _live_out(group: Sequence[Node], graph_outputs: Set[str],
+              consumers: Mapping[str, Sequence[Node]]) -> frozenset[str]:
+    """The outputs of ``group`` used after it: graph outputs, and values read outside it."""
+    inside = {n.name for n in group}
+    return frozenset(o for n in group for o in n.outputs if o and (
+        o in graph_outputs or any(c.name not in inside for c in consumers.get(o, []))))
 
 
 def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
@@ -221,46 +217,69 @@ def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
                      (nest,), ())
 
 
-def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
-    """Lower fusion groups (in execution order) into a :class:`Program`."""
-    storage: dict[str, str] = {}
-    borders = zero_borders(graph, {o for group in groups
-                                   if not _views_only(group)
+def build_program(graph: Graph, groups: Sequence[Sequence[Node]], *,
+                  after: str | None = None) -> Program:
+    """Lower fusion groups (in execution order) into a :class:`Program`.
+
+    Decided once up front: which values are stored zero-bordered and which group reads each
+    value last. Then each group in turn: a group of views only gives its outputs its input's
+    storage, any other becomes a kernel (:func:`build_kernel`, its passes up to ``after``).
+    Last, each graph output gets memory of its own (a copy kernel where it has none).
+    """
+    borders = zero_borders(graph, {o for group in groups if not _views_only(group)
                                    for n in group for o in n.outputs if o})
-    output_names = {v.name for v in graph.outputs}
-    consumers = graph.consumers()
-    kernels: list[ir.Kernel] = []
-    derived: dict[str, np.ndarray] = {}
-    views: dict[str, str] = {}
-    dynamic: dict[str, DynamicOutput] = {}
     last = _last_readers(graph, groups, borders)
+    graph_outputs = frozenset(v.name for v in graph.outputs)
+    consumers = graph.consumers()
+    storage: dict[str, str] = {}
+    kernels: list[ir.Kernel] = []
+    constants = dict(graph.constants)
+    dynamic: dict[str, DynamicOutput] = {}
     for gi, group in enumerate(groups):
-        group = list(group)
         if _views_only(group):
             for n in group:
                 for o in n.outputs:
                     if o:
                         storage[o] = storage.get(n.inputs[0], n.inputs[0])
             continue
-        inside = {n.name for n in group}
-        live_out = {o for n in group for o in n.outputs if o and (
-            o in output_names or any(c.name not in inside for c in consumers.get(o, [])))}
-        shared: dict[str, str] = {}  # (the kernel's outputs that take a residual's memory)
-        kernel = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, live_out,
-                              derived, views, dynamic, borders,
-                              dying={v for n in group for v in n.inputs if last.get(v) == gi},
-                              fixed=output_names, shared=shared)
-        for out, residual in shared.items():
+        context = KernelContext(
+            live_out=_live_out(group, graph_outputs, consumers),
+            dying=frozenset(v for n in group for v in n.inputs if last.get(v) == gi),
+            fixed=graph_outputs, borders=borders)
+        built = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, context, after=after)
+        for out, residual in built.shared.items():
             storage[out] = storage.get(residual, residual)
-        for view, value in views.items():
+        for view, value in built.views.items():
             storage.setdefault(view, storage.get(value, value))
-        if kernel.statements():  # zero-size outputs lower to nothing
-            kernels.append(kernel)
+        constants.update(built.constants)
+        dynamic.update(built.dynamic)
+        if built.kernel.statements():  # zero-size outputs lower to nothing
+            kernels.append(built.kernel)
+    kernels, storage, constants = _own_output_memory(graph, kernels, storage, constants, dynamic)
 
-    # A graph output must own its memory: copy when it would share an input's, a constant's or
-    # another output's storage.
+    used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
+    # An output with no elements needs no kernel.
+    missing = [o.name for o in graph.outputs if storage.get(o.name, o.name) not in used
+               and o.name not in used and not (o.is_static and
+                                               int(np.prod(o.shape, dtype=np.int64)) == 0)]
+    if missing:
+        raise ModelError(f"graph outputs {missing} are not computed by any node")
+    out_dynamic = {o.name: dynamic[o.name] for o in graph.outputs if not o.is_static}
+    counts = tuple(dict.fromkeys(c for d in out_dynamic.values() for c in d.counts if c))
+    return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
+                   {n: c for n, c in constants.items() if n in used}, storage, out_dynamic,
+                   counts, borders={b.buffer: b for b in borders.values()})
+
+
+def _own_output_memory(graph: Graph, kernels: Sequence[ir.Kernel], storage: Mapping[str, str],
+                       constants: Mapping[str, np.ndarray],
+                       dynamic: Mapping[str, DynamicOutput]
+                       ) -> tuple[list[ir.Kernel], dict[str, str], dict[str, np.ndarray]]:
+    """``kernels``, ``storage`` and ``constants`` with a copy kernel for each graph output that
+    would share an input's, a constant's or another output's storage: a graph output must own
+    its memory (the caller's buffer)."""
+    kernels, storage, constants = list(kernels), dict(storage), dict(constants)
     input_names = {v.name for v in graph.inputs}
-    all_constants = {**graph.constants, **derived}
     roots_taken: set[str] = set()
     for out in graph.outputs:
         root = storage.get(out.name, out.name)
@@ -275,11 +294,11 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
             continue
         if root in input_names or root in graph.constants or root in roots_taken:
             src = graph.value(out.name) if out.name not in storage else graph.value(root)
-            if root == out.name and root in all_constants:
+            if root == out.name and root in constants:
                 # The output itself folded to a constant (e.g. Shape): its value moves to a
                 # name of its own, since the output's slot is the caller's buffer.
                 root = f"{out.name}__const"
-                all_constants[root] = all_constants.pop(out.name)
+                constants[root] = constants.pop(out.name)
             k = _copy_kernel(f"k_copy_{out.name}", Value(root, src.dtype, src.shape), out)
             # Kernels already built may read the output under its own name: the copy runs as
             # soon as its source exists (from the start for inputs and constants), before them.
@@ -292,17 +311,4 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]]) -> Program:
             roots_taken.add(out.name)
         else:
             roots_taken.add(root)
-
-    used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
-    # An output with no elements needs no kernel.
-    missing = [o.name for o in graph.outputs if storage.get(o.name, o.name) not in used
-               and o.name not in used and not (o.is_static and
-                                               int(np.prod(o.shape, dtype=np.int64)) == 0)]
-    if missing:
-        raise ModelError(f"graph outputs {missing} are not computed by any node")
-    constants = {n: c for n, c in all_constants.items() if n in used}
-    out_dynamic = {o.name: dynamic[o.name] for o in graph.outputs if not o.is_static}
-    counts = tuple(dict.fromkeys(c for d in out_dynamic.values() for c in d.counts if c))
-    return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
-                   constants, storage, out_dynamic, counts,
-                   borders={b.buffer: b for b in borders.values()})
+    return kernels, storage, constants

@@ -88,7 +88,7 @@ class Executable:
         from polyonnx.codegen.objects import compile_objects
 
         program = compiled.program
-        weights: list[np.ndarray] = []  # (laid out while worker processes compile: 0.03-0.3 s)
+        weights: list[np.ndarray] = []  # (laid out while worker processes compile)
         objects = compile_objects(compiled.kernel_modules(), compiled.options, jit=True,
                                   meanwhile=lambda: weights.append(
                                       compiled.plan.weights_blob(program)))
@@ -175,7 +175,7 @@ class Executable:
 
 def _dynamic_shapes(meta: Mapping[str, Any]) -> dict[int, DynamicShape]:
     """The data-dependent outputs a model's metadata describes (see
-    :meth:`polyonnx.pipeline.Compiled.metadata`), by output index."""
+    :meth:`polyonnx.compiled.Compiled.metadata`), by output index."""
     return {j: DynamicShape(tuple(o["max_shape"]), tuple(o["counts"]))
             for j, o in enumerate(meta["outputs"]) if "max_shape" in o}
 

@@ -40,7 +40,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
         scale, beta, mean, var = (consts[i].astype(np.float64) for i in bn.inputs[1:5])
         f = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
         # (The factor per channel in float64, the product in the weights' own type: a float64
-        # copy of ResNet50's 100 MB of weights took 0.3 s.)
+        # copy of all the weights is slow to make.)
         new_w = w * f.astype(w.dtype).reshape((m,) + (1,) * (w.ndim - 1))
         new_b = ((b - mean) * f + beta).astype(w.dtype)
         # Fresh names: the original weights may be shared with other Convs.

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -153,6 +153,17 @@ def lower_node(node: Node, ctx: LowerContext) -> Lowered:
                                  "no lowering registered")
     out = fn(node, ctx)
     return out if isinstance(out, Lowered) else Lowered(tuple(out))
+
+
+def lower_nodes(nodes: Iterable[Node], ctx: LowerContext) -> Lowered:
+    """Lower the nodes of a fusion group, in order, into one :class:`Lowered`: their nests one
+    after the other, and the temps, constants, views and dynamic outputs of all of them."""
+    parts = [lower_node(node, ctx) for node in nodes]
+    return Lowered(nests=tuple(n for p in parts for n in p.nests),
+                   temps=tuple(t for p in parts for t in p.temps),
+                   constants=tuple(c for p in parts for c in p.constants),
+                   views=tuple(v for p in parts for v in p.views),
+                   dynamic=tuple(d for p in parts for d in p.dynamic))
 
 
 def supported_ops() -> list[str]:
