@@ -50,8 +50,15 @@ OPENBLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 SQUARE = (256, 512, 1024, 2048)
 RESNET50 = (  # (M, N, K): the 1x1 convolutions (out channels, H*W, in channels) and the FC
-    (64, 3136, 256), (256, 3136, 64), (128, 784, 512), (512, 784, 128), (256, 196, 1024),
-    (1024, 196, 256), (512, 49, 2048), (2048, 49, 512), (1, 1000, 2048),
+    (64, 3136, 256),
+    (256, 3136, 64),
+    (128, 784, 512),
+    (512, 784, 128),
+    (256, 196, 1024),
+    (1024, 196, 256),
+    (512, 49, 2048),
+    (2048, 49, 512),
+    (1, 1000, 2048),
 )
 
 
@@ -84,8 +91,9 @@ def matmul_model(m: int, n: int, k: int) -> onnx.ModelProto:
     a = helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])
     b = helper.make_tensor_value_info("B", TensorProto.FLOAT, [k, n])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])
-    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["Y"])],
-                              f"matmul_{m}x{n}x{k}", [a, b], [y])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])], f"matmul_{m}x{n}x{k}", [a, b], [y]
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -135,8 +143,9 @@ def measure(m: int, n: int, k: int, threads: int, repeat: int, budget_s: float) 
     """Compile the MatMul for ``threads`` threads and time it against numpy, interleaved."""
     t = time.perf_counter()
     # Cold: the on-disk kernel cache is off, so the compile column is a real compile.
-    sess = polyonnx.InferenceSession(matmul_model(m, n, k),
-                                     options=polyonnx.Options(num_threads=threads, cache=False))
+    sess = polyonnx.InferenceSession(
+        matmul_model(m, n, k), options=polyonnx.Options(num_threads=threads, cache=False)
+    )
     compile_s = time.perf_counter() - t
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -147,46 +156,72 @@ def measure(m: int, n: int, k: int, threads: int, repeat: int, budget_s: float) 
         got = sess.run(None, feeds)[0]
         err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
         (poly_s, numpy_s), runs = interleaved(
-            [lambda: sess.run(None, feeds), lambda: a @ b], repeat, budget_s,
-            warm_s=WARM_S if threads > 1 else 0.0)
+            [lambda: sess.run(None, feeds), lambda: a @ b],
+            repeat,
+            budget_s,
+            warm_s=WARM_S if threads > 1 else 0.0,
+        )
     return Row(m, n, k, threads, compile_s, poly_s, numpy_s, runs, err)
 
 
 def table(rows: Sequence[Row]) -> str:
     """The rows as a Markdown table (ratio > 1: polyonnx has the higher throughput)."""
-    lines = ["| M x N x K | threads | GFLOP | compile (s) | polyonnx GFLOP/s | "
-             "numpy GFLOP/s | polyonnx / numpy | runs | max rel err |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| M x N x K | threads | GFLOP | compile (s) | polyonnx GFLOP/s | "
+        "numpy GFLOP/s | polyonnx / numpy | runs | max rel err |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         poly, ref = r.flops / r.polyonnx_s / 1e9, r.flops / r.numpy_s / 1e9
-        lines.append(f"| {r.label} | {r.threads} | {r.flops / 1e9:.3f} | {r.compile_s:.2f} | "
-                     f"{poly:.1f} | {ref:.1f} | {poly / ref:.2f} | {r.runs} | "
-                     f"{r.max_rel_err:.1e} |")
+        lines.append(
+            f"| {r.label} | {r.threads} | {r.flops / 1e9:.3f} | {r.compile_s:.2f} | "
+            f"{poly:.1f} | {ref:.1f} | {poly / ref:.2f} | {r.runs} | "
+            f"{r.max_rel_err:.1e} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     reexec_without_openblas_overrides()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", nargs="+", type=parse_shape,
-                   default=[(s, s, s) for s in SQUARE] + list(RESNET50),
-                   help="N (square) or MxNxK shapes (default: square 256..2048 and ResNet50's)")
+    p.add_argument(
+        "--sizes",
+        nargs="+",
+        type=parse_shape,
+        default=[(s, s, s) for s in SQUARE] + list(RESNET50),
+        help="N (square) or MxNxK shapes (default: square 256..2048 and ResNet50's)",
+    )
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
-    p.add_argument("--repeat", type=int, default=20,
-                   help="timed rounds per measurement (default 20; at least 3)")
-    p.add_argument("--budget", type=float, default=5.0,
-                   help="seconds of timed rounds per measurement before --repeat is cut")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=20,
+        help="timed rounds per measurement (default 20; at least 3)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=5.0,
+        help="seconds of timed rounds per measurement before --repeat is cut",
+    )
     args = p.parse_args(argv)
-    print(f"polyonnx {polyonnx.__version__}, numpy {np.__version__}; "
-          f"{', '.join(OPENBLAS_OVERRIDES)} unset")
+    print(
+        f"polyonnx {polyonnx.__version__}, numpy {np.__version__}; "
+        f"{', '.join(OPENBLAS_OVERRIDES)} unset"
+    )
     info = blas_info()
     if threadpoolctl is None:
         print("numpy BLAS: threadpoolctl not installed, BLAS threads not set (OpenBLAS default)")
     for i in info:
-        print(f"numpy BLAS: {i.get('internal_api')} {i.get('version')}, kernels for "
-              f"{i.get('architecture')!r} ({i.get('threading_layer')}), {i.get('filepath')}")
-    print("Shared, noisy machine: polyonnx and numpy runs interleaved, medians; ratio > 1 means "
-          "polyonnx has the higher throughput.\n", flush=True)
+        print(
+            f"numpy BLAS: {i.get('internal_api')} {i.get('version')}, kernels for "
+            f"{i.get('architecture')!r} ({i.get('threading_layer')}), {i.get('filepath')}"
+        )
+    print(
+        "Shared, noisy machine: polyonnx and numpy runs interleaved, medians; ratio > 1 means "
+        "polyonnx has the higher throughput.\n",
+        flush=True,
+    )
     rows = []
     for m, n, k in args.sizes:
         for threads in args.threads:

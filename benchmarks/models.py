@@ -90,22 +90,27 @@ class Refused:
     error: str
 
 
-def measure(name: str, threads: int, repeat: int, budget_s: float,
-            model: onnx.ModelProto | None = None) -> Row:
+def measure(
+    name: str, threads: int, repeat: int, budget_s: float, model: onnx.ModelProto | None = None
+) -> Row:
     """Compile ``name`` cold with polyonnx, then time polyonnx and onnxruntime on one input."""
     model = model if model is not None else MODELS[name]()
     t = time.perf_counter()
     # Cold: the on-disk cache of compiled kernels is off, so every kernel is compiled.
-    sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
-                                                                     cache=False))
+    sess = polyonnx.InferenceSession(
+        model, options=polyonnx.Options(num_threads=threads, cache=False)
+    )
     compile_s = time.perf_counter() - t
     feeds = random_feeds(sess.get_inputs())
     ref = onnxruntime_session(model, threads=threads)
     err = max_errors(sess.run(None, feeds), ref.run(None, feeds)).relative
     # Interleaved, so that the machine's drift in speed slows both contenders alike.
     (poly_s, ort_s), runs = interleaved(
-        [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
-        WARM_S if threads > 1 else 0.0)
+        [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)],
+        repeat,
+        budget_s,
+        WARM_S if threads > 1 else 0.0,
+    )
     return Row(name, threads, compile_s, poly_s, ort_s, runs, err)
 
 
@@ -115,14 +120,18 @@ def _ms(s: float) -> str:
 
 def table(rows: Sequence[Row]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| model | threads | compile (s) | polyonnx (ms) | onnxruntime (ms) | runs | "
-             "polyonnx / ort | max rel err |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| model | threads | compile (s) | polyonnx (ms) | onnxruntime (ms) | runs | "
+        "polyonnx / ort | max rel err |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         flag = " MISMATCH" if r.max_rel_err > RTOL else ""
-        lines.append(f"| {r.model} | {r.threads} | {r.compile_s:.2f} | {_ms(r.polyonnx_s)} | "
-                     f"{_ms(r.ort_s)} | {r.runs} | {r.ratio:.2f} | "
-                     f"{r.max_rel_err:.1e}{flag} |")
+        lines.append(
+            f"| {r.model} | {r.threads} | {r.compile_s:.2f} | {_ms(r.polyonnx_s)} | "
+            f"{_ms(r.ort_s)} | {r.runs} | {r.ratio:.2f} | "
+            f"{r.max_rel_err:.1e}{flag} |"
+        )
     return "\n".join(lines)
 
 
@@ -130,21 +139,34 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
-def summary(rows: Sequence[Row], refused: Sequence[Refused], threads: Sequence[int],
-            sizes: dict[str, tuple[int, int]]) -> str:
+def summary(
+    rows: Sequence[Row],
+    refused: Sequence[Refused],
+    threads: Sequence[int],
+    sizes: dict[str, tuple[int, int]],
+) -> str:
     """Per model: parameters, multiply-adds and polyonnx / ort per thread count; the geometric
     mean per thread count over the models measured; the refused models with their errors."""
     ratio = {(r.model, r.threads): r.ratio for r in rows}
     failed = {(f.model, f.threads) for f in refused}
     heads = " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in threads)
-    lines = [f"| model | params (M) | G multiply-adds | {heads} |",
-             "| --- | ---: | ---: |" + " ---: |" * len(threads)]
+    lines = [
+        f"| model | params (M) | G multiply-adds | {heads} |",
+        "| --- | ---: | ---: |" + " ---: |" * len(threads),
+    ]
     for name, (params, macs) in sizes.items():
-        cells = " | ".join(f"{ratio[name, t]:.2f}" if (name, t) in ratio
-                           else "refused" if (name, t) in failed else "" for t in threads)
+        cells = " | ".join(
+            f"{ratio[name, t]:.2f}"
+            if (name, t) in ratio
+            else "refused"
+            if (name, t) in failed
+            else ""
+            for t in threads
+        )
         lines.append(f"| {name} | {params / 1e6:.2f} | {macs / 1e9:.3f} | {cells} |")
-    means = " | ".join(f"**{geometric_mean([r.ratio for r in rows if r.threads == t]):.2f}**"
-                       for t in threads)
+    means = " | ".join(
+        f"**{geometric_mean([r.ratio for r in rows if r.threads == t]):.2f}**" for t in threads
+    )
     lines.append(f"| geometric mean ({len({r.model for r in rows})} model(s)) | | | {means} |")
     for f in refused:
         lines.append("")
@@ -154,17 +176,32 @@ def summary(rows: Sequence[Row], refused: Sequence[Refused], threads: Sequence[i
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
-                   help="models to run (default: the whole set)")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        choices=list(MODELS),
+        default=list(MODELS),
+        help="models to run (default: the whole set)",
+    )
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
-    p.add_argument("--repeat", type=int, default=20,
-                   help="timed rounds per measurement, each one run of either contender "
-                        "(default 20; at least 3)")
-    p.add_argument("--budget", type=float, default=40.0,
-                   help="seconds of timed rounds per measurement before --repeat is cut")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=20,
+        help="timed rounds per measurement, each one run of either contender "
+        "(default 20; at least 3)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=40.0,
+        help="seconds of timed rounds per measurement before --repeat is cut",
+    )
     args = p.parse_args(argv)
-    print(f"polyonnx {polyonnx.__version__}, onnxruntime {import_onnxruntime().__version__}",
-          flush=True)
+    print(
+        f"polyonnx {polyonnx.__version__}, onnxruntime {import_onnxruntime().__version__}",
+        flush=True,
+    )
     rows: list[Row] = []
     refused: list[Refused] = []
     sizes: dict[str, tuple[int, int]] = {}

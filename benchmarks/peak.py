@@ -65,8 +65,9 @@ def options_for(bits: int | None) -> Options:
         return Options()
     if bits > host_bits or bits != 256:
         raise SystemExit(f"--vector-bits {bits}: this host supports 256 or {host_bits}")
-    features = ",".join("-" + f[1:] if f[1:].startswith("avx512") else f
-                        for f in host_cpu()[2].split(","))
+    features = ",".join(
+        "-" + f[1:] if f[1:].startswith("avx512") else f for f in host_cpu()[2].split(",")
+    )
     return Options(features=features)
 
 
@@ -76,18 +77,27 @@ def fma_kernel(rows: int, lanes: int, iterations: int) -> tuple[Kernel, tuple[la
     acc = Load("acc", (r, lane), "float32")
     mul, add = Load("ab", (Aff.lift(0),), "float32"), Load("ab", (Aff.lift(1),), "float32")
     stmt = Stmt("S0", Access("acc", (r, lane)), acc * mul + add)
-    kernel = Kernel("fma_peak", (Buffer("acc", "float32", (rows, lanes), "output"),
-                                 Buffer("ab", "float32", (2,), "input")),
-                    (Loop("t", 0, iterations, (Loop("r", 0, rows, (Loop("l", 0, lanes,
-                                                                         (stmt,)),)),)),))
+    kernel = Kernel(
+        "fma_peak",
+        (Buffer("acc", "float32", (rows, lanes), "output"), Buffer("ab", "float32", (2,), "input")),
+        (Loop("t", 0, iterations, (Loop("r", 0, rows, (Loop("l", 0, lanes, (stmt,)),)),)),),
+    )
 
     def loop(var: str, extent: int, body: tuple[la.LNode, ...]) -> la.For:
-        return la.For(var, la.IConst(0), la.IOp("lt", (la.IVar(var), la.IConst(extent))), 1,
-                      body)
+        return la.For(var, la.IConst(0), la.IOp("lt", (la.IVar(var), la.IConst(extent))), 1, body)
 
     call = la.Call("S0", (la.IVar("t"), la.IVar("r"), la.IVar("l")))
-    ast = (loop("t", iterations, (la.Mark("unroll", (
-        loop("r", rows, (la.Mark("vector", (loop("l", lanes, (call,)),)),)),)),)),)
+    ast = (
+        loop(
+            "t",
+            iterations,
+            (
+                la.Mark(
+                    "unroll", (loop("r", rows, (la.Mark("vector", (loop("l", lanes, (call,)),)),)),)
+                ),
+            ),
+        ),
+    )
     return kernel, ast
 
 
@@ -113,7 +123,7 @@ def hot_loop(asm: str) -> list[str]:
         if not label:
             continue
         body: list[str] = []
-        for text in lines[i + 1:]:
+        for text in lines[i + 1 :]:
             m = _INSN.match(text)
             if m:
                 body.append(text.strip())
@@ -153,19 +163,27 @@ class PeakKernel:
     def loop_summary(self) -> str:
         """``fma/instructions`` of the hot loop and the register kind its FMAs use."""
         fmas = [s for s in self.loop if s.startswith("vfmadd")]
-        reg = "zmm" if any("zmm" in s for s in fmas) else "ymm" if any("ymm" in s for s in fmas) \
+        reg = (
+            "zmm"
+            if any("zmm" in s for s in fmas)
+            else "ymm"
+            if any("ymm" in s for s in fmas)
             else "xmm"
+        )
         return f"{len(fmas)}/{len(self.loop)} ({reg})"
 
     def arrays(self) -> dict[str, np.ndarray]:
         """A fresh accumulator block and the operands (0.5, 0.5: the block converges to 1, no
         denormals or infinities whatever the iteration count)."""
-        return {"acc": np.zeros((self.rows, self.lanes), np.float32),
-                "ab": np.array([0.5, 0.5], np.float32)}
+        return {
+            "acc": np.zeros((self.rows, self.lanes), np.float32),
+            "ab": np.array([0.5, 0.5], np.float32),
+        }
 
 
-def build_peak(bits: int | None = None, rows: int | None = None,
-               iterations: int = DEFAULT_ITERATIONS) -> PeakKernel:
+def build_peak(
+    bits: int | None = None, rows: int | None = None, iterations: int = DEFAULT_ITERATIONS
+) -> PeakKernel:
     """Generate and JIT the FMA loop for ``bits``-wide vectors (the host's widest if None)."""
     options = options_for(bits)
     width = vector_bits(options)
@@ -173,8 +191,7 @@ def build_peak(bits: int | None = None, rows: int | None = None,
     rows = rows or default_rows(width)
     kernel, ast = fma_kernel(rows, lanes, iterations)
     run = kernel_callable(kernel, ast, options)
-    peak = PeakKernel(run, width, rows, lanes, iterations, hot_loop(assembly(kernel, ast,
-                                                                            options)))
+    peak = PeakKernel(run, width, rows, lanes, iterations, hot_loop(assembly(kernel, ast, options)))
     arrays = peak.arrays()
     run(arrays)
     if not np.allclose(arrays["acc"], 1.0):
@@ -182,8 +199,12 @@ def build_peak(bits: int | None = None, rows: int | None = None,
     return peak
 
 
-def timed_round(peak: PeakKernel, pool: ThreadPoolExecutor, threads: int,
-                blocks: Sequence[dict[str, np.ndarray]]) -> float:
+def timed_round(
+    peak: PeakKernel,
+    pool: ThreadPoolExecutor,
+    threads: int,
+    blocks: Sequence[dict[str, np.ndarray]],
+) -> float:
     """Wall time of ``threads`` concurrent calls of the kernel (each on its own block)."""
     if threads == 1:
         t = time.perf_counter()
@@ -218,13 +239,23 @@ def measure(peak: PeakKernel, threads: Sequence[int], repeat: int) -> list[PeakR
         for _ in range(repeat):
             for t in threads:
                 times[t].append(timed_round(peak, pool, t, blocks))
-    return [PeakRow(peak.bits, peak.rows, t, peak.flops / statistics.median(times[t]) / 1e9,
-                    peak.flops / min(times[t]) / 1e9, len(times[t]), peak.loop_summary)
-            for t in threads]
+    return [
+        PeakRow(
+            peak.bits,
+            peak.rows,
+            t,
+            peak.flops / statistics.median(times[t]) / 1e9,
+            peak.flops / min(times[t]) / 1e9,
+            len(times[t]),
+            peak.loop_summary,
+        )
+        for t in threads
+    ]
 
 
-def measure_peak(threads: int = 1, repeat: int = 10, bits: int | None = None,
-                 best: bool = False) -> float:
+def measure_peak(
+    threads: int = 1, repeat: int = 10, bits: int | None = None, best: bool = False
+) -> float:
     """The per-core FP32 FMA peak (GFLOP/s) of this host on ``threads`` threads: the median
     of ``repeat`` rounds, or the fastest round with ``best`` (the hardware's figure on a loaded
     machine, where other processes only ever slow a round down)."""
@@ -234,12 +265,16 @@ def measure_peak(threads: int = 1, repeat: int = 10, bits: int | None = None,
 
 def table(rows: Sequence[PeakRow]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| vector bits | accumulators | threads | GFLOP/s per core (median) | best | "
-             "total GFLOP/s (median) | FMAs / insns in loop |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| vector bits | accumulators | threads | GFLOP/s per core (median) | best | "
+        "total GFLOP/s (median) | FMAs / insns in loop |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r.bits} | {r.rows} x {r.bits // 32} | {r.threads} | {r.median:.1f} "
-                     f"(n={r.runs}) | {r.best:.1f} | {r.median * r.threads:.1f} | {r.loop} |")
+        lines.append(
+            f"| {r.bits} | {r.rows} x {r.bits // 32} | {r.threads} | {r.median:.1f} "
+            f"(n={r.runs}) | {r.best:.1f} | {r.median * r.threads:.1f} | {r.loop} |"
+        )
     return "\n".join(lines)
 
 
@@ -247,19 +282,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--repeat", type=int, default=30, help="timed rounds (default 30)")
-    p.add_argument("--vector-bits", nargs="+", type=int, default=[None],
-                   help="vector widths to measure (256 and/or the host's; default: the host's)")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
-                   help="loop trips per call (default %(default)s, a few ms)")
+    p.add_argument(
+        "--vector-bits",
+        nargs="+",
+        type=int,
+        default=[None],
+        help="vector widths to measure (256 and/or the host's; default: the host's)",
+    )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        help="loop trips per call (default %(default)s, a few ms)",
+    )
     p.add_argument("--asm", action="store_true", help="print the hot loop's assembly")
     args = p.parse_args(argv)
     triple, cpu, _ = host_cpu()
-    print(f"polyonnx {polyonnx.__version__}; host {triple}, LLVM cpu {cpu!r}, widest vectors "
-          f"{vector_bits(Options())} bits")
-    print("Note: this host is an Intel CPU with AVX-512 (the docs' figures are from a 2-core Zen 3"
-          " with AVX2); the generated code uses the widest vectors the host has.")
-    print("Shared, noisy machine: thread counts interleaved round by round; medians (and the "
-          "best round) of --repeat rounds.\n")
+    print(
+        f"polyonnx {polyonnx.__version__}; host {triple}, LLVM cpu {cpu!r}, widest vectors "
+        f"{vector_bits(Options())} bits"
+    )
+    print(
+        "Note: this host is an Intel CPU with AVX-512 (the docs' figures are from a 2-core Zen 3"
+        " with AVX2); the generated code uses the widest vectors the host has."
+    )
+    print(
+        "Shared, noisy machine: thread counts interleaved round by round; medians (and the "
+        "best round) of --repeat rounds.\n"
+    )
     rows: list[PeakRow] = []
     for bits in args.vector_bits:
         peak = build_peak(bits, iterations=args.iterations)

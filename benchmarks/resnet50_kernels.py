@@ -77,15 +77,18 @@ class ConvShape:
     def out_hw(self) -> tuple[int, int]:
         (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
         top, left, bottom, right = self.pads
-        return ((self.h + top + bottom - dh * (kh - 1) - 1) // sh + 1,
-                (self.w + left + right - dw * (kw - 1) - 1) // sw + 1)
+        return (
+            (self.h + top + bottom - dh * (kh - 1) - 1) // sh + 1,
+            (self.w + left + right - dw * (kw - 1) - 1) // sw + 1,
+        )
 
     @property
     def flops(self) -> int:
         """2 per multiply-add (the bias is not counted)."""
         oh, ow = self.out_hw
-        return 2 * self.c_out * oh * ow * (self.c_in // self.group) * self.kernel[0] \
-            * self.kernel[1]
+        return (
+            2 * self.c_out * oh * ow * (self.c_in // self.group) * self.kernel[0] * self.kernel[1]
+        )
 
     @property
     def label(self) -> str:
@@ -104,8 +107,9 @@ def resnet50_convs() -> list[tuple[ConvShape, int]]:
     """Every distinct Conv of ResNet50 with its count, in order of first appearance."""
     builders = _load(HERE.parent / "tests" / "models" / "builders.py", "polyonnx_test_builders")
     # (in ONNX's layout: the compiler's own graph has them as channel-blocked ConvBlocked)
-    graph = to_graph(builders.light_model("resnet50"),
-                     options=polyonnx.Options(channel_blocks=False))
+    graph = to_graph(
+        builders.light_model("resnet50"), options=polyonnx.Options(channel_blocks=False)
+    )
     counts: Counter[ConvShape] = Counter()
     for node in graph.nodes:
         if node.op_type != "Conv":
@@ -114,12 +118,19 @@ def resnet50_convs() -> list[tuple[ConvShape, int]]:
         if len(x) != 4 or x[0] != 1:
             raise SystemExit(f"unexpected Conv input {x} at node {node.name}")
         kernel = tuple(node.attr("kernel_shape", w[2:]))
-        counts[ConvShape(int(x[1]), int(w[0]), int(x[2]), int(x[3]),
-                         (int(kernel[0]), int(kernel[1])),
-                         tuple(node.attr("strides", (1, 1))),  # type: ignore[arg-type]
-                         tuple(node.attr("pads", (0, 0, 0, 0))),  # type: ignore[arg-type]
-                         int(node.attr("group", 1)),
-                         tuple(node.attr("dilations", (1, 1))))] += 1  # type: ignore[arg-type]
+        counts[
+            ConvShape(
+                int(x[1]),
+                int(w[0]),
+                int(x[2]),
+                int(x[3]),
+                (int(kernel[0]), int(kernel[1])),
+                tuple(node.attr("strides", (1, 1))),  # type: ignore[arg-type]
+                tuple(node.attr("pads", (0, 0, 0, 0))),  # type: ignore[arg-type]
+                int(node.attr("group", 1)),
+                tuple(node.attr("dilations", (1, 1))),
+            )
+        ] += 1  # type: ignore[arg-type]
         if node.attr("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
             raise SystemExit(f"Conv {node.name}: auto_pad is not handled here")
     return list(counts.items())
@@ -130,18 +141,28 @@ def conv_model(s: ConvShape, seed: int = 0) -> onnx.ModelProto:
     bias as initializers."""
     rng = np.random.default_rng(seed)
     fan_in = s.c_in // s.group * s.kernel[0] * s.kernel[1]
-    weight = (rng.standard_normal((s.c_out, s.c_in // s.group, *s.kernel)) / np.sqrt(fan_in)
-              ).astype(np.float32)
+    weight = (
+        rng.standard_normal((s.c_out, s.c_in // s.group, *s.kernel)) / np.sqrt(fan_in)
+    ).astype(np.float32)
     bias = rng.standard_normal(s.c_out).astype(np.float32)
     oh, ow = s.out_hw
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=list(s.kernel),
-                            strides=list(s.stride), pads=list(s.pads), group=s.group,
-                            dilations=list(s.dilation))
+    node = helper.make_node(
+        "Conv",
+        ["x", "w", "b"],
+        ["y"],
+        kernel_shape=list(s.kernel),
+        strides=list(s.stride),
+        pads=list(s.pads),
+        group=s.group,
+        dilations=list(s.dilation),
+    )
     graph = helper.make_graph(
-        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                       [1, s.c_in, s.h, s.w])],
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, s.c_in, s.h, s.w])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, s.c_out, oh, ow])],
-        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -165,64 +186,93 @@ def measure(s: ConvShape, count: int, threads: int, repeat: int, budget_s: float
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    feeds = {"x": np.random.default_rng(1).standard_normal((1, s.c_in, s.h, s.w),
-                                                           dtype=np.float32)}
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, s.c_in, s.h, s.w), dtype=np.float32)}
     err = max_errors(sess.run(None, feeds), ref.run(None, feeds)).relative
     (poly_s, ort_s), runs = interleaved(
-        [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)], repeat, budget_s,
-            warm_s=WARM_S if threads > 1 else 0.0)
+        [lambda: sess.run(None, feeds), lambda: ref.run(None, feeds)],
+        repeat,
+        budget_s,
+        warm_s=WARM_S if threads > 1 else 0.0,
+    )
     return Row(s, count, poly_s, ort_s, runs, err)
 
 
 def table(rows: Sequence[Row], peak: float, threads: int, rtol: float) -> str:
     """The rows as a Markdown table, with the count-weighted total."""
-    lines = ["| conv (C_in→C_out HxW kernel stride pads) | count | GFLOP | polyonnx ms | "
-             "GFLOP/s | of peak | onnxruntime ms | polyonnx / ort | runs | rel err |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| conv (C_in→C_out HxW kernel stride pads) | count | GFLOP | polyonnx ms | "
+        "GFLOP/s | of peak | onnxruntime ms | polyonnx / ort | runs | rel err |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in rows:
         gflops = r.shape.flops / r.polyonnx_s / 1e9
         flag = " **MISMATCH**" if not r.rel_err <= rtol else ""
-        lines.append(f"| {r.shape.label} | {r.count} | {r.shape.flops / 1e9:.3f} | "
-                     f"{r.polyonnx_s * 1e3:.3f} | {gflops:.1f} | "
-                     f"{gflops / (peak * threads):.0%} | {r.ort_s * 1e3:.3f} | "
-                     f"{r.polyonnx_s / r.ort_s:.2f} | {r.runs} | {r.rel_err:.1e}{flag} |")
+        lines.append(
+            f"| {r.shape.label} | {r.count} | {r.shape.flops / 1e9:.3f} | "
+            f"{r.polyonnx_s * 1e3:.3f} | {gflops:.1f} | "
+            f"{gflops / (peak * threads):.0%} | {r.ort_s * 1e3:.3f} | "
+            f"{r.polyonnx_s / r.ort_s:.2f} | {r.runs} | {r.rel_err:.1e}{flag} |"
+        )
     flops = sum(r.count * r.shape.flops for r in rows)
     poly = sum(r.count * r.polyonnx_s for r in rows)
     ref = sum(r.count * r.ort_s for r in rows)
-    lines.append(f"| **total, weighted by count** ({len(rows)} shapes) | "
-                 f"{sum(r.count for r in rows)} | {flops / 1e9:.3f} | {poly * 1e3:.2f} | "
-                 f"{flops / poly / 1e9:.1f} | {flops / poly / 1e9 / (peak * threads):.0%} | "
-                 f"{ref * 1e3:.2f} | {poly / ref:.2f} | | |")
+    lines.append(
+        f"| **total, weighted by count** ({len(rows)} shapes) | "
+        f"{sum(r.count for r in rows)} | {flops / 1e9:.3f} | {poly * 1e3:.2f} | "
+        f"{flops / poly / 1e9:.1f} | {flops / poly / 1e9 / (peak * threads):.0%} | "
+        f"{ref * 1e3:.2f} | {poly / ref:.2f} | | |"
+    )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=1,
-                   help="threads for polyonnx and onnxruntime (default 1)")
-    p.add_argument("--repeat", type=int, default=30,
-                   help="timed rounds per shape (default 30; at least 3)")
-    p.add_argument("--budget", type=float, default=3.0,
-                   help="seconds of timed rounds per shape before --repeat is cut")
+    p.add_argument(
+        "--threads", type=int, default=1, help="threads for polyonnx and onnxruntime (default 1)"
+    )
+    p.add_argument(
+        "--repeat", type=int, default=30, help="timed rounds per shape (default 30; at least 3)"
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=3.0,
+        help="seconds of timed rounds per shape before --repeat is cut",
+    )
     p.add_argument("--limit", type=int, default=None, help="only the first N distinct shapes")
-    p.add_argument("--peak", type=float, default=None,
-                   help="FP32 peak GFLOP/s per core (default: measured with peak.py's kernel)")
-    p.add_argument("--rtol", type=float, default=1e-3,
-                   help="largest accepted max|polyonnx - ort| / max|ort| (default 1e-3)")
+    p.add_argument(
+        "--peak",
+        type=float,
+        default=None,
+        help="FP32 peak GFLOP/s per core (default: measured with peak.py's kernel)",
+    )
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-3,
+        help="largest accepted max|polyonnx - ort| / max|ort| (default 1e-3)",
+    )
     args = p.parse_args(argv)
-    print(f"polyonnx {polyonnx.__version__}, onnxruntime {ort.__version__}; threads "
-          f"{args.threads} (polyonnx num_threads, ort intra_op; inter_op 1)")
+    print(
+        f"polyonnx {polyonnx.__version__}, onnxruntime {ort.__version__}; threads "
+        f"{args.threads} (polyonnx num_threads, ort intra_op; inter_op 1)"
+    )
     peak = args.peak
     if peak is None:
         peak_module = _load(HERE / "peak.py", "polyonnx_bench_peak")
         peak = peak_module.measure_peak(threads=1, repeat=20, best=True)
-        print(f"peak: {peak:.1f} GFLOP/s per core (fastest of 20 rounds of benchmarks/peak.py's "
-              "kernel, 1 thread, measured now; pass --peak to fix it)")
+        print(
+            f"peak: {peak:.1f} GFLOP/s per core (fastest of 20 rounds of benchmarks/peak.py's "
+            "kernel, 1 thread, measured now; pass --peak to fix it)"
+        )
     else:
         print(f"peak: {peak:.1f} GFLOP/s per core (--peak)")
-    print("Shared, noisy machine: polyonnx and onnxruntime runs interleaved, medians; "
-          "polyonnx / ort > 1 means polyonnx is slower.\n", flush=True)
-    shapes = resnet50_convs()[:args.limit]
+    print(
+        "Shared, noisy machine: polyonnx and onnxruntime runs interleaved, medians; "
+        "polyonnx / ort > 1 means polyonnx is slower.\n",
+        flush=True,
+    )
+    shapes = resnet50_convs()[: args.limit]
     rows = []
     for shape, count in shapes:
         rows.append(measure(shape, count, args.threads, args.repeat, args.budget))

@@ -61,6 +61,7 @@ def _load(path: Path, name: str) -> ModuleType:
 
 # ---- the memory roof
 
+
 def l3_bytes() -> int:
     """The host's last-level cache (sysfs; 32 MiB where it cannot be read)."""
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
@@ -89,8 +90,9 @@ class Bandwidth:
     runs: int
 
 
-def measure_bandwidth(threads: int = 1, repeat: int = 7, array_bytes: int | None = None
-                      ) -> Bandwidth:
+def measure_bandwidth(
+    threads: int = 1, repeat: int = 7, array_bytes: int | None = None
+) -> Bandwidth:
     """STREAM-like copy and triad on float32 arrays of ``array_bytes`` each (default: four
     times the L3, at least 64 MiB), each of ``threads`` Python threads on its own contiguous
     part (numpy releases the GIL in its loops); copy and triad rounds interleaved."""
@@ -107,8 +109,8 @@ def measure_bandwidth(threads: int = 1, repeat: int = 7, array_bytes: int | None
         part, tmp = parts[k], temps[k]
         for i in range(part.start, part.stop, _TRIAD_CHUNK):
             j = min(i + _TRIAD_CHUNK, part.stop)
-            np.multiply(c[i:j], np.float32(3.0), out=tmp[:j - i])
-            np.add(b[i:j], tmp[:j - i], out=a[i:j])
+            np.multiply(c[i:j], np.float32(3.0), out=tmp[: j - i])
+            np.add(b[i:j], tmp[: j - i], out=a[i:j])
 
     times: dict[str, list[float]] = {"copy": [], "triad": []}
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -121,11 +123,16 @@ def measure_bandwidth(threads: int = 1, repeat: int = 7, array_bytes: int | None
     if not np.all(a[:: max(1, n // 1000)] == 7.0):
         raise RuntimeError("triad computed a wrong result")
     size = n * 4
-    return Bandwidth(2 * size / statistics.median(times["copy"]) / 1e9,
-                     3 * size / statistics.median(times["triad"]) / 1e9, size >> 20, repeat)
+    return Bandwidth(
+        2 * size / statistics.median(times["copy"]) / 1e9,
+        3 * size / statistics.median(times["triad"]) / 1e9,
+        size >> 20,
+        repeat,
+    )
 
 
 # ---- kernels on the roofline
+
 
 @dataclass(frozen=True)
 class Point:
@@ -179,44 +186,58 @@ class Point:
 def kernel_bytes(kernel: object) -> int:
     """Bytes a kernel must move: every input and output buffer once (temporaries are the
     kernel's own scratch, cache-resident by design)."""
-    return sum(b.nbytes for b in kernel.buffers  # type: ignore[attr-defined]
-               if b.kind in ("input", "output"))
+    return sum(
+        b.nbytes
+        for b in kernel.buffers  # type: ignore[attr-defined]
+        if b.kind in ("input", "output")
+    )
 
 
-def points(name: str, compiled: polyonnx.Compiled, peak: float, bandwidth: float,
-           repeat: int) -> list[Point]:
+def points(
+    name: str, compiled: polyonnx.Compiled, peak: float, bandwidth: float, repeat: int
+) -> list[Point]:
     """Every kernel of ``compiled`` timed in the model, sorted by time lost."""
     moved = {k.name: kernel_bytes(k) for k, _ in compiled.asts}
     rows = profile(compiled, repeat=repeat, in_model=True)
-    out = [Point(name, r.name, r.ops, r.seconds, r.flops, moved[r.name], peak, bandwidth)
-           for r in rows if r.seconds > 0]
+    out = [
+        Point(name, r.name, r.ops, r.seconds, r.flops, moved[r.name], peak, bandwidth)
+        for r in rows
+        if r.seconds > 0
+    ]
     return sorted(out, key=lambda p: -p.lost_seconds)
 
 
 def table(pts: Sequence[Point], top: int) -> str:
     """The ``top`` kernels losing most time, and the model's total, as a Markdown table."""
-    lines = ["| kernel | nodes | ms | MFLOP | MB | FLOP/B | GFLOP/s | GB/s | bound (GFLOP/s) | "
-             "of bound | lost (ms) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = [
+        "| kernel | nodes | ms | MFLOP | MB | FLOP/B | GFLOP/s | GB/s | bound (GFLOP/s) | "
+        "of bound | lost (ms) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
     for p in pts[:top]:
         nodes = ", ".join(p.ops)
         nodes = nodes if len(nodes) <= 48 else nodes[:45] + "..."
         limit = "memory" if p.memory_bound else "compute"
-        lines.append(f"| {p.kernel} | {nodes} | {p.seconds * 1e3:.3f} | {p.flops / 1e6:.3g} | "
-                     f"{p.bytes / 1e6:.3g} | {p.intensity:.3g} | {p.gflops:.1f} | "
-                     f"{p.gbytes:.1f} | {p.bound_gflops:.1f} {limit} | {p.fraction:.0%} | "
-                     f"{p.lost_seconds * 1e3:.3f} |")
+        lines.append(
+            f"| {p.kernel} | {nodes} | {p.seconds * 1e3:.3f} | {p.flops / 1e6:.3g} | "
+            f"{p.bytes / 1e6:.3g} | {p.intensity:.3g} | {p.gflops:.1f} | "
+            f"{p.gbytes:.1f} | {p.bound_gflops:.1f} {limit} | {p.fraction:.0%} | "
+            f"{p.lost_seconds * 1e3:.3f} |"
+        )
     total = sum(p.seconds for p in pts)
     bound = sum(p.bound_seconds for p in pts)
     flops = sum(p.flops for p in pts)
-    lines.append(f"| total ({len(pts)} kernels) | | {total * 1e3:.3f} | {flops / 1e6:.1f} | | | "
-                 f"{flops / total / 1e9:.1f} | | | {bound / total:.0%} | "
-                 f"{(total - bound) * 1e3:.3f} |")
+    lines.append(
+        f"| total ({len(pts)} kernels) | | {total * 1e3:.3f} | {flops / 1e6:.1f} | | | "
+        f"{flops / total / 1e9:.1f} | | | {bound / total:.0%} | "
+        f"{(total - bound) * 1e3:.3f} |"
+    )
     return "\n".join(lines)
 
 
-def plot(pts: Sequence[Point], peak: float, bandwidth: float, title: str, path: str,
-         labels: int = 6) -> None:
+def plot(
+    pts: Sequence[Point], peak: float, bandwidth: float, title: str, path: str, labels: int = 6
+) -> None:
     """The roofline, log-log, with every kernel that computes as a point (area ~ its share of
     its model's time); the ``labels`` kernels losing most time are named."""
     import matplotlib
@@ -231,29 +252,42 @@ def plot(pts: Sequence[Point], peak: float, bandwidth: float, title: str, path: 
     x = np.geomspace(lo, hi, 200)
     ax.plot(x, np.minimum(peak, x * bandwidth), color="black", lw=1.5)
     ax.annotate(f"FMA peak {peak:.0f} GFLOP/s", (hi, peak), ha="right", va="bottom")
-    ax.annotate(f"memory {bandwidth:.1f} GB/s", (lo * 1.5, lo * 1.5 * bandwidth),
-                xytext=(0, 8), textcoords="offset points", va="bottom")
+    ax.annotate(
+        f"memory {bandwidth:.1f} GB/s",
+        (lo * 1.5, lo * 1.5 * bandwidth),
+        xytext=(0, 8),
+        textcoords="offset points",
+        va="bottom",
+    )
     models = list(dict.fromkeys(p.model for p in pts))
     model_s = {m: sum(p.seconds for p in pts if p.model == m) or 1.0 for m in models}
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, model in enumerate(models):
         mine = [p for p in shown if p.model == model]
         color = colors[i % len(colors)]
-        ax.scatter([p.intensity for p in mine], [p.gflops for p in mine],
-                   s=[6 + 1500 * p.seconds / model_s[model] for p in mine], alpha=0.55,
-                   color=color, edgecolors="black", linewidths=0.3)
+        ax.scatter(
+            [p.intensity for p in mine],
+            [p.gflops for p in mine],
+            s=[6 + 1500 * p.seconds / model_s[model] for p in mine],
+            alpha=0.55,
+            color=color,
+            edgecolors="black",
+            linewidths=0.3,
+        )
         ax.scatter([], [], s=40, color=color, label=model)  # the legend's marker
     for p in sorted(shown, key=lambda p: -p.lost_seconds)[:labels]:
         name = p.kernel if len(models) == 1 else f"{p.model}: {p.kernel}"
-        ax.annotate(name, (p.intensity, p.gflops), fontsize=7, xytext=(4, -8),
-                    textcoords="offset points")
+        ax.annotate(
+            name, (p.intensity, p.gflops), fontsize=7, xytext=(4, -8), textcoords="offset points"
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of the kernel's buffers)")
     ax.set_ylabel("achieved GFLOP/s")
     hidden = len(pts) - len(shown)
-    ax.set_title(title + (f"\n({hidden} kernels without arithmetic not shown)" if hidden
-                          else ""), fontsize=9)
+    ax.set_title(
+        title + (f"\n({hidden} kernels without arithmetic not shown)" if hidden else ""), fontsize=9
+    )
     ax.grid(True, which="both", lw=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
@@ -264,39 +298,61 @@ def plot(pts: Sequence[Point], peak: float, bandwidth: float, title: str, path: 
 def main(argv: Sequence[str] | None = None) -> int:
     models = _load(HERE / "models.py", "polyonnx_bench_models")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", nargs="+", choices=list(models.MODELS),
-                   default=list(DEFAULT_MODELS))
+    p.add_argument("--models", nargs="+", choices=list(models.MODELS), default=list(DEFAULT_MODELS))
     p.add_argument("--threads", type=int, default=1, help="threads of the model and roofs")
-    p.add_argument("--repeat", type=int, default=20,
-                   help="passes over the model per kernel time (median; default 20)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=20,
+        help="passes over the model per kernel time (median; default 20)",
+    )
     p.add_argument("--top", type=int, default=15, help="kernels listed per model")
-    p.add_argument("--peak", type=float, default=None,
-                   help="FP32 peak GFLOP/s per core (default: measured with peak.py's kernel)")
-    p.add_argument("--bandwidth", type=float, default=None,
-                   help="memory bandwidth GB/s for all threads (default: measured, triad)")
-    p.add_argument("--bw-mib", type=int, default=None,
-                   help="MiB per bandwidth array (default: 4 x L3, at least 64)")
+    p.add_argument(
+        "--peak",
+        type=float,
+        default=None,
+        help="FP32 peak GFLOP/s per core (default: measured with peak.py's kernel)",
+    )
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        help="memory bandwidth GB/s for all threads (default: measured, triad)",
+    )
+    p.add_argument(
+        "--bw-mib",
+        type=int,
+        default=None,
+        help="MiB per bandwidth array (default: 4 x L3, at least 64)",
+    )
     p.add_argument("--bw-repeat", type=int, default=7, help="bandwidth runs (median)")
     p.add_argument("--png", default=None, help="write the roofline plot to this PNG file")
     args = p.parse_args(argv)
     t = args.threads
-    print(f"polyonnx {polyonnx.__version__}, {t} thread(s). Shared, noisy machine: times are "
-          "medians; the FMA peak is peak.py's fastest round.", flush=True)
+    print(
+        f"polyonnx {polyonnx.__version__}, {t} thread(s). Shared, noisy machine: times are "
+        "medians; the FMA peak is peak.py's fastest round.",
+        flush=True,
+    )
     if args.peak is None:
         peak_module = _load(HERE / "peak.py", "polyonnx_bench_peak")
         peak = peak_module.measure_peak(threads=t, repeat=20, best=True) * t
     else:
         peak = args.peak * t
     if args.bandwidth is None:
-        bw = measure_bandwidth(t, args.bw_repeat,
-                               args.bw_mib << 20 if args.bw_mib else None)
-        print(f"memory bandwidth ({bw.array_mib} MiB arrays, L3 {l3_bytes() >> 20} MiB, median "
-              f"of {bw.runs}): copy {bw.copy:.1f} GB/s, triad {bw.triad:.1f} GB/s")
+        bw = measure_bandwidth(t, args.bw_repeat, args.bw_mib << 20 if args.bw_mib else None)
+        print(
+            f"memory bandwidth ({bw.array_mib} MiB arrays, L3 {l3_bytes() >> 20} MiB, median "
+            f"of {bw.runs}): copy {bw.copy:.1f} GB/s, triad {bw.triad:.1f} GB/s"
+        )
         bandwidth = bw.triad
     else:
         bandwidth = args.bandwidth
-    print(f"roofline: peak {peak:.1f} GFLOP/s, bandwidth {bandwidth:.1f} GB/s, ridge at "
-          f"{peak / bandwidth:.1f} FLOP/byte\n", flush=True)
+    print(
+        f"roofline: peak {peak:.1f} GFLOP/s, bandwidth {bandwidth:.1f} GB/s, ridge at "
+        f"{peak / bandwidth:.1f} FLOP/byte\n",
+        flush=True,
+    )
     everything: list[Point] = []
     for name in args.models:
         compiled = polyonnx.compile(models.MODELS[name](), polyonnx.Options(num_threads=t))
@@ -304,8 +360,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         everything += pts
         print(f"### {name}\n\n{table(pts, args.top)}\n", flush=True)
     if args.png:
-        plot(everything, peak, bandwidth, f"polyonnx {polyonnx.__version__}, {t} thread(s): "
-             f"{', '.join(args.models)}", args.png)
+        plot(
+            everything,
+            peak,
+            bandwidth,
+            f"polyonnx {polyonnx.__version__}, {t} thread(s): {', '.join(args.models)}",
+            args.png,
+        )
         print(f"wrote {args.png}")
     return 0
 

@@ -34,28 +34,32 @@ def conv_model(channels: int, size: int, seed: int = 0) -> onnx.ModelProto:
     """Conv 3x3 (pad 1, bias) + ReLU: a ResNet50 stage-2 layer once BatchNorm is folded."""
     rng = np.random.default_rng(seed)
     w = numpy_helper.from_array(
-        (rng.standard_normal((channels, channels, 3, 3)) * 0.05).astype(np.float32), "W")
+        (rng.standard_normal((channels, channels, 3, 3)) * 0.05).astype(np.float32), "W"
+    )
     b = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "B")
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-         helper.make_node("Relu", ["c"], ["y"], name="relu")], "resnet50_conv3x3",
+        [
+            helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"], name="relu"),
+        ],
+        "resnet50_conv3x3",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])],
-        [w, b])
+        [w, b],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def candidate(base: polyonnx.Schedule, tiles: tuple[int, int], swap: bool
-              ) -> polyonnx.Schedule:
+def candidate(base: polyonnx.Schedule, tiles: tuple[int, int], swap: bool) -> polyonnx.Schedule:
     """One point of the grid: the innermost output loop becomes a vector loop under the
     reduction loops; the other two output loops are tiled by ``tiles`` (their point loops
     swapped when ``swap``)."""
     out = [n for n in base.loops if n in OUTPUT]
     inner, tiled = out[-1], out[:2]
-    s = base.distribute(inner)                       # init statement | reduction nest
-    (red,) = s.created                               # the reduction nest's copy of `inner`
-    s = s.reorder(*REDUCTION, red)                   # reduction loops outside the vector loop
-    s = s.vectorize(red)                             # 8 lanes, full tiles isolated
+    s = base.distribute(inner)  # init statement | reduction nest
+    (red,) = s.created  # the reduction nest's copy of `inner`
+    s = s.reorder(*REDUCTION, red)  # reduction loops outside the vector loop
+    s = s.vectorize(red)  # 8 lanes, full tiles isolated
     s = s.tile(tuple(tiled), tiles)
     return s.interchange(*s.created[2:]) if swap else s
 
@@ -76,8 +80,10 @@ def main() -> None:
         print("  ", info)
     kernel = polyonnx.get_kernel(model, "conv", options=LAYOUT)
     base = polyonnx.Schedule.from_kernel(kernel)
-    print(f"\nconv kernel {kernel.name}: {polyonnx.kernel_flops(kernel) / 1e6:.1f} MFLOP, loops "
-          f"{', '.join(base.loops)}")
+    print(
+        f"\nconv kernel {kernel.name}: {polyonnx.kernel_flops(kernel) / 1e6:.1f} MFLOP, loops "
+        f"{', '.join(base.loops)}"
+    )
 
     reference = polyonnx.run(base, polyonnx.random_arrays(kernel))
     rows: list[tuple[str, polyonnx.Schedule, polyonnx.Measurement]] = []
@@ -90,19 +96,22 @@ def main() -> None:
         except polyonnx.ScheduleError as e:
             print(f"refused: {label}: {e}")
             continue
-        rows.append((label, s, polyonnx.measure(s, reference=reference, min_runs=3,
-                                                 min_time=0.1)))
+        rows.append((label, s, polyonnx.measure(s, reference=reference, min_runs=3, min_time=0.1)))
 
     print(f"\n{'schedule':<48} {'time (ms)':>10} {'GFLOP/s':>8} {'speed-up':>9}")
     for label, _, m in rows:
-        print(f"{label:<48} {m.median_s * 1e3:>10.2f} {m.gflops:>8.2f} "
-              f"{baseline.median_s / m.median_s:>8.2f}x")
+        print(
+            f"{label:<48} {m.median_s * 1e3:>10.2f} {m.gflops:>8.2f} "
+            f"{baseline.median_s / m.median_s:>8.2f}x"
+        )
 
     # Illegal requests: running the input-channel reduction loop in parallel, and reordering the
     # reduction loops (that would change the order of the float additions). Both are refused,
     # with the dependence that forbids them.
-    for attempt, verb in (("parallel(ic)", lambda: base.parallel("ic")),
-                          ("reorder(kh, kw, ic)", lambda: base.reorder("kh", "kw", "ic"))):
+    for attempt, verb in (
+        ("parallel(ic)", lambda: base.parallel("ic")),
+        ("reorder(kh, kw, ic)", lambda: base.reorder("kh", "kw", "ic")),
+    ):
         try:
             verb()
         except polyonnx.ScheduleError as e:
@@ -125,8 +134,9 @@ def main() -> None:
     got = Executable.from_compiled(compiled).run([x])[0]
     want = polyonnx.InferenceSession(model, options=LAYOUT).run(None, {"x": x})[0]
     err = float(np.max(np.abs(got - want)))
-    print(f"\nmodel compiled with the best trace: max |difference| from the default build "
-          f"{err:.2e}")
+    print(
+        f"\nmodel compiled with the best trace: max |difference| from the default build {err:.2e}"
+    )
     if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
         raise SystemExit("the scheduled model disagrees with the default build")
     print(f"done in {time.perf_counter() - start:.1f} s")

@@ -39,27 +39,60 @@ if TYPE_CHECKING:
 
 #: Each public name and the module defining it.
 _MODULES: dict[str, str] = {
-    **dict.fromkeys(["CodegenError", "InputError", "ModelError", "PolyonnxError",
-                     "ScheduleError", "ShapeError", "UnsupportedOpError"], "polyonnx.errors"),
+    **dict.fromkeys(
+        [
+            "CodegenError",
+            "InputError",
+            "ModelError",
+            "PolyonnxError",
+            "ScheduleError",
+            "ShapeError",
+            "UnsupportedOpError",
+        ],
+        "polyonnx.errors",
+    ),
     "Compiled": "polyonnx.compiled",
-    **dict.fromkeys(["KernelInfo", "get_kernel", "list_kernels", "op_kernel"],
-                    "polyonnx.kernels"),
+    **dict.fromkeys(["KernelInfo", "get_kernel", "list_kernels", "op_kernel"], "polyonnx.kernels"),
     "Options": "polyonnx.options",
     **dict.fromkeys(["compile", "emit"], "polyonnx.pipeline"),
     **dict.fromkeys(["InferenceSession", "NodeArg"], "polyonnx.runtime.session"),
-    **dict.fromkeys(["Measurement", "build", "measure", "random_arrays", "run"],
-                    "polyonnx.tune.measure"),
+    **dict.fromkeys(
+        ["Measurement", "build", "measure", "random_arrays", "run"], "polyonnx.tune.measure"
+    ),
     "Schedule": "polyonnx.schedule.schedule",
     **dict.fromkeys(["kernel_flops", "kernel_signature"], "polyonnx.schedule.signature"),
     **dict.fromkeys(["Trace", "load_schedules"], "polyonnx.schedule.trace"),
 }
 
 __all__ = [
-    "CodegenError", "Compiled", "InferenceSession", "InputError", "KernelInfo", "Measurement",
-    "ModelError", "NodeArg", "Options", "PolyonnxError", "Schedule", "ScheduleError",
-    "ShapeError", "Trace", "UnsupportedOpError", "build", "compile", "emit", "get_kernel",
-    "kernel_flops", "kernel_signature", "list_kernels", "load_schedules", "measure",
-    "op_kernel", "random_arrays", "run", "__version__",
+    "CodegenError",
+    "Compiled",
+    "InferenceSession",
+    "InputError",
+    "KernelInfo",
+    "Measurement",
+    "ModelError",
+    "NodeArg",
+    "Options",
+    "PolyonnxError",
+    "Schedule",
+    "ScheduleError",
+    "ShapeError",
+    "Trace",
+    "UnsupportedOpError",
+    "build",
+    "compile",
+    "emit",
+    "get_kernel",
+    "kernel_flops",
+    "kernel_signature",
+    "list_kernels",
+    "load_schedules",
+    "measure",
+    "op_kernel",
+    "random_arrays",
+    "run",
+    "__version__",
 ]
 
 

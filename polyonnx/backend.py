@@ -49,21 +49,54 @@ _cache_lock = threading.Lock()
 #: Operand positions whose values determine output shapes (or must be known to lower the op).
 #: A graph input used at one of them is bound per run (see the module docstring).
 VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
-    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-                           "ReduceSumSquare", "CumSum", "CumProd", "Expand", "Reshape", "Split",
-                           "Squeeze", "Unsqueeze", "Tile", "TopK", "Trilu", "CenterCropPad",
-                           "Upsample")},
-    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Range": (0, 1, 2), "ConstantOfShape": (0,),
-    "Resize": (1, 2, 3), "OneHot": (1,), "Col2Im": (1, 2), "DFT": (1, 2),
+    **{
+        op: (1,)
+        for op in (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceSumSquare",
+            "CumSum",
+            "CumProd",
+            "Expand",
+            "Reshape",
+            "Split",
+            "Squeeze",
+            "Unsqueeze",
+            "Tile",
+            "TopK",
+            "Trilu",
+            "CenterCropPad",
+            "Upsample",
+        )
+    },
+    "Slice": (1, 2, 3, 4),
+    "Pad": (1, 3),
+    "Range": (0, 1, 2),
+    "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3),
+    "OneHot": (1,),
+    "Col2Im": (1, 2),
+    "DFT": (1, 2),
 }
 
 
 def value_inputs(model: onnx.ModelProto) -> list[str]:
     """The graph inputs (not initializers) used as shape-determining operands, in input order."""
     inits = {t.name for t in model.graph.initializer}
-    used = {name for n in model.graph.node if n.domain in ("", "ai.onnx")
-            for k, name in enumerate(n.input) if k in VALUE_OPERANDS.get(n.op_type, ())}
+    used = {
+        name
+        for n in model.graph.node
+        if n.domain in ("", "ai.onnx")
+        for k, name in enumerate(n.input)
+        if k in VALUE_OPERANDS.get(n.op_type, ())
+    }
     return [i.name for i in model.graph.input if i.name in used and i.name not in inits]
 
 
@@ -74,16 +107,21 @@ def _bind(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.Mode
     keep = [i for i in bound.graph.input if i.name not in values]
     del bound.graph.input[:]
     bound.graph.input.extend(keep)
-    bound.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(v), name)
-                                   for name, v in values.items())
+    bound.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v), name) for name, v in values.items()
+    )
     return bound
 
 
 class PolyonnxRep(BackendRep):
     """A prepared (compiled) model; :meth:`run` executes it."""
 
-    def __init__(self, session: InferenceSession | None, model: onnx.ModelProto | None = None,
-                 options: Options | None = None) -> None:
+    def __init__(
+        self,
+        session: InferenceSession | None,
+        model: onnx.ModelProto | None = None,
+        options: Options | None = None,
+    ) -> None:
         self.session = session
         self._model, self._options = model, options
         if session is not None:
@@ -103,8 +141,9 @@ class PolyonnxRep(BackendRep):
         if missing:
             raise InputError(f"missing input(s) {missing}")
         bound = {n: np.asarray(feed[n]) for n in self._bound}
-        key = b"|".join(f"{n}:{v.dtype}:{v.shape}:".encode() + v.tobytes()
-                        for n, v in bound.items())
+        key = b"|".join(
+            f"{n}:{v.dtype}:{v.shape}:".encode() + v.tobytes() for n, v in bound.items()
+        )
         session = self._by_value.get(key)
         if session is None:
             assert self._model is not None
@@ -125,10 +164,13 @@ class PolyonnxRep(BackendRep):
                 inputs = [inputs]
             inputs = list(inputs)
             if len(inputs) > len(names):
-                raise InputError(f"{len(inputs)} inputs given but the model takes "
-                                 f"{len(names)}: {names}")
-            feed = {n: np.asarray(v) if not isinstance(v, np.ndarray) else v
-                    for n, v in zip(names, inputs, strict=False)}
+                raise InputError(
+                    f"{len(inputs)} inputs given but the model takes {len(names)}: {names}"
+                )
+            feed = {
+                n: np.asarray(v) if not isinstance(v, np.ndarray) else v
+                for n, v in zip(names, inputs, strict=False)
+            }
         session, feed = self._session_for(feed)
         outputs = session.run(None, feed)
         out_names = [o.name for o in session.get_outputs()]
@@ -160,8 +202,9 @@ class PolyonnxBackend(Backend):
         return cls.supports_device(device)
 
     @classmethod
-    def prepare(cls, model: onnx.ModelProto | bytes | str, device: str = "CPU",
-                **kwargs: Any) -> PolyonnxRep:
+    def prepare(
+        cls, model: onnx.ModelProto | bytes | str, device: str = "CPU", **kwargs: Any
+    ) -> PolyonnxRep:
         """Compile ``model``; ``kwargs`` may carry ``options`` (:class:`polyonnx.Options`) and
         ``num_threads``. Raises :class:`~polyonnx.errors.UnsupportedOpError` for what cannot be
         compiled."""
@@ -184,14 +227,20 @@ class PolyonnxBackend(Backend):
         return PolyonnxRep(_session(model, options))
 
     @classmethod
-    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
-                  **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def run_model(
+        cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any
+    ) -> tuple[np.ndarray, ...]:
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
-    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
-                 outputs_info: Sequence[tuple[Any, Any]] | None = None,
-                 **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def run_node(
+        cls,
+        node: onnx.NodeProto,
+        inputs: Any,
+        device: str = "CPU",
+        outputs_info: Sequence[tuple[Any, Any]] | None = None,
+        **kwargs: Any,
+    ) -> tuple[np.ndarray, ...]:
         """Run a single node on ``inputs`` (a sequence in the node's input order, or a mapping).
 
         The node is wrapped in a one-node model typed from the inputs; ``opset_version`` in
@@ -201,15 +250,19 @@ class PolyonnxBackend(Backend):
         if isinstance(inputs, Mapping):
             arrays = {n: np.asarray(inputs[n]) for n in names if n}
         else:
-            arrays = {n: np.asarray(v) for n, v in zip([n for n in names if n], inputs,
-                                                       strict=False)}
-        graph_inputs = [helper.make_tensor_value_info(
-            n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in arrays.items()]
+            arrays = {
+                n: np.asarray(v) for n, v in zip([n for n in names if n], inputs, strict=False)
+            }
+        graph_inputs = [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in arrays.items()
+        ]
         graph_outputs = [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o]
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
         graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "",
-                                                                            opset)])
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid(node.domain or "", opset)]
+        )
         inferred = onnx.shape_inference.infer_shapes(model)
         types = {vi.name: vi for vi in (*inferred.graph.value_info, *inferred.graph.output)}
         del model.graph.output[:]

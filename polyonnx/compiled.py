@@ -55,15 +55,32 @@ class Compiled:
 
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The whole model in one LLVM module (what ``--emit llvm|asm|obj`` shows)."""
-        return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
-                            config=self.config, aot=aot, metadata=self.metadata(),
-                            triple=triple, symbols=self.symbols)
+        return build_module(
+            self.program,
+            self.plan,
+            self.asts,
+            prefix=self.prefix,
+            config=self.config,
+            aot=aot,
+            metadata=self.metadata(),
+            triple=triple,
+            symbols=self.symbols,
+        )
 
     def entry_module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The entry point alone, calling kernels declared from :meth:`kernel_modules`."""
-        return build_module(self.program, self.plan, self.asts, prefix=self.prefix,
-                            config=self.config, aot=aot, metadata=self.metadata(),
-                            triple=triple, with_kernels=False, symbols=self.symbols)
+        return build_module(
+            self.program,
+            self.plan,
+            self.asts,
+            prefix=self.prefix,
+            config=self.config,
+            aot=aot,
+            metadata=self.metadata(),
+            triple=triple,
+            with_kernels=False,
+            symbols=self.symbols,
+        )
 
     def kernel_modules(self, triple: str = "") -> list[tuple[str, Callable[[], ir.Module]]]:
         """Each distinct kernel function: its symbol and how to make its module."""
@@ -72,7 +89,8 @@ class Compiled:
         for (kernel, ast), symbol in zip(self.asts, self.symbols, strict=True):
             if symbol not in out:
                 out[symbol] = functools.partial(
-                    lambda k, a: kernel_module(k, a, config, triple)[1], kernel, ast)
+                    lambda k, a: kernel_module(k, a, config, triple)[1], kernel, ast
+                )
         return list(out.items())
 
     def metadata(self) -> str:
@@ -97,8 +115,14 @@ class Compiled:
                     d["counts"] = [slot[c] if c else None for c in dyn.counts]
                 out.append(d)
             return out
-        return json.dumps({"name": self.graph.name, "inputs": describe(program.inputs),
-                           "outputs": describe(program.outputs),
-                           "count_outputs": len(program.counts),
-                           "workspace_bytes": self.plan.workspace_size,
-                           "weights_bytes": self.plan.weights_size})
+
+        return json.dumps(
+            {
+                "name": self.graph.name,
+                "inputs": describe(program.inputs),
+                "outputs": describe(program.outputs),
+                "count_outputs": len(program.counts),
+                "workspace_bytes": self.plan.workspace_size,
+                "weights_bytes": self.plan.weights_size,
+            }
+        )

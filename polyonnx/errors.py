@@ -18,8 +18,9 @@ class ModelError(PolyonnxError):
 class UnsupportedOpError(PolyonnxError):
     """An op (or an op's dtype or attribute) that polyonnx cannot lower."""
 
-    def __init__(self, op: str, opset: int | None = None, node: str | None = None,
-                 detail: str = "") -> None:
+    def __init__(
+        self, op: str, opset: int | None = None, node: str | None = None, detail: str = ""
+    ) -> None:
         self.op, self.opset, self.node, self.detail = op, opset, node, detail
         where = f" (node {node!r})" if node else ""
         version = f" at opset {opset}" if opset is not None else ""

@@ -25,25 +25,32 @@ _function: Callable[[Any], Any] | None = None
 _jobs: Sequence[Any] = ()
 
 
-def forked_map(fn: Callable[[Any], R], jobs: Sequence[Any], workers: int,
-               error: Callable[[str], Exception],
-               meanwhile: Callable[[], object] | None = None) -> list[R]:
+def forked_map(
+    fn: Callable[[Any], R],
+    jobs: Sequence[Any],
+    workers: int,
+    error: Callable[[str], Exception],
+    meanwhile: Callable[[], object] | None = None,
+) -> list[R]:
     """``[fn(job) for job in jobs]``, computed by ``workers`` forked processes; raises
     ``error(message)`` when a worker dies. The caller holds whatever lock keeps other threads
     out of native code while the process is copied (the workers fork during this call).
     ``meanwhile()`` runs in this process while the workers work (after they are forked)."""
     context = multiprocessing.get_context("fork")
     try:
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start,
-                                 initargs=(fn, jobs)) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_start, initargs=(fn, jobs)
+        ) as pool:
             # With fork, the first submit starts every worker (none is started later).
             futures = [pool.submit(_call, index) for index in range(len(jobs))]
             if meanwhile is not None:
                 meanwhile()
             return [f.result() for f in futures]
     except BrokenProcessPool:
-        raise error(f"a worker process died while compiling ({len(jobs)} jobs on {workers} "
-                    "processes): out of memory, or a crash in native code") from None
+        raise error(
+            f"a worker process died while compiling ({len(jobs)} jobs on {workers} "
+            "processes): out of memory, or a crash in native code"
+        ) from None
 
 
 def _start(fn: Callable[[Any], Any], jobs: Sequence[Any]) -> None:

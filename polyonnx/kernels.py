@@ -61,37 +61,56 @@ class KernelInfo:
     def __str__(self) -> str:
         def shapes(ss: tuple[tuple[int, ...], ...]) -> str:
             return " ".join(str(list(s)) for s in ss)
-        return (f"{self.name}  {'+'.join(self.op_types) or '-'}  {shapes(self.inputs)} -> "
-                f"{shapes(self.outputs)}  {self.flops / 1e6:.1f} MFLOP  {self.signature}")
+
+        return (
+            f"{self.name}  {'+'.join(self.op_types) or '-'}  {shapes(self.inputs)} -> "
+            f"{shapes(self.outputs)}  {self.flops / 1e6:.1f} MFLOP  {self.signature}"
+        )
 
 
-def list_kernels(model: ModelSource | onnx.ModelProto,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                 options: Options | None = None) -> tuple[KernelInfo, ...]:
+def list_kernels(
+    model: ModelSource | onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    options: Options | None = None,
+) -> tuple[KernelInfo, ...]:
     """The kernels the compiler makes of ``model`` with ``options``, in execution order."""
     graph = to_graph(model, input_shapes, options)
     op_type = {n.name: n.op_type for n in graph.nodes}
-    return tuple(KernelInfo(k, tuple(op_type.get(n, "?") for n in k.ops), kernel_flops(k),
-                            kernel_signature(k)) for k in lower(graph).kernels)
+    return tuple(
+        KernelInfo(
+            k, tuple(op_type.get(n, "?") for n in k.ops), kernel_flops(k), kernel_signature(k)
+        )
+        for k in lower(graph).kernels
+    )
 
 
-def get_kernel(model: ModelSource | onnx.ModelProto, which: str,
-               input_shapes: Mapping[str, Sequence[int]] | None = None,
-               options: Options | None = None) -> Kernel:
+def get_kernel(
+    model: ModelSource | onnx.ModelProto,
+    which: str,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    options: Options | None = None,
+) -> Kernel:
     """The kernel named ``which`` (``k3_Conv``), or the kernel computing ONNX node ``which``,
     as :func:`polyonnx.compile` makes it with ``options``."""
     infos = list_kernels(model, input_shapes, options)
     for info in infos:
         if which == info.name or which in info.nodes:
             return info.kernel
-    raise PolyonnxError(f"no kernel or node named {which!r}; kernels: "
-                        f"{', '.join(i.name for i in infos)}")
+    raise PolyonnxError(
+        f"no kernel or node named {which!r}; kernels: {', '.join(i.name for i in infos)}"
+    )
 
 
-def op_kernel(op_type: str, input_shapes: Sequence[Sequence[int]],
-              attributes: Mapping[str, Any] | None = None, *, dtype: str = "float32",
-              opset: int = 17, constants: Mapping[int, np.ndarray] | None = None,
-              num_outputs: int = 1) -> Kernel:
+def op_kernel(
+    op_type: str,
+    input_shapes: Sequence[Sequence[int]],
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    dtype: str = "float32",
+    opset: int = 17,
+    constants: Mapping[int, np.ndarray] | None = None,
+    num_outputs: int = 1,
+) -> Kernel:
     """The kernel of one ONNX op, built in memory: inputs ``x0, x1, ...`` (shapes given; input
     ``k`` is the constant ``constants[k]`` instead when given), outputs ``y0, ...``.
 
@@ -109,10 +128,16 @@ def op_kernel(op_type: str, input_shapes: Sequence[Sequence[int]],
     node = helper.make_node(op_type, names, outs, name=op_type.lower(), **dict(attributes or {}))
     inits = [onnx.numpy_helper.from_array(np.asarray(v), names[k]) for k, v in constants.items()]
     graph = helper.make_graph(
-        [node], op_type.lower(),
-        [helper.make_tensor_value_info(n, elem, list(s))
-         for k, (n, s) in enumerate(zip(names, input_shapes, strict=True)) if k not in constants],
-        [helper.make_tensor_value_info(o, elem, None) for o in outs], inits)
+        [node],
+        op_type.lower(),
+        [
+            helper.make_tensor_value_info(n, elem, list(s))
+            for k, (n, s) in enumerate(zip(names, input_shapes, strict=True))
+            if k not in constants
+        ],
+        [helper.make_tensor_value_info(o, elem, None) for o in outs],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)

@@ -38,8 +38,11 @@ class Options:
     """Largest tensor (input, constant, intermediate or output) a model may have, in bytes;
     a model whose shapes exceed it is refused with :class:`~polyonnx.errors.ModelError` before
     anything is allocated."""
-    cache: bool = field(default_factory=lambda: os.environ.get("POLYONNX_CACHE", "1").strip()
-                        .lower() not in {"0", "false", "no", "off"})
+    cache: bool = field(
+        default_factory=lambda: (
+            os.environ.get("POLYONNX_CACHE", "1").strip().lower() not in {"0", "false", "no", "off"}
+        )
+    )
     """Reuse compiled kernels (loop ASTs and object code) from the on-disk cache
     (:mod:`polyonnx.cache`); ``POLYONNX_CACHE=0`` turns it off."""
     channel_blocks: bool = True

@@ -57,9 +57,11 @@ STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
 _module_ids = itertools.count()
 
 
-def to_graph(model: ModelSource | onnx.ModelProto,
-             input_shapes: Mapping[str, Sequence[int]] | None = None,
-             options: Options | None = None) -> Graph:
+def to_graph(
+    model: ModelSource | onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    options: Options | None = None,
+) -> Graph:
     """Frontend, validation and graph passes: an optimized graph with static shapes."""
     options = options or Options()
     graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
@@ -75,37 +77,57 @@ def lower(graph: Graph, *, after: str | None = None) -> Program:
     return build_program(graph, [g.nodes for g in fuse(graph)], after=after)
 
 
-def schedule(program: Program, options: Options,
-             schedules: Mapping[str, TraceLike] | None = None, *, trees: bool = False
-             ) -> tuple[KernelLoops, ...]:
+def schedule(
+    program: Program,
+    options: Options,
+    schedules: Mapping[str, TraceLike] | None = None,
+    *,
+    trees: bool = False,
+) -> tuple[KernelLoops, ...]:
     """Every kernel's schedule and loops (see :func:`polyonnx.schedule_driver.schedule_program`:
     shared by signature, cached, forked, within the isl budget)."""
     return schedule_program(program, options, schedules, trees=trees)
 
 
-def compile_graph(graph: Graph, options: Options | None = None,
-                  schedules: Mapping[str, TraceLike] | None = None, *,
-                  trees: bool = False) -> Compiled:
+def compile_graph(
+    graph: Graph,
+    options: Options | None = None,
+    schedules: Mapping[str, TraceLike] | None = None,
+    *,
+    trees: bool = False,
+) -> Compiled:
     """``trees``: keep every kernel's schedule tree (see :func:`schedule`)."""
     options = options or Options()
     program = lower(graph)
     scheduled = schedule(program, options, schedules, trees=trees)
     # A trace's staging verbs (cache_read, pack ...) change its kernel (new temp buffers): the
     # program runs the scheduled kernels, so memory is planned after scheduling.
-    kernels = tuple(s.kernel if s is not None else k
-                    for k, (s, _) in zip(program.kernels, scheduled, strict=True))
+    kernels = tuple(
+        s.kernel if s is not None else k
+        for k, (s, _) in zip(program.kernels, scheduled, strict=True)
+    )
     if any(a is not b for a, b in zip(kernels, program.kernels, strict=True)):
         program = dataclasses.replace(program, kernels=kernels)
     plan = plan_memory(program)
     asts = tuple((k, loops) for k, (_, loops) in zip(program.kernels, scheduled, strict=True))
     digest = hashlib.sha1(graph.name.encode()).hexdigest()[:6]
-    return Compiled(graph, program, plan, tuple(s for s, _ in scheduled), asts, options,
-                    f"polyonnx_{digest}_{next(_module_ids)}")
+    return Compiled(
+        graph,
+        program,
+        plan,
+        tuple(s for s, _ in scheduled),
+        asts,
+        options,
+        f"polyonnx_{digest}_{next(_module_ids)}",
+    )
 
 
-def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None,
-            schedules: Mapping[str, TraceLike] | None = None) -> Compiled:
+def compile(
+    model: ModelSource | onnx.ModelProto,
+    options: Options | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    schedules: Mapping[str, TraceLike] | None = None,
+) -> Compiled:
     """Compile a model (path, bytes or ModelProto) through every stage up to the LLVM module.
     ``schedules`` maps kernel names or signatures to schedule traces (JSON text, decoded JSON
     or :class:`~polyonnx.schedule.trace.Trace`) used instead of the default schedules.
@@ -118,9 +140,14 @@ def compile(model: ModelSource | onnx.ModelProto, options: Options | None = None
     return compile_graph(to_graph(model, input_shapes, options), options, schedules)
 
 
-def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | None = None,
-         input_shapes: Mapping[str, Sequence[int]] | None = None, *,
-         after: str | None = None) -> str | bytes:
+def emit(
+    model: ModelSource | onnx.ModelProto,
+    stage: str,
+    options: Options | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    after: str | None = None,
+) -> str | bytes:
     """The printed form of ``stage`` for ``model`` (text, or bytes for ``obj``).
 
     ``after`` (``krnl`` only) prints the kernels as they are after the krnl pass of that name
@@ -132,8 +159,10 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
     if stage not in STAGES:
         raise PolyonnxError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
     if after is not None and (stage != "krnl" or after not in AFTER):
-        raise PolyonnxError(f"after={after!r} shows the kernels after a krnl pass: it needs "
-                            f"stage 'krnl' and one of {', '.join(AFTER)}")
+        raise PolyonnxError(
+            f"after={after!r} shows the kernels after a krnl pass: it needs "
+            f"stage 'krnl' and one of {', '.join(AFTER)}"
+        )
     options = options or Options()
     if stage == "onnx":
         return onnx.printer.to_text(load_model(model))
@@ -147,8 +176,10 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
     if stage == "isl":
         return "\n\n".join(describe_isl(s) for s in compiled.scheduled)
     if stage == "ast":
-        return "\n\n".join(f"// kernel {s.kernel.name}\n{build_ast(s.schedule).to_C_str()}"
-                           for s in compiled.scheduled)
+        return "\n\n".join(
+            f"// kernel {s.kernel.name}\n{build_ast(s.schedule).to_C_str()}"
+            for s in compiled.scheduled
+        )
     if stage == "llvm":
         return aot.optimized_ir(compiled)
     if stage == "asm":
@@ -161,13 +192,15 @@ def emit(model: ModelSource | onnx.ModelProto, stage: str, options: Options | No
 def describe_isl(s: ScheduledKernel) -> str:
     """A kernel's isl objects: domain, accesses, dependences and schedule tree."""
     deps = s.poly.dependences()
-    return "\n".join([
-        f"// kernel {s.kernel.name}",
-        f"domain: {s.poly.domain}",
-        f"reads: {s.poly.reads}",
-        f"writes: {s.poly.writes}",
-        f"dependences (RAW): {deps.raw}",
-        f"dependences (WAR): {deps.war}",
-        f"dependences (WAW): {deps.waw}",
-        f"schedule: {s.schedule}",
-    ])
+    return "\n".join(
+        [
+            f"// kernel {s.kernel.name}",
+            f"domain: {s.poly.domain}",
+            f"reads: {s.poly.reads}",
+            f"writes: {s.poly.writes}",
+            f"dependences (RAW): {deps.raw}",
+            f"dependences (WAR): {deps.war}",
+            f"dependences (WAW): {deps.waw}",
+            f"schedule: {s.schedule}",
+        ]
+    )

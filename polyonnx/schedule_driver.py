@@ -54,9 +54,13 @@ KernelLoops = tuple[ScheduledKernel | None, tuple[la.LNode, ...]]
 PARALLEL_MIN_KERNELS = 8
 
 
-def schedule_program(program: Program, options: Options,
-                     schedules: Mapping[str, TraceLike] | None = None, *, trees: bool = False
-                     ) -> tuple[KernelLoops, ...]:
+def schedule_program(
+    program: Program,
+    options: Options,
+    schedules: Mapping[str, TraceLike] | None = None,
+    *,
+    trees: bool = False,
+) -> tuple[KernelLoops, ...]:
     """The schedule tree of every kernel and the loops isl generates from it (read into
     codegen's loop AST), within the isl budget (a kernel over it falls back to its own loop
     order: see :mod:`polyonnx.schedule.budget`). ``schedules`` maps kernel names or
@@ -72,12 +76,14 @@ def schedule_program(program: Program, options: Options,
     tiling = Tiling.for_vector_bits(vector_bits(options), threads, l1_data_bytes(options))
     # On one thread no loop runs in parallel: no parallel loops to look for and prove.
     strategy = functools.partial(default_schedule, tiling=tiling, parallel=threads > 1)
-    chosen = {i: s.scheduled() for i, s in replay_schedules(program.kernels,
-                                                             schedules or {}).items()}
+    chosen = {
+        i: s.scheduled() for i, s in replay_schedules(program.kernels, schedules or {}).items()
+    }
     by_signature: dict[str, KernelLoops] = {}
     todo: dict[str, Kernel] = {}  # signature -> the first kernel with it, not in the cache
-    signatures = [None if i in chosen else kernel_signature(k)
-                  for i, k in enumerate(program.kernels)]
+    signatures = [
+        None if i in chosen else kernel_signature(k) for i, k in enumerate(program.kernels)
+    ]
     for sig, k in zip(signatures, program.kernels, strict=True):
         if sig is None or sig in by_signature or sig in todo:
             continue
@@ -94,8 +100,11 @@ def schedule_program(program: Program, options: Options,
             scheduled, ast = schedule_kernel(k, strategy, options)
             by_signature[sig] = scheduled, la.from_isl(ast)
         if options.cache:
-            cache.put("loops", _loops_key(sig, tiling, options),
-                      json.dumps(la.to_data(by_signature[sig][1])).encode())
+            cache.put(
+                "loops",
+                _loops_key(sig, tiling, options),
+                json.dumps(la.to_data(by_signature[sig][1])).encode(),
+            )
     out = []
     for i, (sig, k) in enumerate(zip(signatures, program.kernels, strict=True)):
         if sig is None:
@@ -106,8 +115,9 @@ def schedule_program(program: Program, options: Options,
     return tuple(out)
 
 
-def replay_schedules(kernels: Sequence[Kernel],
-                     schedules: Mapping[str, TraceLike]) -> dict[int, Schedule]:
+def replay_schedules(
+    kernels: Sequence[Kernel], schedules: Mapping[str, TraceLike]
+) -> dict[int, Schedule]:
     """Replay the trace given for each kernel: ``schedules`` maps a kernel name (``k3_Conv``)
     or a kernel signature (every kernel with it) to a trace; a name wins over a signature.
     Returns kernel index -> schedule; a key that fits no kernel is a ScheduleError."""
@@ -125,8 +135,10 @@ def replay_schedules(kernels: Sequence[Kernel],
                 break
     unused = [k for k in traces if k not in used]
     if unused:
-        raise ScheduleError(f"schedules: no kernel named or with signature {unused[0]!r}; "
-                            f"kernels: {', '.join(k.name for k in kernels)}")
+        raise ScheduleError(
+            f"schedules: no kernel named or with signature {unused[0]!r}; "
+            f"kernels: {', '.join(k.name for k in kernels)}"
+        )
     return out
 
 
@@ -137,8 +149,12 @@ def _loops_key(signature: str, tiling: Tiling, options: Options) -> str:
 _Job = tuple[Kernel, Callable[[Kernel], ScheduledKernel], Options]
 
 
-def _forked_loops(todo: Mapping[str, Kernel], strategy: Callable[[Kernel], ScheduledKernel],
-                  options: Options, workers: int) -> dict[str, KernelLoops]:
+def _forked_loops(
+    todo: Mapping[str, Kernel],
+    strategy: Callable[[Kernel], ScheduledKernel],
+    options: Options,
+    workers: int,
+) -> dict[str, KernelLoops]:
     """The loops of the kernels in ``todo`` (by signature), scheduled by a pool of forked
     processes. A kernel whose worker failed is left out: the caller schedules it again in this
     process, which raises the error as if there had been no pool (scheduling is

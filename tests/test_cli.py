@@ -20,10 +20,15 @@ def model_path(tmp_path):
     """y = Relu(x @ w), x: [2, 3]."""
     w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) - 5, "w")
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["t"], name="mm"),
-         helper.make_node("Relu", ["t"], ["y"], name="relu")], "cli_model",
+        [
+            helper.make_node("MatMul", ["x", "w"], ["t"], name="mm"),
+            helper.make_node("Relu", ["t"], ["y"], name="relu"),
+        ],
+        "cli_model",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializer=[w])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        initializer=[w],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g), path)
     return path
@@ -36,10 +41,18 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"polyonnx {__version__}"
 
 
-@pytest.mark.parametrize("stage,needle", [("onnx", "MatMul"), ("graph", "relu"),
-                                          ("krnl", "kernel k0_"), ("isl", "domain:"),
-                                          ("ast", "for (int"), ("llvm", "define"),
-                                          ("asm", "ret")])
+@pytest.mark.parametrize(
+    "stage,needle",
+    [
+        ("onnx", "MatMul"),
+        ("graph", "relu"),
+        ("krnl", "kernel k0_"),
+        ("isl", "domain:"),
+        ("ast", "for (int"),
+        ("llvm", "define"),
+        ("asm", "ret"),
+    ],
+)
 def test_emit_prints_each_text_stage(model_path, capsys, stage, needle):
     assert main(["compile", str(model_path), "--emit", stage]) == 0
     assert needle in capsys.readouterr().out
@@ -82,17 +95,25 @@ def test_kernels_lists_nodes_buffers_and_flops(model_path, capsys):
 def _conv_pool_fc_model(path):
     """Conv (pads, bias) + Relu, AveragePool, Flatten + Gemm: kernels of several families."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-             for n, s in (("w", (4, 3, 3, 3)), ("b", (4,)), ("fw", (36, 5)))]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("w", (4, 3, 3, 3)), ("b", (4,)), ("fw", (36, 5)))
+    ]
     g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-         helper.make_node("Relu", ["c"], ["r"], name="relu"),
-         helper.make_node("AveragePool", ["r"], ["p"], name="pool", kernel_shape=[2, 2],
-                          strides=[2, 2]),
-         helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
-         helper.make_node("Gemm", ["f", "fw"], ["y"], name="fc")], "conv_pool_fc",
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"], name="relu"),
+            helper.make_node(
+                "AveragePool", ["r"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+            ),
+            helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+            helper.make_node("Gemm", ["f", "fw"], ["y"], name="fc"),
+        ],
+        "conv_pool_fc",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], initializer=inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        initializer=inits,
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -103,21 +124,25 @@ def test_kernels_counts_flops_as_list_kernels_does(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     infos = polyonnx.list_kernels(str(path))
     rows = [line for line in lines if not line.startswith(" ")][:-1]
-    assert [r.split("  ")[:2] for r in rows] == \
-        [[i.name, f"~{i.flops / 1e6:.3f} MFLOP"] for i in infos]
+    assert [r.split("  ")[:2] for r in rows] == [
+        [i.name, f"~{i.flops / 1e6:.3f} MFLOP"] for i in infos
+    ]
     total = sum(i.flops for i in infos)
     assert lines[-1] == f"{len(infos)} kernels, ~{total / 1e9:.3f} GFLOP in total"
     # The conv's multiply-adds count 2 each: 2 * (4 * 6 * 6 outputs) * (3 * 3 * 3 taps).
     assert 2 * 4 * 36 * 27 <= next(i.flops for i in infos if "conv" in i.nodes) < 2 * 4 * 36 * 28
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["compile", "nope.onnx", "--emit", "graph"], "nope.onnx"),
-    (["compile", "{model}", "--emit", "lib"], "--emit lib writes a file"),
-    (["compile", "{model}", "--after", "lower"], "--after shows a krnl pass's result"),
-    (["run", "{model}", "--input", "x=missing.npy"], "missing.npy"),
-    (["run", "{model}", "--input", "z={model}"], "unknown input name"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["compile", "nope.onnx", "--emit", "graph"], "nope.onnx"),
+        (["compile", "{model}", "--emit", "lib"], "--emit lib writes a file"),
+        (["compile", "{model}", "--after", "lower"], "--after shows a krnl pass's result"),
+        (["run", "{model}", "--input", "x=missing.npy"], "missing.npy"),
+        (["run", "{model}", "--input", "z={model}"], "unknown input name"),
+    ],
+)
 def test_errors_are_one_line_with_exit_status_2(model_path, capsys, argv, message):
     argv = [a.format(model=model_path) for a in argv]
     assert main(argv) == 2
@@ -139,6 +164,7 @@ def test_bad_input_shape_is_a_usage_error(model_path, capsys):
 
 
 def test_python_dash_m_polyonnx():
-    proc = subprocess.run([sys.executable, "-m", "polyonnx", "--help"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "polyonnx", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "compile" in proc.stdout and "kernels" in proc.stdout

@@ -22,7 +22,14 @@ def _die_on_three(x: int) -> int:
 
 def test_results_come_back_in_order() -> None:
     assert forked_map(_square, list(range(7)), workers=2, error=CodegenError) == [
-        0, 1, 4, 9, 16, 25, 36]
+        0,
+        1,
+        4,
+        9,
+        16,
+        25,
+        36,
+    ]
 
 
 def test_a_killed_worker_is_an_error_not_a_hang() -> None:
@@ -38,8 +45,13 @@ def _pid_after_a_while(_: int) -> int:
 def test_meanwhile_runs_here_once_while_the_workers_work() -> None:
     seen: list[tuple[int, float]] = []
     start = time.perf_counter()
-    pids = forked_map(_pid_after_a_while, [0, 1], workers=2, error=CodegenError,
-                      meanwhile=lambda: seen.append((os.getpid(), time.perf_counter())))
+    pids = forked_map(
+        _pid_after_a_while,
+        [0, 1],
+        workers=2,
+        error=CodegenError,
+        meanwhile=lambda: seen.append((os.getpid(), time.perf_counter())),
+    )
     assert [pid for pid, _ in seen] == [os.getpid()] and os.getpid() not in pids
     # Called before the jobs were done (each sleeps 0.2 s), not after.
     assert seen[0][1] - start < 0.2

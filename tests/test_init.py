@@ -16,17 +16,29 @@ HEAVY = ("islpy", "llvmlite", "polyonnx.pipeline", "polyonnx.schedule", "polyonn
 
 def _loaded_after(statement: str) -> list[str]:
     """The modules of :data:`HEAVY` loaded after ``statement`` in a fresh interpreter."""
-    code = (f"import json, sys; {statement}; "
-            f"print(json.dumps(sorted(set(sys.modules) & {set(HEAVY)!r})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        f"import json, sys; {statement}; "
+        f"print(json.dumps(sorted(set(sys.modules) & {set(HEAVY)!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out)
 
 
-@pytest.mark.parametrize("module", [
-    "polyonnx.krnl.ir", "polyonnx.krnl.program", "polyonnx.krnl.memory", "polyonnx.krnl.lower",
-    "polyonnx.graph.passes", "polyonnx.frontend.importer", "polyonnx.errors", "polyonnx.options",
-])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "polyonnx.krnl.ir",
+        "polyonnx.krnl.program",
+        "polyonnx.krnl.memory",
+        "polyonnx.krnl.lower",
+        "polyonnx.graph.passes",
+        "polyonnx.frontend.importer",
+        "polyonnx.errors",
+        "polyonnx.options",
+    ],
+)
 def test_a_part_of_polyonnx_loads_neither_islpy_nor_llvmlite(module: str) -> None:
     # (nor schedule/ or codegen/: a stage imports only from the stages before it)
     assert _loaded_after(f"import {module}") == []

@@ -17,11 +17,18 @@ F = TensorProto.FLOAT
 def _matmul_add_relu() -> onnx.ModelProto:
     """``y = relu(x @ w + r)``: a reduction and two point-wise nodes in one fusion group."""
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "r"], ["u"]),
-         helper.make_node("Relu", ["u"], ["y"])], "g",
-        [helper.make_tensor_value_info(name, F, shape)
-         for name, shape in (("x", [4, 5]), ("w", [5, 6]), ("r", [4, 6]))],
-        [helper.make_tensor_value_info("y", F, [4, 6])])
+        [
+            helper.make_node("MatMul", ["x", "w"], ["t"]),
+            helper.make_node("Add", ["t", "r"], ["u"]),
+            helper.make_node("Relu", ["u"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info(name, F, shape)
+            for name, shape in (("x", [4, 5]), ("w", [5, 6]), ("r", [4, 6]))
+        ],
+        [helper.make_tensor_value_info("y", F, [4, 6])],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -46,8 +46,9 @@ def test_forked_compile_runs_like_onnxruntime(pools):
     m = conv_net()
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     sess = polyonnx.InferenceSession(m, options=OPTIONS)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], onnxruntime_outputs(m, {"x": x})[0],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        sess.run(None, {"x": x})[0], onnxruntime_outputs(m, {"x": x})[0], rtol=1e-4, atol=1e-6
+    )
 
 
 def test_compiles_from_several_threads_at_once(pools):
@@ -104,8 +105,7 @@ def test_an_error_building_a_module_in_a_worker_is_raised_as_in_process(pools):
 
     compiled = pipeline.compile(conv_net(), OPTIONS)
     with pytest.raises(ValueError, match="no IR today"):
-        objects.compile_objects([*compiled.kernel_modules(), ("broken", broken)], OPTIONS,
-                                jit=True)
+        objects.compile_objects([*compiled.kernel_modules(), ("broken", broken)], OPTIONS, jit=True)
 
 
 def test_one_thread_proves_no_parallel_loops():
@@ -113,9 +113,12 @@ def test_one_thread_proves_no_parallel_loops():
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "big_conv",
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "big_conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])], [w])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     one = pipeline.emit(model, "ast", polyonnx.Options(cache=False, num_threads=1))
     two = pipeline.emit(model, "ast", polyonnx.Options(cache=False, num_threads=2))

@@ -45,12 +45,13 @@ def profile(compiled: object, repeat: int = 10, in_model: bool = False) -> list[
     (``repeat`` passes over the whole model)."""
     rng = np.random.default_rng(0)
     kernels = compiled.asts  # type: ignore[attr-defined]
-    runs = [kernel_callable(k, loops, compiled.options)  # type: ignore[attr-defined]
-            for k, loops in kernels]
+    runs = [
+        kernel_callable(k, loops, compiled.options)  # type: ignore[attr-defined]
+        for k, loops in kernels
+    ]
     if in_model:
         places = _model_memory(compiled, rng)
-        arrays = [{b.name: places(b.name, b.shape, b.dtype) for b in k.buffers}
-                  for k, _ in kernels]
+        arrays = [{b.name: places(b.name, b.shape, b.dtype) for b in k.buffers} for k, _ in kernels]
         times: list[list[float]] = [[] for _ in kernels]
         for _ in range(repeat + 1):  # (the first pass warms up)
             for run, a, t in zip(runs, arrays, times, strict=True):
@@ -60,17 +61,26 @@ def profile(compiled: object, repeat: int = 10, in_model: bool = False) -> list[
         medians = [statistics.median(t[1:]) for t in times]
     else:
         medians = [_alone(run, k, rng, repeat) for run, (k, _) in zip(runs, kernels, strict=True)]
-    rows = [KernelTime(k.name, k.ops, m, kernel_flops(k))
-            for (k, _), m in zip(kernels, medians, strict=True)]
+    rows = [
+        KernelTime(k.name, k.ops, m, kernel_flops(k))
+        for (k, _), m in zip(kernels, medians, strict=True)
+    ]
     return sorted(rows, key=lambda r: -r.seconds)
 
 
-def _alone(run: Callable[[Mapping[str, np.ndarray]], None], kernel: Kernel,
-           rng: np.random.Generator, repeat: int) -> float:
+def _alone(
+    run: Callable[[Mapping[str, np.ndarray]], None],
+    kernel: Kernel,
+    rng: np.random.Generator,
+    repeat: int,
+) -> float:
     arrays = {}
     for b in kernel.buffers:
-        values = (rng.uniform(0.1, 1.0, b.shape).astype(b.dtype)
-                  if b.dtype.startswith("float") else np.zeros(b.shape, b.dtype))
+        values = (
+            rng.uniform(0.1, 1.0, b.shape).astype(b.dtype)
+            if b.dtype.startswith("float")
+            else np.zeros(b.shape, b.dtype)
+        )
         arrays[b.name] = aligned_array(values)  # as the workspace aligns them
     run(arrays)
     times = []
@@ -102,7 +112,7 @@ def _model_memory(compiled: object, rng: np.random.Generator) -> _Place:
         area = io.get(("input", plan.slot(program, v.name).where))
         if area is not None and v.dtype.startswith("float"):
             n = area.size // np.dtype(v.dtype).itemsize
-            area[:n * np.dtype(v.dtype).itemsize].view(v.dtype)[:] = rng.uniform(0.1, 1.0, n)
+            area[: n * np.dtype(v.dtype).itemsize].view(v.dtype)[:] = rng.uniform(0.1, 1.0, n)
 
     def place(name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         slot = plan.slot(program, name)
@@ -112,7 +122,7 @@ def _model_memory(compiled: object, rng: np.random.Generator) -> _Place:
         else:
             base = weights if slot.region == "weights" else workspace
             start = slot.where
-        return base[start:start + nbytes].view(dtype).reshape(shape)
+        return base[start : start + nbytes].view(dtype).reshape(shape)
 
     return place
 
@@ -122,7 +132,9 @@ def format_profile(rows: list[KernelTime], top: int = 20) -> str:
     lines = ["| kernel | nodes | ms | share | GFLOP/s |", "| --- | --- | ---: | ---: | ---: |"]
     for r in rows[:top]:
         nodes = ", ".join(r.ops)[:40]
-        lines.append(f"| {r.name} | {nodes} | {r.seconds * 1e3:.3f} | "
-                     f"{100 * r.seconds / total:.1f}% | {r.gflops:.1f} |")
+        lines.append(
+            f"| {r.name} | {nodes} | {r.seconds * 1e3:.3f} | "
+            f"{100 * r.seconds / total:.1f}% | {r.gflops:.1f} |"
+        )
     lines.append(f"| total ({len(rows)} kernels) | | {total * 1e3:.3f} | 100% | |")
     return "\n".join(lines)

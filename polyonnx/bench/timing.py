@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 WARM_S = 0.2
 
 
-def interleaved(runs: Sequence[Callable[[], object]], repeat: int, budget_s: float,
-                warm_s: float = 0.0) -> tuple[list[float], int]:
+def interleaved(
+    runs: Sequence[Callable[[], object]], repeat: int, budget_s: float, warm_s: float = 0.0
+) -> tuple[list[float], int]:
     """Median wall time of each of ``runs``, called in turn ``repeat`` times after one warm-up
     round (fewer rounds, at least 3, when they would not fit in ``budget_s`` seconds).
 

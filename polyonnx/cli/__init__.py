@@ -26,12 +26,15 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The ``polyonnx`` argument parser (exposed for tests and documentation)."""
     parser = argparse.ArgumentParser(
-        prog="polyonnx", formatter_class=RAW,
+        prog="polyonnx",
+        formatter_class=RAW,
         description="Compile ONNX models to native code through a polyhedral optimizer.",
-        epilog="run `polyonnx COMMAND --help` for a command's options and examples")
+        epilog="run `polyonnx COMMAND --help` for a command's options and examples",
+    )
     parser.add_argument("--version", action="version", version=f"polyonnx {__version__}")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the full traceback when an error occurs")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show the full traceback when an error occurs"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in (compile, run, kernels):
         command.add_parser(sub)

@@ -28,31 +28,52 @@ def shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input-shape", metavar="NAME=DIMS", type=shape_arg, action="append",
-                   default=[], help="fix an input's shape, e.g. x=1x3x224x224 (repeatable)")
+    p.add_argument(
+        "--input-shape",
+        metavar="NAME=DIMS",
+        type=shape_arg,
+        action="append",
+        default=[],
+        help="fix an input's shape, e.g. x=1x3x224x224 (repeatable)",
+    )
 
 
 def add_schedule_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--schedules", metavar="FILE",
-                   help="JSON object mapping kernel names or signatures to schedule traces "
-                   "(as written by examples/explore_resnet50_conv.py; see docs/schedule.md)")
+    p.add_argument(
+        "--schedules",
+        metavar="FILE",
+        help="JSON object mapping kernel names or signatures to schedule traces "
+        "(as written by examples/explore_resnet50_conv.py; see docs/schedule.md)",
+    )
 
 
 def add_codegen_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=3,
-                   metavar="N", help="LLVM optimisation level: -O0 .. -O3 (default -O3)")
+    p.add_argument(
+        "-O",
+        dest="opt_level",
+        type=int,
+        choices=range(4),
+        default=3,
+        metavar="N",
+        help="LLVM optimisation level: -O0 .. -O3 (default -O3)",
+    )
     p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple (default: this host)")
     p.add_argument("--cpu", metavar="NAME", help="target CPU, e.g. znver3 (default: this host's)")
-    p.add_argument("--checked", action="store_true",
-                   help="bounds-check every buffer access at run time")
+    p.add_argument(
+        "--checked", action="store_true", help="bounds-check every buffer access at run time"
+    )
 
 
 def options(args: argparse.Namespace) -> Options:
     """The compile options of :func:`add_codegen_options` (and ``--threads``, ``--verbose``)."""
-    return Options(opt_level=args.opt_level, target=args.target, cpu=args.cpu,
-                   checked=args.checked or Options().checked,
-                   num_threads=getattr(args, "threads", None),
-                   verbose=getattr(args, "verbose", False))
+    return Options(
+        opt_level=args.opt_level,
+        target=args.target,
+        cpu=args.cpu,
+        checked=args.checked or Options().checked,
+        num_threads=getattr(args, "threads", None),
+        verbose=getattr(args, "verbose", False),
+    )
 
 
 def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:

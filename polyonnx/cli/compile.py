@@ -36,19 +36,35 @@ stages (in pipeline order): onnx graph krnl isl ast llvm asm obj lib
 
 
 def add_parser(sub: Subparsers) -> None:
-    c = sub.add_parser("compile", help="compile a model; write a library or print a stage",
-                       description="Compile MODEL. With -o OUT.so write a shared library and\n"
-                       "its C header OUT.h; with --emit STAGE print that pipeline stage.",
-                       epilog=EXAMPLES, formatter_class=RAW)
+    c = sub.add_parser(
+        "compile",
+        help="compile a model; write a library or print a stage",
+        description="Compile MODEL. With -o OUT.so write a shared library and\n"
+        "its C header OUT.h; with --emit STAGE print that pipeline stage.",
+        epilog=EXAMPLES,
+        formatter_class=RAW,
+    )
     c.add_argument("model", metavar="MODEL", help="an .onnx file")
-    c.add_argument("-o", dest="output", metavar="OUT",
-                   help="output file: the shared library (default), or where --emit writes")
-    c.add_argument("--emit", choices=STAGES, metavar="STAGE",
-                   help=f"print one stage instead: {', '.join(STAGES)} (obj and lib are "
-                   "binary: obj goes to -o or stdout, lib needs -o)")
-    c.add_argument("--after", choices=AFTER, metavar="PASS",
-                   help=f"with --emit krnl: the kernels after this krnl pass ({', '.join(AFTER)};"
-                   " lower: as lowered, before any)")
+    c.add_argument(
+        "-o",
+        dest="output",
+        metavar="OUT",
+        help="output file: the shared library (default), or where --emit writes",
+    )
+    c.add_argument(
+        "--emit",
+        choices=STAGES,
+        metavar="STAGE",
+        help=f"print one stage instead: {', '.join(STAGES)} (obj and lib are "
+        "binary: obj goes to -o or stdout, lib needs -o)",
+    )
+    c.add_argument(
+        "--after",
+        choices=AFTER,
+        metavar="PASS",
+        help=f"with --emit krnl: the kernels after this krnl pass ({', '.join(AFTER)};"
+        " lower: as lowered, before any)",
+    )
     add_codegen_options(c)
     add_model_options(c)
     add_schedule_option(c)
@@ -70,8 +86,7 @@ def execute(args: argparse.Namespace) -> int:
         print(f"wrote {lib} and {lib.with_suffix('.h')}")
         return 0
     if args.schedules:
-        raise PolyonnxError("--schedules applies to libraries (-o OUT.so) and `run`, not to "
-                            "--emit")
+        raise PolyonnxError("--schedules applies to libraries (-o OUT.so) and `run`, not to --emit")
     text = polyonnx.emit(args.model, args.emit, options(args), shapes(args), after=args.after)
     if args.output is not None:
         data = text if isinstance(text, bytes) else text.encode()

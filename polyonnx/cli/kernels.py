@@ -16,10 +16,14 @@ examples:
 
 
 def add_parser(sub: Subparsers) -> None:
-    k = sub.add_parser("kernels", help="list the kernels a model compiles to",
-                       description="List MODEL's kernels: name, the ONNX nodes each computes,\n"
-                       "its buffers and its FLOP count (polyonnx.kernel_flops).",
-                       epilog=EXAMPLES, formatter_class=RAW)
+    k = sub.add_parser(
+        "kernels",
+        help="list the kernels a model compiles to",
+        description="List MODEL's kernels: name, the ONNX nodes each computes,\n"
+        "its buffers and its FLOP count (polyonnx.kernel_flops).",
+        epilog=EXAMPLES,
+        formatter_class=RAW,
+    )
     k.add_argument("model", metavar="MODEL", help="an .onnx file")
     add_model_options(k)
     k.set_defaults(execute=execute)
@@ -30,8 +34,9 @@ def execute(args: argparse.Namespace) -> int:
     total = 0
     for info in infos:
         total += info.flops
-        ops = ", ".join(f"{n} ({t})" if t != "?" else n
-                        for n, t in zip(info.nodes, info.op_types, strict=True))
+        ops = ", ".join(
+            f"{n} ({t})" if t != "?" else n for n, t in zip(info.nodes, info.op_types, strict=True)
+        )
         print(f"{info.name}  ~{info.flops / 1e6:.3f} MFLOP  nodes: {ops or '-'}")
         for b in info.kernel.buffers:
             print(f"    {b}")

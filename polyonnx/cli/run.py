@@ -25,8 +25,9 @@ from polyonnx.testing import import_onnxruntime, max_errors, onnxruntime_outputs
 
 #: The model ``polyonnx run`` compiles when given none: ResNet50 from the onnx package's
 #: "light" backend-test models (real architecture, placeholder weights).
-DEFAULT_MODEL = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
-                             "light_resnet50.onnx")
+DEFAULT_MODEL = os.path.join(
+    os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx"
+)
 
 #: The largest max |output - reference| / max |reference| with which `run` exits 0.
 MAX_RELATIVE_ERROR = 1e-3
@@ -52,22 +53,48 @@ def input_arg(text: str) -> tuple[str, str]:
 
 
 def add_parser(sub: Subparsers) -> None:
-    r = sub.add_parser("run", help="compile and run a model; print outputs and timing",
-                       description="Compile MODEL (default: the light ResNet50 shipped with "
-                       "onnx), run it,\nprint its outputs and the median run time. For the "
-                       "default model the outputs\nare checked against the expected output "
-                       "shipped with it and, when installed,\nagainst onnxruntime.",
-                       epilog=EXAMPLES, formatter_class=RAW)
-    r.add_argument("model", metavar="MODEL", nargs="?",
-                   help="an .onnx file or a polyonnx shared library (default: light ResNet50)")
-    r.add_argument("--input", metavar="NAME=FILE.npy", type=input_arg, action="append",
-                   default=[], help="feed an input from a .npy file (repeatable)")
-    r.add_argument("--repeat", metavar="N", type=int, default=10,
-                   help="timed runs after the first (default 10; fewer when a run is slow)")
-    r.add_argument("--threads", metavar="N", type=int,
-                   help="threads for the model (and for onnxruntime with --compare)")
-    r.add_argument("--compare", action="store_true",
-                   help="also run onnxruntime (if installed) and print the differences")
+    r = sub.add_parser(
+        "run",
+        help="compile and run a model; print outputs and timing",
+        description="Compile MODEL (default: the light ResNet50 shipped with "
+        "onnx), run it,\nprint its outputs and the median run time. For the "
+        "default model the outputs\nare checked against the expected output "
+        "shipped with it and, when installed,\nagainst onnxruntime.",
+        epilog=EXAMPLES,
+        formatter_class=RAW,
+    )
+    r.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="?",
+        help="an .onnx file or a polyonnx shared library (default: light ResNet50)",
+    )
+    r.add_argument(
+        "--input",
+        metavar="NAME=FILE.npy",
+        type=input_arg,
+        action="append",
+        default=[],
+        help="feed an input from a .npy file (repeatable)",
+    )
+    r.add_argument(
+        "--repeat",
+        metavar="N",
+        type=int,
+        default=10,
+        help="timed runs after the first (default 10; fewer when a run is slow)",
+    )
+    r.add_argument(
+        "--threads",
+        metavar="N",
+        type=int,
+        help="threads for the model (and for onnxruntime with --compare)",
+    )
+    r.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run onnxruntime (if installed) and print the differences",
+    )
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     arguments.add_codegen_options(r)
     arguments.add_model_options(r)
@@ -85,8 +112,12 @@ class _Loaded:
     stage_seconds: dict[str, float]
 
 
-def _load(model: str, options: Options, shapes: Mapping[str, Sequence[int]] | None,
-          schedules: Mapping[str, Trace] | None = None) -> _Loaded:
+def _load(
+    model: str,
+    options: Options,
+    shapes: Mapping[str, Sequence[int]] | None,
+    schedules: Mapping[str, Trace] | None = None,
+) -> _Loaded:
     if Path(model).suffix in (".so", ".dylib"):
         t = time.perf_counter()
         exe = Executable.from_library(model)
@@ -114,17 +145,22 @@ def _backend_suite_input(arg: NodeArg) -> np.ndarray:
     return (np.arange(n).reshape(shape) / n).astype(np.float32)
 
 
-def _feeds(exe: Executable, files: Sequence[tuple[str, str]], seed: int,
-           default_model: bool) -> list[np.ndarray]:
+def _feeds(
+    exe: Executable, files: Sequence[tuple[str, str]], seed: int, default_model: bool
+) -> list[np.ndarray]:
     by_name = dict(files)
     names = [a.name for a in exe.inputs]
     unknown = sorted(set(by_name) - set(names))
     if unknown:
-        raise InputError(f"--input: unknown input name(s) {unknown}; the model's inputs are "
-                         f"{names}")
+        raise InputError(
+            f"--input: unknown input name(s) {unknown}; the model's inputs are {names}"
+        )
     try:
-        random = {} if default_model else \
-            random_feeds([a for a in exe.inputs if a.name not in by_name], seed)
+        random = (
+            {}
+            if default_model
+            else random_feeds([a for a in exe.inputs if a.name not in by_name], seed)
+        )
     except InputError as e:
         raise InputError(f"{e}; give it with --input NAME=FILE.npy") from None
     feeds = []
@@ -138,8 +174,10 @@ def _feeds(exe: Executable, files: Sequence[tuple[str, str]], seed: int,
             raise InputError(f"--input {arg.name}={by_name[arg.name]}: {e}") from None
         want = tuple(d if isinstance(d, int) else 1 for d in arg.shape)
         if value.dtype != np.dtype(arg.dtype) or value.shape != want:
-            raise InputError(f"--input {arg.name}: expected {arg.dtype}{list(want)}, got "
-                             f"{value.dtype}{list(value.shape)} from {by_name[arg.name]}")
+            raise InputError(
+                f"--input {arg.name}: expected {arg.dtype}{list(want)}, got "
+                f"{value.dtype}{list(value.shape)} from {by_name[arg.name]}"
+            )
         feeds.append(np.ascontiguousarray(value))
     return feeds
 
@@ -152,8 +190,7 @@ def _summary(name: str, a: np.ndarray) -> str:
     first = np.array2string(flat[:5], precision=5, separator=", ")
     if a.dtype.kind in "fiub":
         f = flat.astype(np.float64)
-        return (f"{head}  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}  "
-                f"first {first}")
+        return f"{head}  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}  first {first}"
     return f"{head}  first {first}"
 
 
@@ -166,22 +203,30 @@ def execute(args: argparse.Namespace) -> int:
     model = DEFAULT_MODEL if default_model else args.model
     if args.repeat < 0:
         raise InputError("--repeat must be >= 0")
-    loaded = _load(model, arguments.options(args), arguments.shapes(args),
-                   arguments.schedules(args))
+    loaded = _load(
+        model, arguments.options(args), arguments.shapes(args), arguments.schedules(args)
+    )
     exe = loaded.executable
     feeds = _feeds(exe, args.input, args.seed, default_model)
 
     print(f"model      {model}" + ("  (embedded default)" if default_model else ""))
     if loaded.proto is not None and loaded.compiled is not None:
-        print(f"nodes      {len(loaded.proto.graph.node)} ONNX nodes, "
-              f"{len(loaded.compiled.graph.nodes)} after graph passes")
+        print(
+            f"nodes      {len(loaded.proto.graph.node)} ONNX nodes, "
+            f"{len(loaded.compiled.graph.nodes)} after graph passes"
+        )
         print(f"kernels    {len(loaded.compiled.program.kernels)}")
     total = sum(loaded.stage_seconds.values())
     stages = ", ".join(f"{k} {_seconds(v)}" for k, v in loaded.stage_seconds.items())
     print(f"{'compile' if loaded.compiled else 'load':10} {_seconds(total)}  ({stages})")
     for arg, f in zip(exe.inputs, feeds, strict=True):
-        source = "file" if arg.name in dict(args.input) else \
-            "backend-suite input arange(n)/n" if default_model else f"random, seed {args.seed}"
+        source = (
+            "file"
+            if arg.name in dict(args.input)
+            else "backend-suite input arange(n)/n"
+            if default_model
+            else f"random, seed {args.seed}"
+        )
         print(f"input      {arg.name}  {f.dtype}{list(f.shape)}  ({source})")
 
     t = time.perf_counter()
@@ -196,8 +241,10 @@ def execute(args: argparse.Namespace) -> int:
         times.append(time.perf_counter() - t)
     timing = f"first {_seconds(first)}"
     if times:
-        timing += f", median {_seconds(statistics.median(times))} of {len(times)}, " \
-                  f"min {_seconds(min(times))}"
+        timing += (
+            f", median {_seconds(statistics.median(times))} of {len(times)}, "
+            f"min {_seconds(min(times))}"
+        )
     print(f"run        {timing}")
     print("outputs")
     for arg, out in zip(exe.outputs, outputs, strict=True):
@@ -205,8 +252,11 @@ def execute(args: argparse.Namespace) -> int:
 
     ok = True
     if default_model:
-        expected = numpy_helper.to_array(onnx.load_tensor(
-            os.path.join(os.path.dirname(DEFAULT_MODEL), "light_resnet50_output_0.pb")))
+        expected = numpy_helper.to_array(
+            onnx.load_tensor(
+                os.path.join(os.path.dirname(DEFAULT_MODEL), "light_resnet50_output_0.pb")
+            )
+        )
         errors = max_errors(outputs[:1], [expected])
         ok &= errors.relative <= MAX_RELATIVE_ERROR
         print(f"vs expected output (light_resnet50_output_0.pb): {errors}")

@@ -52,8 +52,11 @@ def linear(e: la.IExpr) -> dict[str, int] | None:
 def static_trip(node: la.For) -> int | None:
     """The trip count of ``for (i = init; i <= init + k; i++)`` (or ``<``), when constant."""
     cond = node.cond
-    if not (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
-            and cond.args[0] == la.IVar(node.iterator)):
+    if not (
+        isinstance(cond, la.IOp)
+        and cond.op in ("le", "lt")
+        and cond.args[0] == la.IVar(node.iterator)
+    ):
         return None
     upper, lower = linear(cond.args[1]), linear(node.init)
     if upper is None or lower is None:
@@ -85,8 +88,9 @@ class Accesses:
     @staticmethod
     def of(kernel: Kernel) -> Accesses:
         """The statements and buffers of ``kernel``."""
-        stmts = {s.name: (tuple(lp.iterator for lp in loops), s)
-                 for loops, s in kernel.statements()}
+        stmts = {
+            s.name: (tuple(lp.iterator for lp in loops), s) for loops, s in kernel.statements()
+        }
         return Accesses(stmts, {b.name: b for b in kernel.buffers})
 
     def width(self, calls: tuple[la.LNode, ...], vector_bits: int) -> int:
@@ -125,8 +129,9 @@ class Accesses:
             return None  # the write must be one contiguous vector (no reduction across lanes)
         return steps
 
-    def element_step(self, buffer: str, index: tuple[Aff | Expr, ...],
-                     steps: Mapping[str, int]) -> int:
+    def element_step(
+        self, buffer: str, index: tuple[Aff | Expr, ...], steps: Mapping[str, int]
+    ) -> int:
         """How many elements ``buffer[index]`` moves when the iterators move by ``steps``."""
         shape = self.buffers[buffer].shape
         step, stride = 0, 1
@@ -135,8 +140,9 @@ class Accesses:
             stride *= extent
         return step
 
-    def element(self, call: la.Call, index: tuple[Aff | Expr, ...], rename: Mapping[str, str]
-                ) -> tuple[tuple[tuple[str, int], ...], ...] | None:
+    def element(
+        self, call: la.Call, index: tuple[Aff | Expr, ...], rename: Mapping[str, str]
+    ) -> tuple[tuple[tuple[str, int], ...], ...] | None:
         """Each index of a statement instance as a linear form of the AST's loop variables
         (renamed by ``rename``), None when one is not affine."""
         iterators, _ = self.statements[call.stmt]

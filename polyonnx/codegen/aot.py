@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 
 def _machine_and_module(compiled: Compiled) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
     tm = target_machine(compiled.options)
-    return tm, parse_and_optimize(compiled.module(aot=True, triple=tm.triple), tm,
-                                  compiled.options.opt_level)
+    return tm, parse_and_optimize(
+        compiled.module(aot=True, triple=tm.triple), tm, compiled.options.opt_level
+    )
 
 
 def optimized_ir(compiled: Compiled) -> str:
@@ -92,13 +93,19 @@ def header(compiled: Compiled) -> str:
                 first = len(values)
                 where = ", ".join(
                     f"dim {d} = *(int64_t *)outputs[{first + program.counts.index(c)}]"
-                    for d, c in enumerate(dyn.counts) if c)
+                    for d, c in enumerate(dyn.counts)
+                    if c
+                )
                 shape = ", ".join(map(str, dyn.shape))
-                lines.append(f" *     pass a buffer of [{shape}]; after the run {where}; the "
-                             "valid part is the leading corner of the buffer")
+                lines.append(
+                    f" *     pass a buffer of [{shape}]; after the run {where}; the "
+                    "valid part is the leading corner of the buffer"
+                )
     for k, c in enumerate(program.counts):
-        lines.append(f" *   output {len(program.outputs) + k}: {c!r} int64[1] (an extent, "
-                     "written by the run)")
+        lines.append(
+            f" *   output {len(program.outputs) + k}: {c!r} int64[1] (an extent, "
+            "written by the run)"
+        )
     lines += [
         " * Returns 0 on success, non-zero when a run-time check failed or memory ran out. */",
         "int polyonnx_run(void *const *inputs, void *const *outputs);",
@@ -125,8 +132,11 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
     out = Path(path)
     triple = target_machine(compiled.options).triple
     kernels = compile_objects(compiled.kernel_modules(triple), compiled.options, jit=False)
-    entry = compile_objects([("entry", lambda: compiled.entry_module(aot=True, triple=triple))],
-                            replace(compiled.options, cache=False), jit=False)["entry"]
+    entry = compile_objects(
+        [("entry", lambda: compiled.entry_module(aot=True, triple=triple))],
+        replace(compiled.options, cache=False),
+        jit=False,
+    )["entry"]
     with tempfile.TemporaryDirectory(prefix="polyonnx-") as tmp:
         t = Path(tmp)
         objects = [t / "model.o"]
@@ -135,18 +145,28 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
             objects.append(t / f"kernel{k}.o")
             objects[-1].write_bytes(code)
         if triple == host_cpu()[0] and any(
-                BUILTINS.keys() & (undefined_symbols(code) or ()) for code in kernels.values()):
+            BUILTINS.keys() & (undefined_symbols(code) or ()) for code in kernels.values()
+        ):
             # The runtime functions LLVM called, from polyonnx (the C compiler's own runtime
             # may predate them), not exported. Cross toolchains bring their own.
             objects.append(t / "builtins.o")
             objects[-1].write_bytes(_builtins_object(compiled))
         (t / "weights.bin").write_bytes(compiled.plan.weights_blob(compiled.program).tobytes())
         (t / "weights.s").write_text(
-            f'\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n'
-            f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n')
+            f"\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n"
+            f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n'
+        )
         # (-z defs: a function nothing defines fails the link, not a call at run time)
-        cmd = [cc, "-shared", "-Wl,-z,defs", "-o", str(out), *map(str, objects),
-               str(t / "weights.s"), "-lm"]
+        cmd = [
+            cc,
+            "-shared",
+            "-Wl,-z,defs",
+            "-o",
+            str(out),
+            *map(str, objects),
+            str(t / "weights.s"),
+            "-lm",
+        ]
         if any(ENTRY.encode() in code for code in kernels.values()):
             cmd += [*CFLAGS, "-fPIC", str(SOURCE)]
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -109,28 +109,34 @@ def _truncate(b: ir.IRBuilder, rep: ir.Value, src: FloatFormat, dst: FloatFormat
     # Normal in the destination: drop the low bits, rebias the exponent, round.
     normal = b.sub(b.lshr(magnitude, c(shift)), c((src.bias - dst.bias) << dst.significand))
     normal = rounded(normal, b.and_(magnitude, c(round_mask)))
-    in_range = b.icmp_unsigned("<", b.sub(magnitude, c(underflow)),
-                               b.sub(magnitude, c(overflow)))
+    in_range = b.icmp_unsigned("<", b.sub(magnitude, c(underflow)), b.sub(magnitude, c(overflow)))
     # NaN: a quiet NaN with the top of the payload.
     quiet = dst.inf_exponent << dst.significand | 1 << (dst.significand - 1)
-    payload = b.and_(b.lshr(b.and_(magnitude, c((1 << (src.significand - 1)) - 1)), c(shift)),
-                     c((1 << (dst.significand - 1)) - 1))
+    payload = b.and_(
+        b.lshr(b.and_(magnitude, c((1 << (src.significand - 1)) - 1)), c(shift)),
+        c((1 << (dst.significand - 1)) - 1),
+    )
     nan = b.or_(c(quiet), payload)
     # Subnormal (or zero) in the destination: shift the significand with its hidden bit right,
     # keeping a sticky bit of what falls off, then round.
     exponent = b.lshr(magnitude, c(src.significand))
     # (>= 1 where this case is selected; clamped so that no shift below is out of range)
     amount = b.sub(c(src.bias - dst.bias + 1), exponent)
-    amount = b.select(b.icmp_unsigned(">", amount, c(src.significand + 1)),
-                      c(src.significand + 1), amount)
+    amount = b.select(
+        b.icmp_unsigned(">", amount, c(src.significand + 1)), c(src.significand + 1), amount
+    )
     amount = b.select(b.icmp_unsigned("==", amount, c(0)), c(1), amount)
     significand = b.or_(b.and_(rep, c(min_normal - 1)), c(min_normal))
-    sticky = b.zext(b.icmp_unsigned("!=", b.shl(significand, b.sub(c(n), amount)), c(0)),
-                    ir.IntType(n))
+    sticky = b.zext(
+        b.icmp_unsigned("!=", b.shl(significand, b.sub(c(n), amount)), c(0)), ir.IntType(n)
+    )
     denormal = b.or_(b.lshr(significand, amount), sticky)
     subnormal = rounded(b.lshr(denormal, c(shift)), b.and_(denormal, c(round_mask)))
-    result = b.select(b.icmp_unsigned(">=", magnitude, c(overflow)),
-                      c(dst.inf_exponent << dst.significand), subnormal)
+    result = b.select(
+        b.icmp_unsigned(">=", magnitude, c(overflow)),
+        c(dst.inf_exponent << dst.significand),
+        subnormal,
+    )
     result = b.select(b.icmp_unsigned(">", magnitude, c(infinity)), nan, result)
     result = b.select(in_range, normal, result)
     return b.trunc(b.or_(result, sign), ir.IntType(dst.bits))
@@ -150,19 +156,18 @@ def _extend(b: ir.IRBuilder, rep: ir.Value, src: FloatFormat, dst: FloatFormat) 
     normal = b.add(b.shl(wide_magnitude, w(shift)), w((dst.bias - src.bias) << dst.significand))
     special = b.or_(w(dst.inf_exponent << dst.significand), b.shl(wide_magnitude, w(shift)))
     # Subnormal: normalise by the leading zeros of the significand.
-    ctlz = _declared(b.module, f"llvm.ctlz.i{n}",
-                     ir.FunctionType(ir.IntType(n), [ir.IntType(n), ir.IntType(1)]))
-    scale = b.sub(b.call(ctlz, [magnitude, ir.Constant(ir.IntType(1), 0)]),
-                  c(n - 1 - src.significand))
+    ctlz = _declared(
+        b.module, f"llvm.ctlz.i{n}", ir.FunctionType(ir.IntType(n), [ir.IntType(n), ir.IntType(1)])
+    )
+    scale = b.sub(
+        b.call(ctlz, [magnitude, ir.Constant(ir.IntType(1), 0)]), c(n - 1 - src.significand)
+    )
     wide_scale = b.zext(scale, wide)
-    shifted = b.xor(b.shl(wide_magnitude, b.add(w(shift), wide_scale)),
-                    w(1 << dst.significand))
+    shifted = b.xor(b.shl(wide_magnitude, b.add(w(shift), wide_scale)), w(1 << dst.significand))
     exponent = b.sub(w(dst.bias - src.bias + 1), wide_scale)
     subnormal = b.or_(shifted, b.shl(exponent, w(dst.significand)))
-    is_normal = b.icmp_unsigned("<", b.sub(magnitude, c(min_normal)),
-                                c(infinity - min_normal))
+    is_normal = b.icmp_unsigned("<", b.sub(magnitude, c(min_normal)), c(infinity - min_normal))
     result = b.select(b.icmp_unsigned("==", magnitude, c(0)), w(0), subnormal)
     result = b.select(b.icmp_unsigned(">=", magnitude, c(infinity)), special, result)
     result = b.select(is_normal, normal, result)
     return b.or_(result, sign)
-

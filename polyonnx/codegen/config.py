@@ -33,11 +33,14 @@ class CodegenConfig:
         # (imported here: reading the target needs LLVM, the record itself does not)
         from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
 
-        return CodegenConfig(options.checked, vector_bits(options), thread_count(options),
-                             prefetch_above(options))
+        return CodegenConfig(
+            options.checked, vector_bits(options), thread_count(options), prefetch_above(options)
+        )
 
     def key(self) -> str:
         """The configuration as text, part of every kernel's symbol
         (:func:`polyonnx.codegen.module.kernel_symbol`)."""
-        return (f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
-                f",prefetch_above={self.prefetch_above}")
+        return (
+            f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
+            f",prefetch_above={self.prefetch_above}"
+        )

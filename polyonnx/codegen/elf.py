@@ -25,10 +25,10 @@ def undefined_symbols(obj: bytes) -> frozenset[str] | None:
         return None
     wide, order = obj[4] == 2, "<" if obj[5] == 1 else ">"
     if wide:
-        shoff, = struct.unpack_from(order + "Q", obj, 0x28)
+        (shoff,) = struct.unpack_from(order + "Q", obj, 0x28)
         shentsize, shnum = struct.unpack_from(order + "HH", obj, 0x3A)
     else:
-        shoff, = struct.unpack_from(order + "I", obj, 0x20)
+        (shoff,) = struct.unpack_from(order + "I", obj, 0x20)
         shentsize, shnum = struct.unpack_from(order + "HH", obj, 0x2E)
     sections = [_section(obj, shoff + k * shentsize, wide, order) for k in range(shnum)]
     names: set[str] = set()
@@ -41,7 +41,7 @@ def undefined_symbols(obj: bytes) -> frozenset[str] | None:
             binding = info >> 4
             if shndx == _SHN_UNDEF and binding in (1, 2) and name:  # GLOBAL, WEAK
                 end = obj.index(b"\0", strings + name)
-                names.add(obj[strings + name:end].decode())
+                names.add(obj[strings + name : end].decode())
     return frozenset(names)
 
 
@@ -49,10 +49,12 @@ def _section(obj: bytes, at: int, wide: bool, order: str) -> tuple[int, int, int
     """(type, offset, size, link, entry size) of the section header at ``at``."""
     if wide:
         _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
-            order + "IIQQQQIIQQ", obj, at)
+            order + "IIQQQQIIQQ", obj, at
+        )
     else:
         _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
-            order + "IIIIIIIIII", obj, at)
+            order + "IIIIIIIIII", obj, at
+        )
     return kind, offset, size, link, entsize
 
 

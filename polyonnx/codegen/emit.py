@@ -142,14 +142,26 @@ class KernelEmitter:
                 self._plain_for(node, env)
             elif isinstance(node, la.If):
                 self._if(node, env)
-            elif isinstance(node, la.Mark) and node.name == "vector" and len(node.body) == 1 \
-                    and isinstance(node.body[0], la.For):
+            elif (
+                isinstance(node, la.Mark)
+                and node.name == "vector"
+                and len(node.body) == 1
+                and isinstance(node.body[0], la.For)
+            ):
                 self._vector_for(node.body[0], env)
-            elif isinstance(node, la.Mark) and node.name == "unroll" and len(node.body) == 1 \
-                    and isinstance(node.body[0], la.For):
+            elif (
+                isinstance(node, la.Mark)
+                and node.name == "unroll"
+                and len(node.body) == 1
+                and isinstance(node.body[0], la.For)
+            ):
                 self._unrolled_for(node.body[0], env)
-            elif isinstance(node, la.Mark) and node.name.split()[0] == "parallel" \
-                    and self.config.threads > 1 and not self.frame.outlined:
+            elif (
+                isinstance(node, la.Mark)
+                and node.name.split()[0] == "parallel"
+                and self.config.threads > 1
+                and not self.frame.outlined
+            ):
                 self._parallel_mark(node, env)
             elif isinstance(node, la.Mark):
                 self._nodes(node.body, env)
@@ -215,8 +227,14 @@ class KernelEmitter:
         for node, on_pool in parallel_children(mark, self.config.threads):
             if on_pool and can_share(node):
                 name = f"{self.frame.fn.name}.parallel{next(self._parallel_loops)}"
-                run_on_pool(self.frame, node, env, name=name, threads=self.config.threads,
-                            emit_chunk=self._chunk)
+                run_on_pool(
+                    self.frame,
+                    node,
+                    env,
+                    name=name,
+                    threads=self.config.threads,
+                    emit_chunk=self._chunk,
+                )
             elif on_pool:
                 self._for(node, env)
             else:
@@ -237,8 +255,9 @@ class KernelEmitter:
 
     # ------------------------------------------------------------------ register tiles
 
-    def emit_in_tile(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value],
-                     state: TileState) -> None:
+    def emit_in_tile(
+        self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value], state: TileState
+    ) -> None:
         """Emit ``nodes`` (a register tile's reduction, init or epilogue) with ``state`` the
         tile being emitted (for :mod:`~polyonnx.codegen.tile_emit`)."""
         with self._in_tile(state):
@@ -255,8 +274,9 @@ class KernelEmitter:
         finally:
             self._tile, self._unrolled = None, outer
 
-    def address(self, buffer: str, index: tuple[Aff, ...], point: Mapping[str, ir.Value],
-                lanes: Lanes) -> ir.Value:
+    def address(
+        self, buffer: str, index: tuple[Aff, ...], point: Mapping[str, ir.Value], lanes: Lanes
+    ) -> ir.Value:
         """The address of lane 0 of ``buffer[index]`` at a statement instance (range-checked
         in checked mode)."""
         return self._address(buffer, index, _Instance(point, lanes))[0]
@@ -271,8 +291,12 @@ class KernelEmitter:
         otherwise (which is always correct).
         """
         calls = node.body
-        if (node.inc != 1 or not calls or not all(isinstance(c, la.Call) for c in calls)
-                or not all(self.accesses.lane_steps(c, node.iterator) is not None for c in calls)):
+        if (
+            node.inc != 1
+            or not calls
+            or not all(isinstance(c, la.Call) for c in calls)
+            or not all(self.accesses.lane_steps(c, node.iterator) is not None for c in calls)
+        ):
             self._for(node, env)
             return
         width = self.accesses.width(calls, self.config.vector_bits)
@@ -307,25 +331,29 @@ class KernelEmitter:
         b.branch(header)
         b.position_at_end(done)
         rest_var = f"{node.iterator}_rest"
-        self._for(la.For(node.iterator, la.IVar(rest_var), node.cond, 1, node.body),
-                  {**env, rest_var: iv})
+        self._for(
+            la.For(node.iterator, la.IVar(rest_var), node.cond, 1, node.body), {**env, rest_var: iv}
+        )
 
-    def _vector_calls(self, calls: tuple[la.LNode, ...], env: dict[str, ir.Value], var: str,
-                      width: int) -> None:
+    def _vector_calls(
+        self, calls: tuple[la.LNode, ...], env: dict[str, ir.Value], var: str, width: int
+    ) -> None:
         for call in calls:
             self._call(call, env, Lanes(width, self.accesses.lane_steps(call, var) or {}))
 
     # ------------------------------------------------------------------ statements
 
-    def _call(self, call: la.Call, env: dict[str, ir.Value], lanes: Lanes | None = None
-              ) -> None:
+    def _call(self, call: la.Call, env: dict[str, ir.Value], lanes: Lanes | None = None) -> None:
         """One statement instance (``lanes`` of them in a vector loop)."""
         iterators, stmt = self.accesses.statements[call.stmt]
         if len(iterators) != len(call.args):
-            raise CodegenError(f"{call.stmt}: {len(call.args)} AST args for "
-                               f"{len(iterators)} iterators")
-        point = {it: self.frame.index.expr(arg, env)
-                 for it, arg in zip(iterators, call.args, strict=True)}
+            raise CodegenError(
+                f"{call.stmt}: {len(call.args)} AST args for {len(iterators)} iterators"
+            )
+        point = {
+            it: self.frame.index.expr(arg, env)
+            for it, arg in zip(iterators, call.args, strict=True)
+        }
         b, scalars = self.frame.builder, self.frame.scalars
         buf = self.accesses.buffers[stmt.write.buffer]
         at = _Instance(point, lanes)
@@ -352,14 +380,14 @@ class KernelEmitter:
             value = b.zext(value, like(value.type, I8))
         b.store(value, ptr, align=np.dtype(buf.dtype).itemsize)
 
-    def _address(self, buffer: str, index: tuple[Aff | Expr, ...], at: _Instance
-                 ) -> tuple[ir.Value, int]:
+    def _address(
+        self, buffer: str, index: tuple[Aff | Expr, ...], at: _Instance
+    ) -> tuple[ir.Value, int]:
         """The address of lane 0 and the element step between lanes (0 outside vector loops)."""
         b = self.frame.builder
         buf, base = self.accesses.buffers[buffer], self.frame.pointers[buffer]
         if len(index) != len(buf.shape):
-            raise CodegenError(f"{buffer}: index rank {len(index)} != buffer rank "
-                               f"{len(buf.shape)}")
+            raise CodegenError(f"{buffer}: index rank {len(index)} != buffer rank {len(buf.shape)}")
         linear: ir.Value | None = None
         stride = 1
         for ix, extent in reversed(list(zip(index, buf.shape, strict=True))):
@@ -368,8 +396,11 @@ class KernelEmitter:
                 if self.config.checked:
                     # In a vector loop the last lane must be in range as well.
                     lanes = at.lanes
-                    last = 0 if lanes is None else sum(
-                        c * lanes.steps.get(n, 0) for n, c in ix.terms) * (lanes.width - 1)
+                    last = (
+                        0
+                        if lanes is None
+                        else sum(c * lanes.steps.get(n, 0) for n, c in ix.terms) * (lanes.width - 1)
+                    )
                     self._check_range(v, extent, last)
             else:  # computed at run time: always range-checked, whatever the mode
                 v = self._expr(ix, at)
@@ -436,15 +467,17 @@ class KernelEmitter:
             v = at.point[e.name]
             if at.lanes is not None and at.lanes.steps.get(e.name, 0):
                 width, steps = at.lanes.width, at.lanes.steps
-                lanes = ir.Constant(ir.VectorType(I64, width),
-                                    [k * steps[e.name] for k in range(width)])
+                lanes = ir.Constant(
+                    ir.VectorType(I64, width), [k * steps[e.name] for k in range(width)]
+                )
                 v = b.add(scalars.splat(v, width), lanes)
             return v if e.dtype == "int64" else scalars.cast(v, "int64", e.dtype)
         if isinstance(e, Cast):
             return scalars.cast(self._expr(e.x, at), e.x.dtype, e.dtype)
         if isinstance(e, Select):
-            c, x, y = scalars.match(self._expr(e.cond, at), self._expr(e.a, at),
-                                    self._expr(e.b, at))
+            c, x, y = scalars.match(
+                self._expr(e.cond, at), self._expr(e.a, at), self._expr(e.b, at)
+            )
             return b.select(c, x, y)
         if isinstance(e, Unary):
             return scalars.unary(e.op, self._expr(e.x, at), e.x.dtype)
@@ -454,8 +487,9 @@ class KernelEmitter:
         raise CodegenError(f"cannot emit expression {e!r}")
 
 
-def emit_kernel(module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...],
-                config: CodegenConfig) -> ir.Function:
+def emit_kernel(
+    module: ir.Module, kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig
+) -> ir.Function:
     """Add ``kernel`` to ``module``, its loops given by ``ast``, its code decided by
     ``config``."""
     return KernelEmitter(module, kernel, Accesses.of(kernel), config).emit(ast)

@@ -35,15 +35,24 @@ class Frame:
     """Whether ``fn`` is an outlined parallel loop body (parallel loops do not nest)."""
 
 
-def open_frame(fn: ir.Function, pointers: Mapping[str, ir.Value], declare: Declare,
-               outlined: bool = False) -> Frame:
+def open_frame(
+    fn: ir.Function, pointers: Mapping[str, ir.Value], declare: Declare, outlined: bool = False
+) -> Frame:
     """``fn``'s entry block (the builder at its end) and failure block."""
     entry = fn.append_basic_block("entry")
     fail = fn.append_basic_block("index_out_of_range")
     ir.IRBuilder(fail).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
     builder = ir.IRBuilder(entry)
-    return Frame(fn, builder, pointers, fail, declare, IndexEmitter(builder),
-                 ScalarEmitter(builder, declare), outlined)
+    return Frame(
+        fn,
+        builder,
+        pointers,
+        fail,
+        declare,
+        IndexEmitter(builder),
+        ScalarEmitter(builder, declare),
+        outlined,
+    )
 
 
 def close_frame(frame: Frame) -> None:

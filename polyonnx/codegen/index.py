@@ -35,8 +35,7 @@ class IndexEmitter:
         cx = x.constant if isinstance(x, ir.Constant) else None
         cy = y.constant if isinstance(y, ir.Constant) else None
         if cx is not None and cy is not None and op in ("add", "sub", "mul"):
-            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub"
-                               else cx * cy)
+            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub" else cx * cy)
         if op == "mul" and 0 in (cx, cy):
             return ir.Constant(I64, 0)
         if (op == "add" and cx == 0) or (op == "mul" and cx == 1):
@@ -47,8 +46,11 @@ class IndexEmitter:
         hit = self.numbered.get(key)
         if hit is None:
             b = self.builder
-            hit = (getattr(b, op)(x, y, flags=["nsw"]) if op in ("add", "sub", "mul")
-                   else getattr(b, op)(x, y))
+            hit = (
+                getattr(b, op)(x, y, flags=["nsw"])
+                if op in ("add", "sub", "mul")
+                else getattr(b, op)(x, y)
+            )
             self.numbered[key] = hit
         return hit
 
@@ -73,8 +75,11 @@ class IndexEmitter:
         if op == "fdiv_q":
             # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
             neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
-            return b.select(b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
-                            b.sdiv(a[0], a[1]), b.sub(ir.Constant(I64, 0), neg))
+            return b.select(
+                b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
+                b.sdiv(a[0], a[1]),
+                b.sub(ir.Constant(I64, 0), neg),
+            )
         if op in ("min", "max"):
             out = a[0]
             for x in a[1:]:

@@ -25,8 +25,7 @@ _ENGINE: llvm.ExecutionEngine | None = None
 _POOL: ctypes.CDLL | None = None
 
 
-def parse_and_optimize(module: ir.Module, tm: llvm.TargetMachine, opt_level: int
-                       ) -> llvm.ModuleRef:
+def parse_and_optimize(module: ir.Module, tm: llvm.TargetMachine, opt_level: int) -> llvm.ModuleRef:
     """Parse llvmlite IR into LLVM, verify it and run the O-level pipeline."""
     init_llvm()
     try:
@@ -68,16 +67,22 @@ _DEFINED: set[str] = set()
 
 def _check_resolved(symbol: str, obj: bytes, defined: set[str]) -> None:
     """Refuse object code that calls a function nothing in the process defines."""
-    missing = sorted(name for name in undefined_symbols(obj) or ()
-                     if name not in defined and not llvm.address_of_symbol(name))
+    missing = sorted(
+        name
+        for name in undefined_symbols(obj) or ()
+        if name not in defined and not llvm.address_of_symbol(name)
+    )
     if missing:
-        raise CodegenError(f"kernel {symbol} calls {', '.join(missing)}, which nothing in this "
-                           "process defines (a runtime function LLVM emitted for this target "
-                           "that polyonnx does not provide)")
+        raise CodegenError(
+            f"kernel {symbol} calls {', '.join(missing)}, which nothing in this "
+            "process defines (a runtime function LLVM emitted for this target "
+            "that polyonnx does not provide)"
+        )
 
 
-def jit_with_objects(module: ir.Module, objects: dict[str, bytes], entry: str,
-                     options: Options) -> tuple[int, llvm.ModuleRef]:
+def jit_with_objects(
+    module: ir.Module, objects: dict[str, bytes], entry: str, options: Options
+) -> tuple[int, llvm.ModuleRef]:
     """Load kernel object code (each symbol once per process) and JIT ``module``, which calls
     those kernels; return the address of ``entry``."""
     with LLVM_LOCK:

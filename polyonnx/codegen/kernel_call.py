@@ -26,8 +26,9 @@ from polyonnx.options import Options
 _ids = itertools.count()
 
 
-def kernel_callable(kernel: Kernel, ast: tuple[la.LNode, ...], options: Options | None = None
-                    ) -> Callable[[Mapping[str, np.ndarray]], None]:
+def kernel_callable(
+    kernel: Kernel, ast: tuple[la.LNode, ...], options: Options | None = None
+) -> Callable[[Mapping[str, np.ndarray]], None]:
     """JIT ``kernel`` with loops ``ast``; the result runs it in place on named arrays."""
     options = options or Options()
     module = ir.Module(name=kernel.name)
@@ -43,11 +44,17 @@ def kernel_callable(kernel: Kernel, ast: tuple[la.LNode, ...], options: Options 
             a = arrays.get(b.name)
             if a is None:
                 raise InputError(f"kernel {kernel.name}: no array for buffer {b.name!r}")
-            if (a.dtype != np.dtype(b.dtype) or tuple(a.shape) != b.shape
-                    or not a.flags.c_contiguous or not a.flags.writeable):
-                raise InputError(f"kernel {kernel.name}: buffer {b.name!r} needs a writeable "
-                                 f"C-contiguous {b.dtype}{list(b.shape)}, got "
-                                 f"{a.dtype}{list(a.shape)}")
+            if (
+                a.dtype != np.dtype(b.dtype)
+                or tuple(a.shape) != b.shape
+                or not a.flags.c_contiguous
+                or not a.flags.writeable
+            ):
+                raise InputError(
+                    f"kernel {kernel.name}: buffer {b.name!r} needs a writeable "
+                    f"C-contiguous {b.dtype}{list(b.shape)}, got "
+                    f"{a.dtype}{list(a.shape)}"
+                )
             ptrs.append(a.ctypes.data)
         status = fn(*ptrs)
         if status:

@@ -21,9 +21,18 @@ I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
 _SCALAR_TYPES: dict[str, ir.Type] = {
-    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
-    "int8": I8, "uint8": I8, "int16": I16, "uint16": I16,
-    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I1,
+    "float16": ir.HalfType(),
+    "float32": ir.FloatType(),
+    "float64": ir.DoubleType(),
+    "int8": I8,
+    "uint8": I8,
+    "int16": I16,
+    "uint16": I16,
+    "int32": I32,
+    "uint32": I32,
+    "int64": I64,
+    "uint64": I64,
+    "bool": I1,
 }
 
 
@@ -80,8 +89,9 @@ def zero(ty: ir.Type) -> ir.Constant:
     """The zero of ``ty`` (a scalar or vector, integer or float)."""
     if isinstance(ty, ir.VectorType):
         return whole(ty, None)
-    return const_like(ty, 0.0 if isinstance(scalar_type(ty), ir.HalfType | ir.FloatType |
-                                            ir.DoubleType) else 0)
+    return const_like(
+        ty, 0.0 if isinstance(scalar_type(ty), ir.HalfType | ir.FloatType | ir.DoubleType) else 0
+    )
 
 
 def constant(c: Const) -> ir.Constant:

@@ -34,8 +34,18 @@ class IConst:
         return str(self.value)
 
 
-_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "le": "<=", "lt": "<", "ge": ">=", "gt": ">",
-            "eq": "==", "and": "&&", "or": "||"}
+_SYMBOLS = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "le": "<=",
+    "lt": "<",
+    "ge": ">=",
+    "gt": ">",
+    "eq": "==",
+    "and": "&&",
+    "or": "||",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +86,10 @@ class For:
 
     def __str__(self) -> str:
         inner = " ".join(map(str, self.body))
-        return (f"for ({self.iterator} = {self.init}; {self.cond}; {self.iterator} += {self.inc})"
-                f" {{ {inner} }}")
+        return (
+            f"for ({self.iterator} = {self.init}; {self.cond}; {self.iterator} += {self.inc})"
+            f" {{ {inner} }}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,17 +118,28 @@ LNode = For | If | Mark | Call
 
 
 _OPS = {
-    isl.ast_expr_op_type.add: "add", isl.ast_expr_op_type.sub: "sub",
-    isl.ast_expr_op_type.mul: "mul", isl.ast_expr_op_type.minus: "neg",
-    isl.ast_expr_op_type.div: "div", isl.ast_expr_op_type.fdiv_q: "fdiv_q",
-    isl.ast_expr_op_type.pdiv_q: "pdiv_q", isl.ast_expr_op_type.pdiv_r: "pdiv_r",
-    isl.ast_expr_op_type.zdiv_r: "zdiv_r", isl.ast_expr_op_type.min: "min",
-    isl.ast_expr_op_type.max: "max", isl.ast_expr_op_type.eq: "eq",
-    isl.ast_expr_op_type.le: "le", isl.ast_expr_op_type.lt: "lt",
-    isl.ast_expr_op_type.ge: "ge", isl.ast_expr_op_type.gt: "gt",
-    isl.ast_expr_op_type.and_: "and", isl.ast_expr_op_type.and_then: "and",
-    isl.ast_expr_op_type.or_: "or", isl.ast_expr_op_type.or_else: "or",
-    isl.ast_expr_op_type.select: "select", isl.ast_expr_op_type.cond: "select",
+    isl.ast_expr_op_type.add: "add",
+    isl.ast_expr_op_type.sub: "sub",
+    isl.ast_expr_op_type.mul: "mul",
+    isl.ast_expr_op_type.minus: "neg",
+    isl.ast_expr_op_type.div: "div",
+    isl.ast_expr_op_type.fdiv_q: "fdiv_q",
+    isl.ast_expr_op_type.pdiv_q: "pdiv_q",
+    isl.ast_expr_op_type.pdiv_r: "pdiv_r",
+    isl.ast_expr_op_type.zdiv_r: "zdiv_r",
+    isl.ast_expr_op_type.min: "min",
+    isl.ast_expr_op_type.max: "max",
+    isl.ast_expr_op_type.eq: "eq",
+    isl.ast_expr_op_type.le: "le",
+    isl.ast_expr_op_type.lt: "lt",
+    isl.ast_expr_op_type.ge: "ge",
+    isl.ast_expr_op_type.gt: "gt",
+    isl.ast_expr_op_type.and_: "and",
+    isl.ast_expr_op_type.and_then: "and",
+    isl.ast_expr_op_type.or_: "or",
+    isl.ast_expr_op_type.or_else: "or",
+    isl.ast_expr_op_type.select: "select",
+    isl.ast_expr_op_type.cond: "select",
 }
 
 
@@ -137,24 +160,32 @@ def from_isl(node: isl.AstNode) -> tuple[LNode, ...]:
     kind = node.get_type()
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
-        return tuple(x for i in range(children.n_ast_node())
-                     for x in from_isl(children.get_at(i)))
+        return tuple(x for i in range(children.n_ast_node()) for x in from_isl(children.get_at(i)))
     if kind == isl.ast_node_type.for_:
         inc = expr_from_isl(node.for_get_inc())
         if not isinstance(inc, IConst):
             raise CodegenError("non-constant loop increment")
-        return (For(node.for_get_iterator().get_id().get_name(),
-                    expr_from_isl(node.for_get_init()), expr_from_isl(node.for_get_cond()),
-                    inc.value, from_isl(node.for_get_body())),)
+        return (
+            For(
+                node.for_get_iterator().get_id().get_name(),
+                expr_from_isl(node.for_get_init()),
+                expr_from_isl(node.for_get_cond()),
+                inc.value,
+                from_isl(node.for_get_body()),
+            ),
+        )
     if kind == isl.ast_node_type.if_:
         orelse = from_isl(node.if_get_else_node()) if node.if_has_else_node() else ()
-        return (If(expr_from_isl(node.if_get_cond()), from_isl(node.if_get_then_node()),
-                   orelse),)
+        return (If(expr_from_isl(node.if_get_cond()), from_isl(node.if_get_then_node()), orelse),)
     if kind == isl.ast_node_type.user:
         call = node.user_get_expr()
         target = call.get_op_arg(0).get_id().get_name()
-        return (Call(target, tuple(expr_from_isl(call.get_op_arg(i))
-                                   for i in range(1, call.get_op_n_arg()))),)
+        return (
+            Call(
+                target,
+                tuple(expr_from_isl(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())),
+            ),
+        )
     if kind == isl.ast_node_type.mark:
         return (Mark(node.mark_get_id().get_name(), from_isl(node.mark_get_node())),)
     raise CodegenError(f"unexpected isl AST node type {kind}")

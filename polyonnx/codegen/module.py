@@ -40,8 +40,9 @@ def kernel_symbol(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
     return "polyonnx_k_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def kernel_module(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig,
-                  triple: str = "") -> tuple[str, ir.Module]:
+def kernel_module(
+    kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConfig, triple: str = ""
+) -> tuple[str, ir.Module]:
     """One kernel alone in a module (compiled, cached and loaded on its own)."""
     symbol = kernel_symbol(kernel, ast, config)
     module = ir.Module(name=symbol)
@@ -51,11 +52,19 @@ def kernel_module(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
     return symbol, module
 
 
-def build_module(program: Program, plan: MemoryPlan,
-                 kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]], *, prefix: str,
-                 config: CodegenConfig, aot: bool = False,
-                 metadata: str = "", triple: str = "", with_kernels: bool = True,
-                 symbols: Sequence[str] | None = None) -> ir.Module:
+def build_module(
+    program: Program,
+    plan: MemoryPlan,
+    kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]],
+    *,
+    prefix: str,
+    config: CodegenConfig,
+    aot: bool = False,
+    metadata: str = "",
+    triple: str = "",
+    with_kernels: bool = True,
+    symbols: Sequence[str] | None = None,
+) -> ir.Module:
     """The entry point (and, with ``with_kernels``, every kernel function) in one module;
     without ``with_kernels`` the kernels are only declared, to be linked from their own
     modules (:func:`kernel_module`). ``symbols``: the kernels' :func:`kernel_symbol`, when
@@ -91,8 +100,9 @@ def build_module(program: Program, plan: MemoryPlan,
                 args.append(b.load(p, typ=PTR))
             else:
                 base = weights if slot.region == "weights" else workspace
-                args.append(b.gep(base, [ir.Constant(I64, slot.where)], inbounds=True,
-                                  source_etype=I8))
+                args.append(
+                    b.gep(base, [ir.Constant(I64, slot.where)], inbounds=True, source_etype=I8)
+                )
         rc = b.call(fn, args)
         failed = b.icmp_unsigned("!=", rc, ir.Constant(I32, 0))
         with b.if_then(failed, likely=False):
@@ -125,10 +135,12 @@ def _c_api(module: ir.Module, run: ir.Function, plan: MemoryPlan, metadata: str)
     with b.if_then(b.icmp_unsigned("==", ws, ir.Constant(PTR, None)), likely=False):
         b.ret(ir.Constant(I32, -1))
     if plan.zeroed_size:  # the zero-bordered buffers' bytes (see MemoryPlan.zeroed_size)
-        memset = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I8, I64, I1]),
-                             name="llvm.memset.p0.i64")
-        b.call(memset, [ws, ir.Constant(I8, 0), ir.Constant(I64, plan.zeroed_size),
-                        ir.Constant(I1, 0)])
+        memset = ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [PTR, I8, I64, I1]), name="llvm.memset.p0.i64"
+        )
+        b.call(
+            memset, [ws, ir.Constant(I8, 0), ir.Constant(I64, plan.zeroed_size), ir.Constant(I1, 0)]
+        )
     rc = b.call(run, [fn.args[0], fn.args[1], weights, ws])
     b.call(free, [ws])
     b.ret(rc)

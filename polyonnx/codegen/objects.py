@@ -32,7 +32,6 @@ _Spec = tuple[str, str, str, int, bool]
 _Job = tuple[str | Callable[[], ir.Module], _Spec]
 
 
-
 def _compile_text(text: str, spec: _Spec) -> bytes:
     """IR text -> optimized object code (runs in the parent or in a worker process)."""
     tm = create_machine(*spec)
@@ -54,9 +53,13 @@ def _worker(job: _Job) -> bytes | str:
         return f"{type(e).__name__}: {e}"
 
 
-def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], options: Options,
-                    *, jit: bool, meanwhile: Callable[[], object] | None = None
-                    ) -> dict[str, bytes]:
+def compile_objects(
+    modules: Sequence[tuple[str, Callable[[], ir.Module]]],
+    options: Options,
+    *,
+    jit: bool,
+    meanwhile: Callable[[], object] | None = None,
+) -> dict[str, bytes]:
     """Object code of each ``(symbol, make_module)``: from the cache, else compiled (in
     parallel when there is enough of it). The symbol names the module's content (see
     :func:`polyonnx.codegen.module.kernel_symbol`), so a cache hit needs no IR at all.
@@ -101,8 +104,7 @@ def compile_objects(modules: Sequence[tuple[str, Callable[[], ir.Module]]], opti
     return out
 
 
-def _forked(workers: int, jobs: list[_Job], meanwhile: Callable[[], object]
-            ) -> list[bytes | str]:
+def _forked(workers: int, jobs: list[_Job], meanwhile: Callable[[], object]) -> list[bytes | str]:
     """:func:`_worker` of each job, in a pool of forked processes."""
     # LLVM_LOCK is held, so no thread of ours is inside LLVM while the process is copied.
     with LLVM_LOCK:

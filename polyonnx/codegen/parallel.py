@@ -50,8 +50,9 @@ def parallel_children(mark: la.Mark, threads: int) -> tuple[tuple[la.LNode, bool
         if few is not None and few < 4 * threads and _inner_loop_named(node, allowed):
             # Too few iterations to share out evenly: an inner named loop runs in parallel.
             out.append((_mark_inside(node, mark), False))
-        elif isinstance(node, la.For) and (node.iterator in allowed or (
-                not allowed and len(mark.body) == 1)):
+        elif isinstance(node, la.For) and (
+            node.iterator in allowed or (not allowed and len(mark.body) == 1)
+        ):
             out.append((node, True))
         elif isinstance(node, la.For) and allowed:
             out.append((_mark_inside(node, mark), False))
@@ -78,12 +79,23 @@ def can_share(node: la.For) -> bool:
     """Whether ``node`` counts up to a bound (``i <= e`` or ``i < e``): its iterations can be
     numbered and shared out in chunks."""
     cond = node.cond
-    return (isinstance(cond, la.IOp) and cond.op in ("le", "lt")
-            and cond.args[0] == la.IVar(node.iterator) and node.inc > 0)
+    return (
+        isinstance(cond, la.IOp)
+        and cond.op in ("le", "lt")
+        and cond.args[0] == la.IVar(node.iterator)
+        and node.inc > 0
+    )
 
 
-def run_on_pool(frame: Frame, node: la.For, env: Mapping[str, ir.Value], *, name: str,
-                threads: int, emit_chunk: ChunkBody) -> None:
+def run_on_pool(
+    frame: Frame,
+    node: la.For,
+    env: Mapping[str, ir.Value],
+    *,
+    name: str,
+    threads: int,
+    emit_chunk: ChunkBody,
+) -> None:
     """Emit loop ``node`` (:func:`can_share`) at ``frame``'s builder as a call of the thread
     pool on ``threads`` threads; ``emit_chunk`` emits its body into the outlined function
     ``<name>.body``, the loop bounded by its arguments ``parallel.lo`` and ``parallel.hi``."""
@@ -98,30 +110,42 @@ def run_on_pool(frame: Frame, node: la.For, env: Mapping[str, ir.Value], *, name
     slots = 3 + len(names) + len(buffers)
     with b.goto_entry_block():
         ctx = b.alloca(I64, size=ir.Constant(I64, slots), name="parallel.ctx")
-    values = [ir.Constant(I64, 0), lower, upper, *(env[n] for n in names),
-              *(b.ptrtoint(frame.pointers[n], I64) for n in buffers)]
+    values = [
+        ir.Constant(I64, 0),
+        lower,
+        upper,
+        *(env[n] for n in names),
+        *(b.ptrtoint(frame.pointers[n], I64) for n in buffers),
+    ]
     for k, v in enumerate(values):
         b.store(v, _slot(b, ctx, k))
 
     # The chunk body is a function of its own whose buffer arguments are ``noalias`` (as the
     # kernel's are): read back from ``ctx`` they would lose that, and with it the register
     # tiles. It is not inlined into the wrapper: LLVM would optimise its loops twice.
-    body_fn = ir.Function(module, ir.FunctionType(
-        I32, [PTR] * len(buffers) + [I64] * (2 + len(names))), name=f"{name}.body")
+    body_fn = ir.Function(
+        module,
+        ir.FunctionType(I32, [PTR] * len(buffers) + [I64] * (2 + len(names))),
+        name=f"{name}.body",
+    )
     body_fn.attributes.add("nounwind")
     body_fn.attributes.add("noinline")
     body_fn.linkage = "internal"
     args = list(body_fn.args)
-    for a in args[:len(buffers)]:
+    for a in args[: len(buffers)]:
         a.add_attribute("noalias")
     first, last = args[len(buffers)], args[len(buffers) + 1]
-    inner_env = dict(zip(names, args[len(buffers) + 2:], strict=True))
+    inner_env = dict(zip(names, args[len(buffers) + 2 :], strict=True))
     inner_env["parallel.lo"], inner_env["parallel.hi"] = first, last
-    inner = open_frame(body_fn, dict(zip(buffers, args[:len(buffers)], strict=True)),
-                       frame.declare, outlined=True)
+    inner = open_frame(
+        body_fn, dict(zip(buffers, args[: len(buffers)], strict=True)), frame.declare, outlined=True
+    )
     bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
-    emit_chunk(inner, la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc,
-                             node.body), inner_env)
+    emit_chunk(
+        inner,
+        la.For(node.iterator, la.IVar("parallel.lo"), bounded, node.inc, node.body),
+        inner_env,
+    )
     close_frame(inner)
 
     # The wrapper the pool calls: chunk [begin, end) of the iterations.
@@ -134,13 +158,12 @@ def run_on_pool(frame: Frame, node: la.For, env: Mapping[str, ir.Value], *, name
     inc = ir.Constant(I64, node.inc)
     chunk_first = ob.add(lo, ob.mul(begin, inc))
     chunk_last = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
-    pointers = [ob.inttoptr(raw, PTR) for raw in loaded[3 + len(names):]]
-    status = ob.call(body_fn, [*pointers, chunk_first, chunk_last, *loaded[3:3 + len(names)]])
+    pointers = [ob.inttoptr(raw, PTR) for raw in loaded[3 + len(names) :]]
+    status = ob.call(body_fn, [*pointers, chunk_first, chunk_last, *loaded[3 : 3 + len(names)]])
     with ob.if_then(ob.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
         ob.store(ob.zext(status, I64), _slot(ob, arg, 0))
     ob.ret_void()
-    count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)),
-                  ir.Constant(I64, 1))
+    count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)), ir.Constant(I64, 1))
     pool = frame.declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
     b.call(pool, [outlined, ctx, count, ir.Constant(I32, threads)])
     status = b.load(_slot(b, ctx, 0), typ=I64)

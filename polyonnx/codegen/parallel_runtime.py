@@ -46,8 +46,11 @@ def shared_library() -> str | None:
         except OSError:
             folder = Path(tempfile.mkdtemp(prefix="polyonnx-rt-"))
             target, tmp = folder / name, str(folder / ("tmp-" + name))
-        proc = subprocess.run([cc, *CFLAGS, "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [cc, *CFLAGS, "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             return None
         os.replace(tmp, target)

@@ -97,8 +97,11 @@ class ScalarEmitter:
                 return b.fcmp_unordered("!=", x, zero(x.type))
             return b.icmp_unsigned("!=", x, zero(x.type))
         if is_float(src) and is_float(dst):
-            return b.fpext(x, to) if np.dtype(dst).itemsize > np.dtype(src).itemsize \
+            return (
+                b.fpext(x, to)
+                if np.dtype(dst).itemsize > np.dtype(src).itemsize
                 else b.fptrunc(x, to)
+            )
         if is_float(src):
             return b.fptosi(x, to) if is_signed(dst) else b.fptoui(x, to)
         signed_src = is_signed(src)
@@ -116,8 +119,9 @@ class ScalarEmitter:
         b = self.builder
         vec_ty = ir.VectorType(v.type, width)
         one = b.insert_element(whole(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, whole(vec_ty, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, width), [0] * width))
+        return b.shuffle_vector(
+            one, whole(vec_ty, ir.Undefined), ir.Constant(ir.VectorType(I32, width), [0] * width)
+        )
 
     def match(self, *values: ir.Value) -> list[ir.Value]:
         """Splat scalars to the width of any vector among ``values``."""
@@ -127,8 +131,9 @@ class ScalarEmitter:
         w = widths.pop()
         return [v if isinstance(v.type, ir.VectorType) else self.splat(v, w) for v in values]
 
-    def float_call(self, base: str, args: list[ir.Value], dtype: str,
-                   libm: bool = False) -> ir.Value:
+    def float_call(
+        self, base: str, args: list[ir.Value], dtype: str, libm: bool = False
+    ) -> ir.Value:
         """``llvm.<base>.<type>(args...)``, or with ``libm`` the C library's ``base`` (lane by
         lane on vectors; half precision through float)."""
         b = self.builder
@@ -173,16 +178,19 @@ class ScalarEmitter:
         if signed:
             minus_one = const_like(ty, -1)
             int_min = const_like(ty, -(1 << (scalar.width - 1)))
-            bad = b.or_(bad, b.and_(b.icmp_signed("==", y, minus_one),
-                                    b.icmp_signed("==", x, int_min)))
+            bad = b.or_(
+                bad, b.and_(b.icmp_signed("==", y, minus_one), b.icmp_signed("==", x, int_min))
+            )
         safe = b.select(bad, one, y)
         if op == "div":
             q = b.sdiv(x, safe) if signed else b.udiv(x, safe)
             return b.select(bad, zero_, q)
         r = b.srem(x, safe) if signed else b.urem(x, safe)
         if op == "mod" and signed:
-            fix = b.and_(b.icmp_signed("!=", r, zero_),
-                         b.xor(b.icmp_signed("<", r, zero_), b.icmp_signed("<", y, zero_)))
+            fix = b.and_(
+                b.icmp_signed("!=", r, zero_),
+                b.xor(b.icmp_signed("<", r, zero_), b.icmp_signed("<", y, zero_)),
+            )
             r = b.select(fix, b.add(r, y), r)
         return b.select(bad, zero_, r)
 
@@ -219,18 +227,45 @@ def _float_sign(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
 
 _FLOAT_UNARY: dict[str, UnaryEmit] = {
     "neg": lambda s, x, dtype: s.builder.fneg(x),
-    **{op: _intrinsic(name) for op, name in (
-        ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"),
-        ("floor", "floor"), ("ceil", "ceil"), ("round", "roundeven"), ("abs", "fabs"))},
-    **{op: _libm(op) for op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-                                "asinh", "acosh", "atanh", "erf")},
+    **{
+        op: _intrinsic(name)
+        for op, name in (
+            ("exp", "exp"),
+            ("log", "log"),
+            ("sqrt", "sqrt"),
+            ("sin", "sin"),
+            ("cos", "cos"),
+            ("floor", "floor"),
+            ("ceil", "ceil"),
+            ("round", "roundeven"),
+            ("abs", "fabs"),
+        )
+    },
+    **{
+        op: _libm(op)
+        for op in (
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "asinh",
+            "acosh",
+            "atanh",
+            "erf",
+        )
+    },
     "sigmoid": _sigmoid,
     "isnan": lambda s, x, dtype: s.builder.fcmp_unordered("uno", x, x),
     "isinf": _is_inf,
     "isposinf": lambda s, x, dtype: s.builder.fcmp_ordered(
-        "==", x, const_like(x.type, float("inf"))),
+        "==", x, const_like(x.type, float("inf"))
+    ),
     "isneginf": lambda s, x, dtype: s.builder.fcmp_ordered(
-        "==", x, const_like(x.type, float("-inf"))),
+        "==", x, const_like(x.type, float("-inf"))
+    ),
     "sign": _float_sign,
 }
 
@@ -295,18 +330,27 @@ def _float_mod(s: ScalarEmitter, x: ir.Value, y: ir.Value, dtype: str) -> ir.Val
     b = s.builder
     r = b.frem(x, y)
     zero_ = zero(x.type)
-    fix = b.and_(b.fcmp_ordered("!=", r, zero_),
-                 b.xor(b.fcmp_ordered("<", r, zero_), b.fcmp_ordered("<", y, zero_)))
+    fix = b.and_(
+        b.fcmp_ordered("!=", r, zero_),
+        b.xor(b.fcmp_ordered("<", r, zero_), b.fcmp_ordered("<", y, zero_)),
+    )
     return b.select(fix, b.fadd(r, y), r)
 
 
 _FLOAT_BINARY: dict[str, BinaryEmit] = {
-    "add": _instr("fadd", flags=FAST), "sub": _instr("fsub", flags=FAST),
-    "mul": _instr("fmul", flags=FAST), "div": _instr("fdiv"),
-    "max": _float_calls("maximum"), "min": _float_calls("minimum"), "pow": _float_calls("pow"),
-    "fmod": _instr("frem"), "mod": _float_mod,
-    **{op: _compare("fcmp_ordered", p) for op, p in (
-        ("eq", "=="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    "add": _instr("fadd", flags=FAST),
+    "sub": _instr("fsub", flags=FAST),
+    "mul": _instr("fmul", flags=FAST),
+    "div": _instr("fdiv"),
+    "max": _float_calls("maximum"),
+    "min": _float_calls("minimum"),
+    "pow": _float_calls("pow"),
+    "fmod": _instr("frem"),
+    "mod": _float_mod,
+    **{
+        op: _compare("fcmp_ordered", p)
+        for op, p in (("eq", "=="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
+    },
     "ne": _compare("fcmp_unordered", "!="),
 }
 
@@ -327,14 +371,27 @@ def _int_arith(op: str, signed: bool) -> BinaryEmit:
 def _int_binary(signed: bool) -> dict[str, BinaryEmit]:
     compare = "icmp_signed" if signed else "icmp_unsigned"
     return {
-        "add": _instr("add"), "sub": _instr("sub"), "mul": _instr("mul"),
+        "add": _instr("add"),
+        "sub": _instr("sub"),
+        "mul": _instr("mul"),
         **dict.fromkeys(("and", "bitand"), _instr("and_")),
         **dict.fromkeys(("or", "bitor"), _instr("or_")),
         **dict.fromkeys(("xor", "bitxor"), _instr("xor")),
-        "shl": _instr("shl"), "shr": _instr("ashr" if signed else "lshr"),
-        **{op: _compare(compare, p) for op, p in (
-            ("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
-        "max": _pick(compare, ">"), "min": _pick(compare, "<"),
+        "shl": _instr("shl"),
+        "shr": _instr("ashr" if signed else "lshr"),
+        **{
+            op: _compare(compare, p)
+            for op, p in (
+                ("eq", "=="),
+                ("ne", "!="),
+                ("lt", "<"),
+                ("le", "<="),
+                ("gt", ">"),
+                ("ge", ">="),
+            )
+        },
+        "max": _pick(compare, ">"),
+        "min": _pick(compare, "<"),
         **{op: _int_arith(op, signed) for op in ("div", "mod", "fmod", "pow")},
     }
 

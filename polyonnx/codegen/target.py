@@ -42,8 +42,11 @@ def _init_all_targets() -> None:
 def host_cpu() -> tuple[str, str, str]:
     """(triple, cpu name, feature string) of this machine."""
     init_llvm()
-    return llvm.get_process_triple(), llvm.get_host_cpu_name(), \
-        llvm.get_host_cpu_features().flatten()
+    return (
+        llvm.get_process_triple(),
+        llvm.get_host_cpu_name(),
+        llvm.get_host_cpu_features().flatten(),
+    )
 
 
 def thread_count(options: Options) -> int:
@@ -72,11 +75,14 @@ def vector_bits(options: Options) -> int:
 def _probed_vector_bits(triple: str, cpu: str) -> int:
     """The vector registers LLVM's code for ``cpu`` uses for a 512-bit add: llvmlite cannot
     list a named CPU's features, but its assembly names its registers."""
-    probe = ("define void @f(ptr %p) {\n  %a = load <16 x float>, ptr %p\n"
-             "  %b = fadd <16 x float> %a, %a\n  store <16 x float> %b, ptr %p\n  ret void\n}")
+    probe = (
+        "define void @f(ptr %p) {\n  %a = load <16 x float>, ptr %p\n"
+        "  %b = fadd <16 x float> %a, %a\n  store <16 x float> %b, ptr %p\n  ret void\n}"
+    )
     with LLVM_LOCK:
         asm = create_machine(triple, cpu, "", 2, jit=False).emit_assembly(
-            llvm.parse_assembly(probe))
+            llvm.parse_assembly(probe)
+        )
     return 512 if "zmm" in asm else 256 if "ymm" in asm else 128
 
 
@@ -118,13 +124,16 @@ def _host_cache_bytes(level: int) -> int:
     ``/sys/devices/system/cpu/cpu0/cache``, or 0."""
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
-            found, kind, size = ((index / f).read_text().strip()
-                                 for f in ("level", "type", "size"))
+            found, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
         except OSError:
             continue
         units = {"K": 1 << 10, "M": 1 << 20}
-        if found == str(level) and kind in ("Data", "Unified") and size[:-1].isdigit() \
-                and size[-1] in units:
+        if (
+            found == str(level)
+            and kind in ("Data", "Unified")
+            and size[:-1].isdigit()
+            and size[-1] in units
+        ):
             return int(size[:-1]) * units[size[-1]]
     return 0
 
@@ -141,8 +150,9 @@ def machine(options: Options) -> tuple[str, str, str]:
     return triple, options.cpu or cpu, options.features or features
 
 
-def create_machine(triple: str, cpu: str, features: str, opt_level: int,
-                   jit: bool) -> llvm.TargetMachine:
+def create_machine(
+    triple: str, cpu: str, features: str, opt_level: int, jit: bool
+) -> llvm.TargetMachine:
     """A target machine; JIT code is not position independent (PIC broke MCJIT modules)."""
     init_llvm()
     if triple != host_cpu()[0]:
@@ -151,10 +161,14 @@ def create_machine(triple: str, cpu: str, features: str, opt_level: int,
         target = llvm.Target.from_triple(triple)
     except RuntimeError as e:
         raise CodegenError(f"unknown target triple {triple!r}: {e}") from None
-    return target.create_target_machine(cpu=cpu, features=features, opt=min(opt_level, 3),
-                                        reloc="default" if jit else "pic",
-                                        codemodel="jitdefault" if jit else "default",
-                                        jit=jit)
+    return target.create_target_machine(
+        cpu=cpu,
+        features=features,
+        opt=min(opt_level, 3),
+        reloc="default" if jit else "pic",
+        codemodel="jitdefault" if jit else "default",
+        jit=jit,
+    )
 
 
 def target_machine(options: Options, *, jit: bool = False) -> llvm.TargetMachine:

@@ -70,12 +70,14 @@ class Loops(Protocol):
     config: CodegenConfig
     frame: Frame
 
-    def address(self, buffer: str, index: tuple[Aff, ...], point: Mapping[str, ir.Value],
-                lanes: Lanes) -> ir.Value:
+    def address(
+        self, buffer: str, index: tuple[Aff, ...], point: Mapping[str, ir.Value], lanes: Lanes
+    ) -> ir.Value:
         """The address of lane 0 of ``buffer[index]`` at a statement instance."""
 
-    def emit_in_tile(self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value],
-                     state: TileState) -> None:
+    def emit_in_tile(
+        self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value], state: TileState
+    ) -> None:
         """Emit ``nodes`` with ``state`` the register tile being emitted."""
 
 
@@ -105,12 +107,21 @@ def emit_tile_group(loops: Loops, group: TileGroup, env: dict[str, ir.Value]) ->
         emit_register_tile(loops, group.tile, env)
         return
     places = _places(loops, group.tile, env)
-    _guarded(loops, group.init, env, lambda nest: _fill(loops, nest, env, places, init=True),
-             lambda: _load(loops.frame.builder, places))
+    _guarded(
+        loops,
+        group.init,
+        env,
+        lambda nest: _fill(loops, nest, env, places, init=True),
+        lambda: _load(loops.frame.builder, places),
+    )
     _reduction(loops, group.tile, env, places)
-    _guarded(loops, group.epilogue, env,
-             lambda nest: _fill(loops, nest, env, places, init=False),
-             lambda: _store(loops.frame.builder, places))
+    _guarded(
+        loops,
+        group.epilogue,
+        env,
+        lambda nest: _fill(loops, nest, env, places, init=False),
+        lambda: _store(loops.frame.builder, places),
+    )
 
 
 def _places(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value]) -> list[_Place]:
@@ -131,8 +142,11 @@ def _places(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value]) -> list[
             start = index.expr(loop.init, tile_env)
             tile_env[loop.iterator] = index.int("add", start, ir.Constant(I64, k))
         lane = index.int("add", index.expr(vec.init, tile_env), ir.Constant(I64, j * width))
-        point = {it: index.expr(arg, {**tile_env, vec.iterator: lane})
-                 for it, arg in zip(iterators, call.args, strict=True) if it in used}
+        point = {
+            it: index.expr(arg, {**tile_env, vec.iterator: lane})
+            for it, arg in zip(iterators, call.args, strict=True)
+            if it in used
+        }
         return loops.address(stmt.write.buffer, stmt.write.index, point, lanes)
 
     # One base pointer and constant offsets: LLVM then keeps a single register live across
@@ -145,12 +159,15 @@ def _places(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value]) -> list[
             ptr = address(acc.position, acc.step)
             first = ptr if first is None else first
         else:
-            ptr = b.gep(first, [ir.Constant(I64, acc.offset)], inbounds=True,
-                        source_etype=memory_type(buf.dtype))
+            ptr = b.gep(
+                first,
+                [ir.Constant(I64, acc.offset)],
+                inbounds=True,
+                source_etype=memory_type(buf.dtype),
+            )
         with b.goto_entry_block():
             slot = b.alloca(vty)
-        places.append(_Place(acc.position, acc.step, slot, ptr, vty,
-                             np.dtype(buf.dtype).itemsize))
+        places.append(_Place(acc.position, acc.step, slot, ptr, vty, np.dtype(buf.dtype).itemsize))
     return places
 
 
@@ -168,15 +185,20 @@ def _store(b: ir.IRBuilder, places: list[_Place]) -> None:
         b.store(b.load(p.slot, typ=p.type), p.ptr, align=p.align)
 
 
-def _reduction(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value],
-               places: list[_Place]) -> None:
-    state = TileState(tile.call.stmt, _slots(places), rereads=tile.rereads,
-                      streams=tile.streams)
+def _reduction(
+    loops: Loops, tile: RegisterTile, env: dict[str, ir.Value], places: list[_Place]
+) -> None:
+    state = TileState(tile.call.stmt, _slots(places), rereads=tile.rereads, streams=tile.streams)
     loops.emit_in_tile((tile.reduction,), env, state)
 
 
-def _guarded(loops: Loops, node: la.LNode | None, env: dict[str, ir.Value],
-             fill: Callable[[la.LNode], None], otherwise: Callable[[], None]) -> None:
+def _guarded(
+    loops: Loops,
+    node: la.LNode | None,
+    env: dict[str, ir.Value],
+    fill: Callable[[la.LNode], None],
+    otherwise: Callable[[], None],
+) -> None:
     """``fill(nest)`` for a tile group's init or epilogue ``node``, or ``otherwise()`` without
     one; a chunked reduction's (``if`` first chunk / ``if`` last chunk) runs ``otherwise()``
     in the other chunks (they load / store the running sums)."""
@@ -193,21 +215,24 @@ def _guarded(loops: Loops, node: la.LNode | None, env: dict[str, ir.Value],
         fill(node)
 
 
-def _fill(loops: Loops, nest: la.LNode, env: dict[str, ir.Value], places: list[_Place],
-          init: bool) -> None:
+def _fill(
+    loops: Loops, nest: la.LNode, env: dict[str, ir.Value], places: list[_Place], init: bool
+) -> None:
     """Emit the init or epilogue ``nest`` of a tile group: its statement at each tile point
     writes (init) or reads (epilogue) that point's slot."""
-    state = TileState(nest_call(nest).stmt, _slots(places), writes_slots=init,
-                      reads_memory=init)
+    state = TileState(nest_call(nest).stmt, _slots(places), writes_slots=init, reads_memory=init)
     loops.emit_in_tile((nest,), env, state)
     if len(state.filled) != len(places):  # (covers() matched a nest emitted otherwise)
-        raise CodegenError(f"{loops.kernel.name}: a register tile's "
-                           f"{'init' if init else 'epilogue'} reached "
-                           f"{len(state.filled)} of its {len(places)} accumulators")
+        raise CodegenError(
+            f"{loops.kernel.name}: a register tile's "
+            f"{'init' if init else 'epilogue'} reached "
+            f"{len(state.filled)} of its {len(places)} accumulators"
+        )
 
 
-def prefetch(frame: Frame, done: set[tuple[ir.Block, str, object]], buffer: str,
-             ptr: ir.GEPInstr) -> None:
+def prefetch(
+    frame: Frame, done: set[tuple[ir.Block, str, object]], buffer: str, ptr: ir.GEPInstr
+) -> None:
     """Prefetch :data:`PREFETCH_BYTES` after ``ptr`` (an element of ``buffer``) into L1, once
     per address and block (``done`` holds those emitted): the rows of a tile load the same
     weights, and LLVM merges those loads, not the prefetches."""

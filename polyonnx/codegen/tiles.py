@@ -104,8 +104,9 @@ class TileGroup:
         return (self.init is not None) + 1 + (self.epilogue is not None)
 
 
-def tile_group(nodes: tuple[la.LNode, ...], i: int, accesses: Accesses,
-               config: CodegenConfig) -> TileGroup | None:
+def tile_group(
+    nodes: tuple[la.LNode, ...], i: int, accesses: Accesses, config: CodegenConfig
+) -> TileGroup | None:
     """The tile group that starts at ``nodes[i]`` (an init, or the tile itself), if any."""
     init = nodes[i] if isinstance(nodes[i], la.Mark | la.If) else None
     at = i + (init is not None)
@@ -119,8 +120,7 @@ def tile_group(nodes: tuple[la.LNode, ...], i: int, accesses: Accesses,
     return TileGroup(init, tile, epilogue)
 
 
-def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig
-                  ) -> RegisterTile | None:
+def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig) -> RegisterTile | None:
     """The register tile whose reduction is ``node``, if it is one."""
     loops = reduction_loops(node)
     chain, cur = [loop.iterator for loop in loops], loops[-1]
@@ -135,9 +135,14 @@ def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig
     iterators, stmt = accesses.statements[call.stmt]
     width = accesses.width((call,), config.vector_bits)
     vtrip = static_trip(vec)
-    if (vtrip is None or vtrip % width or vtrip > MAX_VECTOR_STEPS * width
-            or accesses.lane_steps(call, vec.iterator) is None or stmt.guards
-            or accesses.buffers[stmt.write.buffer].dtype == "bool"):
+    if (
+        vtrip is None
+        or vtrip % width
+        or vtrip > MAX_VECTOR_STEPS * width
+        or accesses.lane_steps(call, vec.iterator) is None
+        or stmt.guards
+        or accesses.buffers[stmt.write.buffer].dtype == "bool"
+    ):
         return None
     args = dict(zip(iterators, call.args, strict=True))
     for ix in stmt.write.index:
@@ -151,9 +156,16 @@ def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig
     if len(same) != 1 or same[0].index != stmt.write.index:
         return None
     accumulators = _accumulators(unrolled, vec, call, width, accesses)
-    return RegisterTile(node, unrolled, vec, call, width, accumulators,
-                        rereads(unrolled, vec, call, len(accumulators), accesses, config),
-                        streamed(node, vec, call, accesses, config))
+    return RegisterTile(
+        node,
+        unrolled,
+        vec,
+        call,
+        width,
+        accumulators,
+        rereads(unrolled, vec, call, len(accumulators), accesses, config),
+        streamed(node, vec, call, accesses, config),
+    )
 
 
 def reduction_loops(node: la.For) -> list[la.For]:
@@ -165,22 +177,30 @@ def reduction_loops(node: la.For) -> list[la.For]:
     return loops
 
 
-def unrolled_vector_nest(body: tuple[la.LNode, ...]
-                         ) -> tuple[tuple[la.For, ...], la.For] | None:
+def unrolled_vector_nest(body: tuple[la.LNode, ...]) -> tuple[tuple[la.For, ...], la.For] | None:
     """(unrolled loops, vector loop) when ``body`` is one or more ``unroll`` loops of constant
     trip counts, one inside the other, around one ``vector`` loop of one statement."""
     unrolled: list[la.For] = []
-    while (len(body) == 1 and isinstance(body[0], la.Mark) and body[0].name == "unroll"
-           and len(body[0].body) == 1 and isinstance(body[0].body[0], la.For)):
+    while (
+        len(body) == 1
+        and isinstance(body[0], la.Mark)
+        and body[0].name == "unroll"
+        and len(body[0].body) == 1
+        and isinstance(body[0].body[0], la.For)
+    ):
         loop = body[0].body[0]
         trip = static_trip(loop)
         if trip is None or trip > MAX_UNROLL or loop.inc != 1:
             return None
         unrolled.append(loop)
         body = loop.body
-    if not unrolled or not (len(body) == 1 and isinstance(body[0], la.Mark)
-                            and body[0].name == "vector" and len(body[0].body) == 1
-                            and isinstance(body[0].body[0], la.For)):
+    if not unrolled or not (
+        len(body) == 1
+        and isinstance(body[0], la.Mark)
+        and body[0].name == "vector"
+        and len(body[0].body) == 1
+        and isinstance(body[0].body[0], la.For)
+    ):
         return None
     vec = body[0].body[0]
     if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
@@ -196,8 +216,7 @@ def nest_call(nest: la.LNode) -> la.Call:
     return parsed[1].body[0]
 
 
-def covers(nest: la.LNode, tile: RegisterTile, accesses: Accesses,
-           config: CodegenConfig) -> bool:
+def covers(nest: la.LNode, tile: RegisterTile, accesses: Accesses, config: CodegenConfig) -> bool:
     """Whether ``nest`` is a straight-line nest of one statement over the same unrolled and
     vector loops as ``tile`` writing, at each point, the tile's accumulator there, and reading
     no other element of it (an epilogue reads the sum there; an init, the value in memory the
@@ -213,38 +232,49 @@ def covers(nest: la.LNode, tile: RegisterTile, accesses: Accesses,
     loops, theirs = (*parsed[0], parsed[1]), (*tile.unrolled, tile.vector)
     call, tile_call = parsed[1].body[0], tile.call
     if len(loops) != len(theirs) or any(
-            a.init != b.init or a.inc != 1 or static_trip(a) != static_trip(b)
-            for a, b in zip(loops, theirs, strict=True)):
+        a.init != b.init or a.inc != 1 or static_trip(a) != static_trip(b)
+        for a, b in zip(loops, theirs, strict=True)
+    ):
         return False
     _, stmt = accesses.statements[call.stmt]
     _, tile_stmt = accesses.statements[tile_call.stmt]
-    if (stmt.guards or stmt.write.buffer != tile_stmt.write.buffer
-            or accesses.width((call,), config.vector_bits) != tile.width
-            or accesses.lane_steps(call, parsed[1].iterator) is None):
+    if (
+        stmt.guards
+        or stmt.write.buffer != tile_stmt.write.buffer
+        or accesses.width((call,), config.vector_bits) != tile.width
+        or accesses.lane_steps(call, parsed[1].iterator) is None
+    ):
         return False
     rename = {a.iterator: b.iterator for a, b in zip(loops, theirs, strict=True)}
     element = accesses.element(call, stmt.write.index, rename)
     if element is None or element != accesses.element(tile_call, tile_stmt.write.index, {}):
         return False
-    return all(ld.index == stmt.write.index for ld in loads(stmt.body)
-               if ld.buffer == stmt.write.buffer)
+    return all(
+        ld.index == stmt.write.index for ld in loads(stmt.body) if ld.buffer == stmt.write.buffer
+    )
 
 
-def _accumulators(unrolled: tuple[la.For, ...], vec: la.For, call: la.Call, width: int,
-                  accesses: Accesses) -> tuple[Accumulator, ...]:
+def _accumulators(
+    unrolled: tuple[la.For, ...], vec: la.For, call: la.Call, width: int, accesses: Accesses
+) -> tuple[Accumulator, ...]:
     """Each accumulator with its element offset from the first one's: the written index is
     affine in the statement iterators, which are linear in the unrolled and vector loops
     (:func:`register_tile` checked both)."""
     _, stmt = accesses.statements[call.stmt]
-    per_step = [accesses.element_step(stmt.write.buffer, stmt.write.index,
-                                      accesses.iterator_steps(call, loop.iterator) or {})
-                for loop in (*unrolled, vec)]
+    per_step = [
+        accesses.element_step(
+            stmt.write.buffer, stmt.write.index, accesses.iterator_steps(call, loop.iterator) or {}
+        )
+        for loop in (*unrolled, vec)
+    ]
     trips = [range(static_trip(loop) or 0) for loop in unrolled]
     return tuple(
-        Accumulator(position, j, sum(p * n for p, n in zip((*position, j * width), per_step,
-                                                           strict=True)))
+        Accumulator(
+            position, j, sum(p * n for p, n in zip((*position, j * width), per_step, strict=True))
+        )
         for position in itertools.product(*trips)
-        for j in range((static_trip(vec) or 0) // width))
+        for j in range((static_trip(vec) or 0) // width)
+    )
 
 
 def vector_registers(config: CodegenConfig) -> int:
@@ -253,8 +283,14 @@ def vector_registers(config: CodegenConfig) -> int:
     return 32 if config.vector_bits >= 512 else 16
 
 
-def rereads(unrolled: tuple[la.For, ...], vec: la.For, call: la.Call, accumulators: int,
-            accesses: Accesses, config: CodegenConfig) -> frozenset[Reread]:
+def rereads(
+    unrolled: tuple[la.For, ...],
+    vec: la.For,
+    call: la.Call,
+    accumulators: int,
+    accesses: Accesses,
+    config: CodegenConfig,
+) -> frozenset[Reread]:
     """The vector-load instances of a register tile to read from memory at each use.
 
     Each iteration of the reduction holds the accumulators, every distinct vector it loads
@@ -273,8 +309,9 @@ def rereads(unrolled: tuple[la.For, ...], vec: la.For, call: la.Call, accumulato
 
     def moved_by(ld: Load) -> list[int]:
         """The unrolled loops (by position) the load's address moves with."""
-        return [k for k, per in enumerate(loop_steps)
-                if accesses.element_step(ld.buffer, ld.index, per)]
+        return [
+            k for k, per in enumerate(loop_steps) if accesses.element_step(ld.buffer, ld.index, per)
+        ]
 
     vectors = []
     for ld in dict.fromkeys(loads(stmt.body)):
@@ -282,25 +319,32 @@ def rereads(unrolled: tuple[la.For, ...], vec: la.For, call: la.Call, accumulato
             continue
         if accesses.element_step(ld.buffer, ld.index, steps) == 1:
             vectors.append((ld, moved_by(ld)))
-    copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps
-                 for _, moved in vectors)
+    copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps for _, moved in vectors)
     excess = accumulators + copies + 1 - vector_registers(config)
     if excess <= 0 or not vectors:
         return frozenset()
     ld, moved = vectors[-1]
     # Its distinct copies in emission order (tile positions outermost first, then the vector
     # step); the last ``excess`` of them are re-read.
-    distinct = sorted({(tuple(p[k] for k in moved), j)
-                       for p in itertools.product(*map(range, trips))
-                       for j in range(vector_steps)})
+    distinct = sorted(
+        {
+            (tuple(p[k] for k in moved), j)
+            for p in itertools.product(*map(range, trips))
+            for j in range(vector_steps)
+        }
+    )
     chosen = set(distinct[-excess:])
-    return frozenset((ld, p, j) for p in itertools.product(*map(range, trips))
-                     for j in range(vector_steps)
-                     if (tuple(p[k] for k in moved), j) in chosen)
+    return frozenset(
+        (ld, p, j)
+        for p in itertools.product(*map(range, trips))
+        for j in range(vector_steps)
+        if (tuple(p[k] for k in moved), j) in chosen
+    )
 
 
-def streamed(reduction: la.For, vec: la.For, call: la.Call, accesses: Accesses,
-             config: CodegenConfig) -> frozenset[Load]:
+def streamed(
+    reduction: la.For, vec: la.For, call: la.Call, accesses: Accesses, config: CodegenConfig
+) -> frozenset[Load]:
     """The vector loads of a register tile's ``reduction`` that stream through an operand
     larger than ``config.prefetch_above`` bytes, moving forward with the innermost reduction
     loop.
@@ -318,8 +362,11 @@ def streamed(reduction: la.For, vec: la.For, call: la.Call, accesses: Accesses,
     lanes = accesses.lane_steps(call, vec.iterator) or {}
     along = accesses.iterator_steps(call, inner.iterator) or {}
     return frozenset(
-        ld for ld in loads(stmt.body)
-        if ld.buffer != stmt.write.buffer and all(isinstance(i, Aff) for i in ld.index)
+        ld
+        for ld in loads(stmt.body)
+        if ld.buffer != stmt.write.buffer
+        and all(isinstance(i, Aff) for i in ld.index)
         and accesses.buffers[ld.buffer].nbytes > config.prefetch_above
         and accesses.element_step(ld.buffer, ld.index, lanes) == 1
-        and accesses.element_step(ld.buffer, ld.index, along) > 0)
+        and accesses.element_step(ld.buffer, ld.index, along) > 0
+    )

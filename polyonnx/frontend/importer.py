@@ -39,9 +39,13 @@ from polyonnx.graph.validate import validate_node
 Dim = int | str | None  # None: a dimension ONNX knows nothing about
 
 
-def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] | None = None,
-                 *, target_opset: int | None = None,
-                 base_dir: str | os.PathLike | None = None) -> Graph:
+def import_model(
+    model: ModelSource,
+    input_shapes: Mapping[str, Iterable[int]] | None = None,
+    *,
+    target_opset: int | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> Graph:
     """Load ``model`` (see :func:`load_model`) and build a fully static :class:`Graph`.
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic or unknown dimensions;
@@ -99,15 +103,17 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
     for vi in gp.output:
         if vi.name not in values:
             raise ModelError(f"graph output {vi.name!r} is not produced by any node")
-    return refuse_dynamic_inputs(Graph(
-        name=gp.name or "main",
-        inputs=tuple(values[vi.name] for vi in inputs),
-        outputs=tuple(values[vi.name] for vi in gp.output),
-        nodes=tuple(nodes),
-        values=values,
-        constants=constants,
-        opset=default_opset(proto),
-    ))
+    return refuse_dynamic_inputs(
+        Graph(
+            name=gp.name or "main",
+            inputs=tuple(values[vi.name] for vi in inputs),
+            outputs=tuple(values[vi.name] for vi in gp.output),
+            nodes=tuple(nodes),
+            values=values,
+            constants=constants,
+            opset=default_opset(proto),
+        )
+    )
 
 
 #: Tensors up to this many elements are evaluated while typing the values ONNX inference left
@@ -115,8 +121,9 @@ def import_model(model: ModelSource, input_shapes: Mapping[str, Iterable[int]] |
 _SMALL = 1 << 16
 
 
-def _type_the_rest(nodes: list[Node], values: dict[str, Value],
-                   constants: Mapping[str, np.ndarray], opset: int) -> None:
+def _type_the_rest(
+    nodes: list[Node], values: dict[str, Value], constants: Mapping[str, np.ndarray], opset: int
+) -> None:
     """Types every node output ONNX inference left open, in topological order.
 
     ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
@@ -127,8 +134,11 @@ def _type_the_rest(nodes: list[Node], values: dict[str, Value],
     known = {k: v for k, v in constants.items() if v.size <= _SMALL}
     for n in nodes:
         check_inputs(n, values, opset)
-        if n.op_type in DYNAMIC_OPS and not n.domain and any(o and o not in values
-                                                              for o in n.outputs):
+        if (
+            n.op_type in DYNAMIC_OPS
+            and not n.domain
+            and any(o and o not in values for o in n.outputs)
+        ):
             _type_dynamic(n, values, {**constants, **known}, opset)
         if any(o and o not in values for o in n.outputs):
             validate_node(n, values)  # a bad attribute is the likely reason inference failed
@@ -136,21 +146,30 @@ def _type_the_rest(nodes: list[Node], values: dict[str, Value],
                 values.setdefault(v.name, v)
         for o in n.outputs:
             if o and o not in values:
-                raise ShapeError(f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
-                                 "shape (does it depend on input data?)")
+                raise ShapeError(
+                    f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
+                    "shape (does it depend on input data?)"
+                )
         if n.op_type in ("Shape", "Size") and not n.domain:
             shape = values[n.inputs[0]].shape
             dims = np.array(shape, dtype=np.int64)
-            known[n.outputs[0]] = (np.array(dims.prod(), dtype=np.int64) if n.op_type == "Size"
-                                   else dims[n.attr("start", 0):n.attr("end", None)])
-        elif (all(i in known for i in n.inputs if i) and not n.domain
-              and all(int(np.prod(values[o].shape)) <= _SMALL for o in n.outputs if o)
-              and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)):
+            known[n.outputs[0]] = (
+                np.array(dims.prod(), dtype=np.int64)
+                if n.op_type == "Size"
+                else dims[n.attr("start", 0) : n.attr("end", None)]
+            )
+        elif (
+            all(i in known for i in n.inputs if i)
+            and not n.domain
+            and all(int(np.prod(values[o].shape)) <= _SMALL for o in n.outputs if o)
+            and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)
+        ):
             known.update(evaluate_node(n, known, opset) or {})
 
 
-def _type_dynamic(n: Node, values: dict[str, Value], known: Mapping[str, np.ndarray],
-                  opset: int) -> None:
+def _type_dynamic(
+    n: Node, values: dict[str, Value], known: Mapping[str, np.ndarray], opset: int
+) -> None:
     """Types the outputs of NonZero, Compress, Unique or TopK: symbolic extents when they
     depend on run-time data (:mod:`polyonnx.graph.dynamic`), else the shapes of their value."""
     if is_dynamic(n, known):
@@ -159,12 +178,12 @@ def _type_dynamic(n: Node, values: dict[str, Value], known: Mapping[str, np.ndar
     elif all(i in known for i in n.inputs if i) and n.op_type != "TopK":
         for name, arr in (evaluate_node(n, known, opset) or {}).items():
             arr = np.asarray(arr)
-            values.setdefault(name, Value(name, arr.dtype.name,
-                                          tuple(int(d) for d in arr.shape)))
+            values.setdefault(name, Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape)))
 
 
-def _infer_alone(n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray],
-                 opset: int) -> tuple[Value, ...]:
+def _infer_alone(
+    n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray], opset: int
+) -> tuple[Value, ...]:
     """ONNX inference on ``n`` alone, its known inputs given as initializers; () if it fails."""
     ins = [i for i in dict.fromkeys(n.inputs) if i]
     if any(i not in known and i not in values for i in ins):
@@ -172,11 +191,18 @@ def _infer_alone(n: Node, values: Mapping[str, Value], known: Mapping[str, np.nd
     proto = helper.make_node(n.op_type, list(n.inputs), list(n.outputs), domain=n.domain)
     proto.attribute.extend(to_attribute(k, v) for k, v in n.attrs)
     g = helper.make_graph(
-        [proto], "one",
-        [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(
-            np.dtype(values[i].dtype)), list(values[i].shape)) for i in ins if i not in known],
+        [proto],
+        "one",
+        [
+            helper.make_tensor_value_info(
+                i, helper.np_dtype_to_tensor_dtype(np.dtype(values[i].dtype)), list(values[i].shape)
+            )
+            for i in ins
+            if i not in known
+        ],
         [helper.make_empty_tensor_value_info(o) for o in n.outputs if o],
-        [numpy_helper.from_array(known[i], i) for i in ins if i in known])
+        [numpy_helper.from_array(known[i], i) for i in ins if i in known],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
@@ -191,8 +217,10 @@ def _tensor(t: onnx.TensorProto) -> np.ndarray:
     try:
         return numpy_helper.to_array(t)
     except ValueError as e:
-        raise ModelError(f"initializer {t.name!r} of dims {list(t.dims)}: its data does not "
-                         f"match its shape ({e})") from None
+        raise ModelError(
+            f"initializer {t.name!r} of dims {list(t.dims)}: its data does not "
+            f"match its shape ({e})"
+        ) from None
 
 
 def _fresh(base: str, taken: set[str]) -> str:
@@ -207,18 +235,22 @@ def _dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                 for d in tt.shape.dim)
+    return tuple(
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
+    )
 
 
-def _specialise_inputs(gp: onnx.GraphProto, init_names: set[str],
-                       shapes: dict[str, Iterable[int]]) -> bool:
+def _specialise_inputs(
+    gp: onnx.GraphProto, init_names: set[str], shapes: dict[str, Iterable[int]]
+) -> bool:
     """Writes concrete input shapes into ``gp``; returns whether any input changed."""
     real = {vi.name: vi for vi in gp.input if vi.name not in init_names}
     unknown = sorted(set(shapes) - set(real))
     if unknown:
-        raise ShapeError(f"input_shapes names {unknown}, which are not inputs of the model; "
-                         f"its inputs are {sorted(real)}")
+        raise ShapeError(
+            f"input_shapes names {unknown}, which are not inputs of the model; "
+            f"its inputs are {sorted(real)}"
+        )
     changed = False
     for name, vi in real.items():
         if not vi.type.HasField("tensor_type"):
@@ -226,22 +258,34 @@ def _specialise_inputs(gp: onnx.GraphProto, init_names: set[str],
         dims = _dims(vi)
         if name not in shapes:
             if dims is None or any(not isinstance(d, int) for d in dims):
-                which = "its rank" if dims is None else ", ".join(
-                    f"dim {i} ({d or '?'})" for i, d in enumerate(dims) if not isinstance(d, int))
-                raise ShapeError(f"input {name!r} has an unknown shape ({which}); pass "
-                                 f"input_shapes={{{name!r}: (...)}} to give it concrete sizes")
+                which = (
+                    "its rank"
+                    if dims is None
+                    else ", ".join(
+                        f"dim {i} ({d or '?'})"
+                        for i, d in enumerate(dims)
+                        if not isinstance(d, int)
+                    )
+                )
+                raise ShapeError(
+                    f"input {name!r} has an unknown shape ({which}); pass "
+                    f"input_shapes={{{name!r}: (...)}} to give it concrete sizes"
+                )
             continue
         given = tuple(shapes[name])
         if any(not isinstance(d, (int, np.integer)) or d < 0 for d in given):
             raise ShapeError(f"input_shapes[{name!r}] = {given} must be non-negative ints")
         if dims is not None:
             if len(dims) != len(given):
-                raise ShapeError(f"input_shapes[{name!r}] = {given} has rank {len(given)}, but "
-                                 f"the model declares rank {len(dims)}")
+                raise ShapeError(
+                    f"input_shapes[{name!r}] = {given} has rank {len(given)}, but "
+                    f"the model declares rank {len(dims)}"
+                )
             for i, (d, g) in enumerate(zip(dims, given, strict=True)):
                 if isinstance(d, int) and d != g:
-                    raise ShapeError(f"input_shapes[{name!r}] = {given}: dim {i} is fixed to "
-                                     f"{d} by the model")
+                    raise ShapeError(
+                        f"input_shapes[{name!r}] = {given}: dim {i} is fixed to {d} by the model"
+                    )
             if all(d == g for d, g in zip(dims, given, strict=True)):
                 continue
         shape = vi.type.tensor_type.shape
@@ -258,14 +302,16 @@ def _value(vi: onnx.ValueInfoProto) -> Value | None:
     if kind is None:
         return None
     if kind != "tensor_type":
-        raise UnsupportedOpError("value", detail=f"{vi.name!r} is a {kind}; polyonnx handles "
-                                 "tensors only")
+        raise UnsupportedOpError(
+            "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
+        )
     elem = vi.type.tensor_type.elem_type
     dims = _dims(vi)
     if elem == onnx.TensorProto.UNDEFINED or dims is None:
         return None
-    return Value(vi.name, _dtype_name(elem), tuple(d if isinstance(d, int) else (d or "?")
-                                                   for d in dims))
+    return Value(
+        vi.name, _dtype_name(elem), tuple(d if isinstance(d, int) else (d or "?") for d in dims)
+    )
 
 
 def _dtype_name(elem: int) -> str:
@@ -280,18 +326,24 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     if isinstance(v, onnx.TensorProto):
         return numpy_helper.to_array(v)
     if isinstance(v, list):
-        return tuple(x.decode("utf-8") if isinstance(x, bytes)
-                     else numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto)
-                     else x for x in v)
+        return tuple(
+            x.decode("utf-8")
+            if isinstance(x, bytes)
+            else numpy_helper.to_array(x)
+            if isinstance(x, onnx.TensorProto)
+            else x
+            for x in v
+        )
     return v
 
 
 def _constant_value(node: str, attrs: Mapping[str, Any]) -> np.ndarray:
     """The tensor a ``Constant`` node defines."""
     if len(attrs) != 1:
-        raise ModelError(f"Constant node {node!r} must have exactly one value attribute, has "
-                         f"{sorted(attrs)}")
-    (key, v), = attrs.items()
+        raise ModelError(
+            f"Constant node {node!r} must have exactly one value attribute, has {sorted(attrs)}"
+        )
+    ((key, v),) = attrs.items()
     if key == "value":
         return v
     if key in ("value_float", "value_floats"):
@@ -312,14 +364,15 @@ def _toposort(nodes: list[Node], defined: set[str]) -> list[Node]:
                 continue
             if o in producer or o in defined:
                 first = producer[o].name if o in producer else "a graph input or initializer"
-                raise ModelError(f"value {o!r} is defined twice: by node {n.name!r} and by "
-                                 f"{first}")
+                raise ModelError(f"value {o!r} is defined twice: by node {n.name!r} and by {first}")
             producer[o] = n
     for n in nodes:
         for i in n.inputs:
             if i and i not in producer and i not in defined:
-                raise ModelError(f"node {n.name!r} ({n.op_type}) reads {i!r}, which no node, "
-                                 "graph input or initializer defines")
+                raise ModelError(
+                    f"node {n.name!r} ({n.op_type}) reads {i!r}, which no node, "
+                    "graph input or initializer defines"
+                )
     # Kahn's algorithm with a min-heap on the original index: a model already in topological
     # order (the checker demands it) keeps its order exactly.
     users: dict[str, list[int]] = {}

@@ -25,8 +25,12 @@ DEFAULT_MIN_OPSET = 13
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 
 
-def load_model(model: ModelSource, *, target_opset: int | None = None,
-               base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
+def load_model(
+    model: ModelSource,
+    *,
+    target_opset: int | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> onnx.ModelProto:
     """Parse, check, upgrade and shape-infer an ONNX model.
 
     ``model`` is a file path, the serialised bytes, or a ``ModelProto`` (which is copied, never
@@ -54,8 +58,7 @@ def load_model(model: ModelSource, *, target_opset: int | None = None,
     try:
         onnx.checker.check_model(proto)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
-        raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}"
-                         ) from None
+        raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None
     if proto.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
         proto = inliner.inline_local_functions(proto)
@@ -106,8 +109,9 @@ def _detach_weights(model: onnx.ModelProto) -> tuple[dict[str, onnx.TensorProto]
     return tensors, added
 
 
-def _attach_weights(model: onnx.ModelProto, weights: tuple[dict[str, onnx.TensorProto],
-                                                             set[str]]) -> None:
+def _attach_weights(
+    model: onnx.ModelProto, weights: tuple[dict[str, onnx.TensorProto], set[str]]
+) -> None:
     tensors, added = weights
     if not tensors:
         return
@@ -131,8 +135,9 @@ def default_opset(model: onnx.ModelProto) -> int:
     raise ModelError(f"model {model.graph.name!r} does not import the default ONNX domain")
 
 
-def _parse(model: ModelSource, base_dir: str | os.PathLike | None
-           ) -> tuple[str, onnx.ModelProto, str | None]:
+def _parse(
+    model: ModelSource, base_dir: str | os.PathLike | None
+) -> tuple[str, onnx.ModelProto, str | None]:
     """Returns (name for messages, a private copy of the proto, folder for external data)."""
     folder = os.fspath(base_dir) if base_dir is not None else None
     if isinstance(model, onnx.ModelProto):
@@ -153,14 +158,17 @@ def _parse(model: ModelSource, base_dir: str | os.PathLike | None
             raise ModelError(f"{where} cannot be read: {e.strerror}") from None
         folder = folder if folder is not None else os.path.dirname(os.path.abspath(path))
     else:
-        raise ModelError(f"cannot load a model from a {type(model).__name__}; "
-                         "pass a path, bytes or an onnx.ModelProto")
+        raise ModelError(
+            f"cannot load a model from a {type(model).__name__}; "
+            "pass a path, bytes or an onnx.ModelProto"
+        )
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelError(f"{where} is not a valid ONNX protobuf "
-                         f"(truncated or corrupt?): {e}") from None
+        raise ModelError(
+            f"{where} is not a valid ONNX protobuf (truncated or corrupt?): {e}"
+        ) from None
     if not proto.HasField("graph"):
         raise ModelError(f"{where} is not a valid ONNX model: it has no graph")
     return where, proto, folder
@@ -189,12 +197,15 @@ def _load_external_data(model: onnx.ModelProto, folder: str | None, where: str) 
         loc = info.get("location", "")
         what = f"{where}: external data {loc!r} of tensor {t.name!r}"
         if folder is None:
-            raise ModelError(f"{what} needs the model's folder; load the model from its path "
-                             "or pass base_dir")
+            raise ModelError(
+                f"{what} needs the model's folder; load the model from its path or pass base_dir"
+            )
         parts = loc.replace("\\", "/").split("/")
         if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")) or ".." in parts:
-            raise ModelError(f"{what} is refused: external data must be a relative path inside "
-                             "the model's folder")
+            raise ModelError(
+                f"{what} is refused: external data must be a relative path inside "
+                "the model's folder"
+            )
         root = os.path.realpath(folder)
         path = os.path.realpath(os.path.join(root, loc))
         # realpath resolves symlinks, so a link that points outside the folder is caught here.
@@ -209,8 +220,9 @@ def _load_external_data(model: onnx.ModelProto, folder: str | None, where: str) 
         except ValueError:
             raise ModelError(f"{what} has a malformed offset or length") from None
         if offset < 0 or length < 0 or offset + length > size:
-            raise ModelError(f"{what}: offset {offset} + length {length} is past the end of "
-                             f"the {size}-byte file")
+            raise ModelError(
+                f"{what}: offset {offset} + length {length} is past the end of the {size}-byte file"
+            )
         with open(path, "rb") as f:
             f.seek(offset)
             t.raw_data = f.read(length)
@@ -234,5 +246,6 @@ def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.Mod
     try:
         return version_converter.convert_version(model, target)
     except Exception as e:  # the converter raises assorted C++ errors
-        raise ModelError(f"{where}: cannot convert from opset {opset} to {target}: "
-                         f"{_one_line(e)}") from None
+        raise ModelError(
+            f"{where}: cannot convert from opset {opset} to {target}: {_one_line(e)}"
+        ) from None

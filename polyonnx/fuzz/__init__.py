@@ -30,6 +30,19 @@ from polyonnx.fuzz.graphs import random_graph
 from polyonnx.fuzz.worker import Worker
 
 __all__ = [
-    "KINDS", "MAKERS", "MAX_TENSOR_BYTES", "Case", "Draw", "Outcome", "RandomDraw", "Worker",
-    "campaign", "check", "compare", "corrupt_feeds", "corrupt_model", "main", "random_graph",
+    "KINDS",
+    "MAKERS",
+    "MAX_TENSOR_BYTES",
+    "Case",
+    "Draw",
+    "Outcome",
+    "RandomDraw",
+    "Worker",
+    "campaign",
+    "check",
+    "compare",
+    "corrupt_feeds",
+    "corrupt_model",
+    "main",
+    "random_graph",
 ]

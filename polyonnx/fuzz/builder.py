@@ -43,8 +43,7 @@ class Builder:
         self._count += 1
         return f"{base}{self._count}"
 
-    def data(self, shape: Sequence[int], dtype: str, *, away_from_zero: bool = False
-             ) -> np.ndarray:
+    def data(self, shape: Sequence[int], dtype: str, *, away_from_zero: bool = False) -> np.ndarray:
         if np.dtype(dtype).kind in "iu":
             lo, hi = (1, 6) if away_from_zero else (-5, 6)
             out = self._rng.integers(lo, hi, shape)
@@ -72,20 +71,26 @@ class Builder:
 
     def node(self, op: str, inputs: Sequence[str], dtype: str, **attrs: Any) -> Value:
         out = self.fresh("v")
-        self.nodes.append(helper.make_node(op, list(inputs), [out], name=f"{op.lower()}_{out}",
-                                           **attrs))
+        self.nodes.append(
+            helper.make_node(op, list(inputs), [out], name=f"{op.lower()}_{out}", **attrs)
+        )
         self.ops.append(op)
         return Value(out, self._infer(out), dtype)
 
     def model(self, outputs: Sequence[Value]) -> onnx.ModelProto:
-        outs = [helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(
-            np.dtype(v.dtype)), list(v.shape)) for v in outputs]
+        outs = [
+            helper.make_tensor_value_info(
+                v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), list(v.shape)
+            )
+            for v in outputs
+        ]
         g = helper.make_graph(self.nodes, "fuzz", self.inputs, outs, self.inits)
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
 
     def _infer(self, name: str) -> tuple[int, ...]:
-        g = helper.make_graph(self.nodes, "fuzz", self.inputs,
-                              [helper.make_empty_tensor_value_info(name)], self.inits)
+        g = helper.make_graph(
+            self.nodes, "fuzz", self.inputs, [helper.make_empty_tensor_value_info(name)], self.inits
+        )
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
         inferred = shape_inference.infer_shapes(m, strict_mode=True)
         dims = inferred.graph.output[0].type.tensor_type.shape.dim

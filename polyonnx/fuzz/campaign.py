@@ -17,13 +17,22 @@ from polyonnx.fuzz.worker import Worker
 
 #: How each kind of case is made from a draw.
 MAKERS: dict[str, Callable[[Draw], Case]] = {
-    "graph": random_graph, "model": corrupt_model, "feed": corrupt_feeds}
+    "graph": random_graph,
+    "model": corrupt_model,
+    "feed": corrupt_feeds,
+}
 
 KINDS = tuple(MAKERS)
 
 
-def campaign(kinds: Sequence[str], cases: int, seed: int, seconds: float | None,
-             show: bool = False, timeout: float = 120.0) -> int:
+def campaign(
+    kinds: Sequence[str],
+    cases: int,
+    seed: int,
+    seconds: float | None,
+    show: bool = False,
+    timeout: float = 120.0,
+) -> int:
     """Run cases ``seed .. seed + cases - 1`` (kinds taking turns); print a summary.
 
     Returns the number of failures.
@@ -53,14 +62,22 @@ def campaign(kinds: Sequence[str], cases: int, seed: int, seconds: float | None,
                 print(f"  -> {outcome.status} {outcome.detail}")
             if outcome.failed:
                 failures.append((kind, seed + i, case, outcome))
-                print(f"FAIL {kind} seed {seed + i}: {outcome.status}: {outcome.detail}\n"
-                      f"     case: {case.label}", flush=True)
+                print(
+                    f"FAIL {kind} seed {seed + i}: {outcome.status}: {outcome.detail}\n"
+                    f"     case: {case.label}",
+                    flush=True,
+                )
             if tried % 100 == 0:
-                print(f"... {tried} cases, {len(failures)} failures, "
-                      f"{time.monotonic() - start:.0f} s", flush=True)
+                print(
+                    f"... {tried} cases, {len(failures)} failures, "
+                    f"{time.monotonic() - start:.0f} s",
+                    flush=True,
+                )
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    print(f"cases tried: {tried} ({summary}); failures: {len(failures)}; "
-          f"{time.monotonic() - start:.0f} s")
+    print(
+        f"cases tried: {tried} ({summary}); failures: {len(failures)}; "
+        f"{time.monotonic() - start:.0f} s"
+    )
     for kind, s, _, _ in failures:
         print(f"  replay: python -m polyonnx.fuzz --kinds {kind} --seed {s} --cases 1 --show")
     return len(failures)
@@ -68,21 +85,29 @@ def campaign(kinds: Sequence[str], cases: int, seed: int, seconds: float | None,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m polyonnx.fuzz``: exit status 1 when any case failed."""
-    p = argparse.ArgumentParser(prog="python -m polyonnx.fuzz",
-                                description=sys.modules[__package__].__doc__,  # polyonnx.fuzz's
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m polyonnx.fuzz",
+        description=sys.modules[__package__].__doc__,  # polyonnx.fuzz's
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--cases", type=int, default=1000, help="number of cases (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first case (default 0)")
-    p.add_argument("--kinds", default=",".join(KINDS),
-                   help=f"comma-separated kinds among {', '.join(KINDS)} (default all)")
+    p.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated kinds among {', '.join(KINDS)} (default all)",
+    )
     p.add_argument("--seconds", type=float, help="stop after this long")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds one case may take before it counts as a hang (default 120)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds one case may take before it counts as a hang (default 120)",
+    )
     p.add_argument("--show", action="store_true", help="print every case and its outcome")
     args = p.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         p.error(f"unknown kinds {unknown}; choose among {', '.join(KINDS)}")
-    return 1 if campaign(kinds, args.cases, args.seed, args.seconds, args.show,
-                         args.timeout) else 0
+    return 1 if campaign(kinds, args.cases, args.seed, args.seconds, args.show, args.timeout) else 0

@@ -56,8 +56,7 @@ def check(case: Case) -> Outcome:
             except UnsupportedOpError as e:
                 return Outcome("unsupported", str(e))
             except PolyonnxError as e:
-                return Outcome("fail", f"refused a model onnxruntime runs: "
-                               f"{type(e).__name__}: {e}")
+                return Outcome("fail", f"refused a model onnxruntime runs: {type(e).__name__}: {e}")
             diff = compare(got, want)
             return Outcome("fail", diff) if diff else Outcome("pass")
         try:
@@ -67,8 +66,10 @@ def check(case: Case) -> Outcome:
                 return Outcome("fail", f"the base model does not compile: {e}")
             return Outcome("pass", f"refused: {type(e).__name__}")
         if case.kind == "model":
-            feeds = {a.name: np.zeros([d if isinstance(d, int) else 1 for d in a.shape],
-                                      a.dtype) for a in sess.get_inputs()}
+            feeds = {
+                a.name: np.zeros([d if isinstance(d, int) else 1 for d in a.shape], a.dtype)
+                for a in sess.get_inputs()
+            }
             try:
                 sess.run(None, feeds)
             except PolyonnxError as e:
@@ -80,8 +81,11 @@ def check(case: Case) -> Outcome:
             return Outcome("pass", f"refused: {e}")
         clean = {k: np.array(v, order="C", copy=True) for k, v in case.feeds.items()}
         diff = compare(got, sess.run(None, clean))
-        return Outcome("fail", f"odd layout changed the result: {diff}") if diff \
+        return (
+            Outcome("fail", f"odd layout changed the result: {diff}")
+            if diff
             else Outcome("pass", "ran")
+        )
     except Exception:  # noqa: BLE001 - anything but a PolyonnxError is the bug being hunted
         lines = traceback.format_exc().strip().splitlines()
         return Outcome("fail", " | ".join(lines[-3:]))

@@ -31,7 +31,7 @@ def _mutate_bytes(draw: Draw, data: bytes) -> tuple[bytes, str]:
         junk = bytes(draw.integer(0, 255) for _ in range(draw.integer(1, 16)))
         return bytes(buf[:at] + junk + buf[at:]), f"{len(junk)} bytes inserted at {at}"
     start = draw.integer(0, len(buf) - 1)
-    chunk = buf[start:start + draw.integer(1, 64)]
+    chunk = buf[start : start + draw.integer(1, 64)]
     return bytes(buf[:at] + chunk + buf[at:]), f"{len(chunk)} bytes copied to {at}"
 
 
@@ -40,8 +40,12 @@ def _mutate_proto(draw: Draw, m: onnx.ModelProto) -> str:
     g = m.graph
     what = draw.choice(["attribute", "dim", "name", "type", "version", "op", "drop", "init"])
     if what == "attribute":
-        attrs = [(n, a) for n in g.node for a in n.attribute
-                 if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)]
+        attrs = [
+            (n, a)
+            for n in g.node
+            for a in n.attribute
+            if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)
+        ]
         if attrs:
             n, a = draw.choice(attrs)
             value = draw.choice(_HOSTILE_INTS)
@@ -71,8 +75,17 @@ def _mutate_proto(draw: Draw, m: onnx.ModelProto) -> str:
     if what == "type":
         vis = list(g.input) + list(g.output)
         vi = draw.choice(vis)
-        elem = draw.choice([TensorProto.STRING, TensorProto.BOOL, TensorProto.INT8,
-                            TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.COMPLEX64, 0])
+        elem = draw.choice(
+            [
+                TensorProto.STRING,
+                TensorProto.BOOL,
+                TensorProto.INT8,
+                TensorProto.FLOAT16,
+                TensorProto.DOUBLE,
+                TensorProto.COMPLEX64,
+                0,
+            ]
+        )
         vi.type.tensor_type.elem_type = elem
         return f"element type of {vi.name} set to {elem}"
     if what == "version":
@@ -83,8 +96,21 @@ def _mutate_proto(draw: Draw, m: onnx.ModelProto) -> str:
         return f"opset {m.opset_import[0].version}"
     if what == "op" and g.node:
         n = draw.choice(list(g.node))
-        n.op_type = draw.choice(["Conv", "MaxPool", "Gemm", "Softmax", "Concat", "Transpose",
-                                 "Add", "Relu", "Pad", "NoSuchOp", "Loop"])
+        n.op_type = draw.choice(
+            [
+                "Conv",
+                "MaxPool",
+                "Gemm",
+                "Softmax",
+                "Concat",
+                "Transpose",
+                "Add",
+                "Relu",
+                "Pad",
+                "NoSuchOp",
+                "Loop",
+            ]
+        )
         return f"a node's op changed to {n.op_type}"
     if what == "drop" and g.node:
         k = draw.integer(0, len(g.node) - 1)
@@ -121,11 +147,27 @@ def corrupt_feeds(draw: Draw) -> Case:
     feeds: dict[str, Any] = dict(base.feeds)
     name = draw.choice(sorted(feeds))
     x = feeds[name]
-    what = draw.choice(["dtype", "shape", "rank", "fortran", "strided", "misaligned", "zero",
-                        "nan", "none", "list", "scalar", "extra", "missing"])
+    what = draw.choice(
+        [
+            "dtype",
+            "shape",
+            "rank",
+            "fortran",
+            "strided",
+            "misaligned",
+            "zero",
+            "nan",
+            "none",
+            "list",
+            "scalar",
+            "extra",
+            "missing",
+        ]
+    )
     if what == "dtype":
-        feeds[name] = x.astype(draw.choice(["float16", "float64", "int32", "int64", "bool",
-                                            "uint8"]))
+        feeds[name] = x.astype(
+            draw.choice(["float16", "float64", "int32", "int64", "bool", "uint8"])
+        )
     elif what == "shape" and x.ndim:
         shape = list(x.shape)
         shape[draw.integer(0, x.ndim - 1)] += draw.choice([-1, 1, 5])

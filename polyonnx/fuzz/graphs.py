@@ -34,6 +34,9 @@ def random_graph(draw: Draw) -> Case:
         v = b.node("Neg", [first], dtype)
     outputs = [o for o in outputs if o.name != first and o.name != v.name] + [v]
     model = b.model(outputs)
-    return Case("graph", model.SerializeToString(), b.feeds,
-                f"opset {opset}: {' -> '.join(b.ops)} on {dtype}{list(shape)}")
-
+    return Case(
+        "graph",
+        model.SerializeToString(),
+        b.feeds,
+        f"opset {opset}: {' -> '.join(b.ops)} on {dtype}{list(shape)}",
+    )

@@ -29,14 +29,27 @@ def _broadcast_shape(b: Builder, shape: tuple[int, ...]) -> tuple[int, ...]:
     out = [d if b.draw.integer(0, 2) else 1 for d in shape]
     if b.draw.integer(0, 4) == 0 and len(out) < 4:
         return (b.draw.integer(1, 3), *out)  # the other operand has more dims
-    return tuple(out[b.draw.integer(0, len(out)):] if b.draw.integer(0, 1) else out)
+    return tuple(out[b.draw.integer(0, len(out)) :] if b.draw.integer(0, 1) else out)
 
 
 def _unary(b: Builder, v: Value) -> Value | None:
     if v.dtype.startswith("int"):
         return b.node(b.draw.choice(["Abs", "Neg"]), [v.name], v.dtype)
-    op = b.draw.choice(["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Sqrt", "Log",
-                        "Reciprocal", "LeakyRelu", "Clip"])
+    op = b.draw.choice(
+        [
+            "Relu",
+            "Neg",
+            "Abs",
+            "Sigmoid",
+            "Tanh",
+            "Exp",
+            "Sqrt",
+            "Log",
+            "Reciprocal",
+            "LeakyRelu",
+            "Clip",
+        ]
+    )
     if op == "Exp":  # bounded argument: no overflow to inf
         return b.node("Exp", [b.node("Tanh", [v.name], v.dtype).name], v.dtype)
     if op in ("Sqrt", "Log", "Reciprocal"):
@@ -45,14 +58,12 @@ def _unary(b: Builder, v: Value) -> Value | None:
         return b.node(op, [v.name], v.dtype, alpha=b.draw.choice([0.01, 0.1, 0.5]))
     if op == "Clip":
         lo = b.draw.choice([-1.0, -0.5, 0.0])
-        return b.node(op, [v.name, _scalar(b, lo, v.dtype), _scalar(b, lo + 1.0, v.dtype)],
-                      v.dtype)
+        return b.node(op, [v.name, _scalar(b, lo, v.dtype), _scalar(b, lo + 1.0, v.dtype)], v.dtype)
     return b.node(op, [v.name], v.dtype)
 
 
 def _binary(b: Builder, v: Value) -> Value | None:
-    ops = ["Add", "Sub", "Mul", "Max", "Min"] + (["Div"] if not v.dtype.startswith("int")
-                                                 else [])
+    ops = ["Add", "Sub", "Mul", "Max", "Min"] + (["Div"] if not v.dtype.startswith("int") else [])
     op = b.draw.choice(ops)
     shape = _broadcast_shape(b, v.shape)
     if np.prod(np.broadcast_shapes(shape, v.shape)) > MAX_ELEMENTS:
@@ -66,18 +77,19 @@ def _pow(b: Builder, v: Value) -> Value | None:
     if v.dtype.startswith("int"):
         return None
     base = _positive(b, v)
-    return b.node("Pow", [base.name, _scalar(b, b.draw.choice([0.5, 2.0, 3.0]), v.dtype)],
-                  v.dtype)
+    return b.node("Pow", [base.name, _scalar(b, b.draw.choice([0.5, 2.0, 3.0]), v.dtype)], v.dtype)
 
 
-def _window_attrs(b: Builder, spatial: Sequence[int], kernel: Sequence[int], *,
-                  dilations: bool) -> dict[str, Any] | None:
+def _window_attrs(
+    b: Builder, spatial: Sequence[int], kernel: Sequence[int], *, dilations: bool
+) -> dict[str, Any] | None:
     """Random strides, dilations and pads for which every output dimension is >= 1."""
     rank = len(spatial)
     strides = [b.draw.integer(1, 3) for _ in range(rank)]
     dil = [b.draw.integer(1, 2) for _ in range(rank)] if dilations else [1] * rank
-    pads = [b.draw.integer(0, k - 1) for k in kernel] * 2 if b.draw.integer(0, 1) \
-        else [0] * (2 * rank)
+    pads = (
+        [b.draw.integer(0, k - 1) for k in kernel] * 2 if b.draw.integer(0, 1) else [0] * (2 * rank)
+    )
     for k in range(rank):
         span = (kernel[k] - 1) * dil[k] + 1
         if spatial[k] + pads[k] + pads[rank + k] < span:
@@ -123,8 +135,7 @@ def _pool(b: Builder, v: Value) -> Value | None:
     return b.node(op, [v.name], v.dtype, **attrs)
 
 
-def _ceil_mode_agrees(spatial: Sequence[int], kernel: Sequence[int],
-                      attrs: dict[str, Any]) -> bool:
+def _ceil_mode_agrees(spatial: Sequence[int], kernel: Sequence[int], attrs: dict[str, Any]) -> bool:
     """Whether ONNX shape inference and onnxruntime agree on the ceil_mode output size: they
     differ when the last window would start past the input and its begin padding (onnxruntime
     drops that window, polyonnx too, and refuses the inferred shape with a ShapeError)."""
@@ -148,8 +159,15 @@ def _matmul(b: Builder, v: Value) -> Value | None:
         inputs = [v.name, w]
         if b.draw.integer(0, 1):
             inputs.append(b.operand(b.draw.choice([(n,), (1, n), (rows, n), ()]), v.dtype))
-        return b.node("Gemm", inputs, v.dtype, transA=trans_a, transB=trans_b,
-                      alpha=b.draw.choice([1.0, 0.5]), beta=b.draw.choice([1.0, 2.0]))
+        return b.node(
+            "Gemm",
+            inputs,
+            v.dtype,
+            transA=trans_a,
+            transB=trans_b,
+            alpha=b.draw.choice([1.0, 0.5]),
+            beta=b.draw.choice([1.0, 2.0]),
+        )
     k = v.shape[-1]
     w_shape = (k,) if b.draw.integer(0, 4) == 0 else (*_broadcast_shape(b, v.shape[:-2]), k, n)
     if np.prod(v.shape[:-1]) * n > MAX_ELEMENTS:
@@ -161,8 +179,12 @@ def _softmax(b: Builder, v: Value) -> Value | None:
     if v.dtype not in ("float32", "float64") or not v.shape:
         return None
     rank = len(v.shape)
-    return b.node(b.draw.choice(["Softmax", "LogSoftmax"]), [v.name], v.dtype,
-                  axis=b.draw.integer(-rank, rank - 1))
+    return b.node(
+        b.draw.choice(["Softmax", "LogSoftmax"]),
+        [v.name],
+        v.dtype,
+        axis=b.draw.integer(-rank, rank - 1),
+    )
 
 
 def _layout(b: Builder, v: Value) -> Value | None:
@@ -183,12 +205,12 @@ def _layout(b: Builder, v: Value) -> Value | None:
         if np.prod(v.shape) + np.prod(shape) > MAX_ELEMENTS:
             return None
         other = b.operand(shape, v.dtype)
-        return b.node(op, [v.name, other] if b.draw.integer(0, 1) else [other, v.name],
-                      v.dtype, axis=axis)
+        return b.node(
+            op, [v.name, other] if b.draw.integer(0, 1) else [other, v.name], v.dtype, axis=axis
+        )
     if op == "Pad":
         pads = [b.draw.integer(0, 2) for _ in range(2 * rank)]
-        if np.prod([d + pads[i] + pads[rank + i] for i, d in enumerate(v.shape)]) \
-                > MAX_ELEMENTS:
+        if np.prod([d + pads[i] + pads[rank + i] for i, d in enumerate(v.shape)]) > MAX_ELEMENTS:
             return None
         pad_const = b.fresh("pads")
         b.inits.append(numpy_helper.from_array(np.array(pads, np.int64), pad_const))
@@ -202,11 +224,22 @@ def _batchnorm(b: Builder, v: Value) -> Value | None:
     c = v.shape[1]
     var = b.fresh("var")
     b.inits.append(numpy_helper.from_array(np.abs(b.data((c,), v.dtype)) + 0.1, var))
-    return b.node("BatchNormalization", [v.name, b.operand((c,), v.dtype),
-                                         b.operand((c,), v.dtype), b.operand((c,), v.dtype),
-                                         var], v.dtype)
+    return b.node(
+        "BatchNormalization",
+        [v.name, b.operand((c,), v.dtype), b.operand((c,), v.dtype), b.operand((c,), v.dtype), var],
+        v.dtype,
+    )
 
 
 #: Every op a graph can grow by, drawn uniformly.
 GROWERS: tuple[Callable[[Builder, Value], Value | None], ...] = (
-    _unary, _binary, _pow, _conv, _pool, _matmul, _softmax, _layout, _batchnorm)
+    _unary,
+    _binary,
+    _pow,
+    _conv,
+    _pool,
+    _matmul,
+    _softmax,
+    _layout,
+    _batchnorm,
+)

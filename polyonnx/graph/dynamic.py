@@ -49,8 +49,9 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
     """The types of a dynamic node's outputs, with :func:`count_dim` where data decides."""
     x = values.get(node.inputs[0])
     if x is None or not x.is_static:
-        raise UnsupportedOpError(node.op_type, opset, node.name,
-                                 f"input {node.inputs[0]!r} has no static shape")
+        raise UnsupportedOpError(
+            node.op_type, opset, node.name, f"input {node.inputs[0]!r} has no static shape"
+        )
     xs = tuple(int(d) for d in x.shape)
     cnt = count_dim(node)
     outs = [o for o in node.outputs]
@@ -63,8 +64,9 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
         if axis is None:
             return None
         if not -rank <= int(axis) < rank:
-            raise UnsupportedOpError(node.op_type, opset, node.name,
-                                     f"axis {axis} out of range for rank {rank}")
+            raise UnsupportedOpError(
+                node.op_type, opset, node.name, f"axis {axis} out of range for rank {rank}"
+            )
         return int(axis) % rank
 
     if node.op_type == "NonZero":
@@ -80,8 +82,12 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
     # Unique: Y, indices, inverse_indices, counts.
     axis = axis_of(len(xs), None)
     n = int(np.prod(xs, dtype=np.int64)) if axis is None else xs[axis]
-    types = [(x.dtype, (cnt,) if axis is None else along(xs, axis)), ("int64", (cnt,)),
-             ("int64", (n,)), ("int64", (cnt,))]
+    types = [
+        (x.dtype, (cnt,) if axis is None else along(xs, axis)),
+        ("int64", (cnt,)),
+        ("int64", (n,)),
+        ("int64", (cnt,)),
+    ]
     return tuple(Value(o, t, s) for o, (t, s) in zip(outs, types, strict=False) if o)
 
 
@@ -92,10 +98,13 @@ def check_inputs(node: Node, values: Mapping[str, Value], opset: int) -> None:
         if v is not None and not v.is_static:
             dims = [d for d in v.shape if not isinstance(d, int)]
             raise UnsupportedOpError(
-                node.op_type, opset, node.name,
+                node.op_type,
+                opset,
+                node.name,
                 f"input {i!r} has a data-dependent extent ({', '.join(map(str, dims))}); "
                 "polyonnx supports such values only as graph outputs, not as inputs of "
-                "other nodes")
+                "other nodes",
+            )
 
 
 def refuse_dynamic_inputs(graph: Graph) -> Graph:
@@ -106,7 +115,11 @@ def refuse_dynamic_inputs(graph: Graph) -> Graph:
     seen: set[str] = set()
     for v in graph.outputs:
         if not v.is_static and v.name in seen:
-            raise UnsupportedOpError("graph output", graph.opset, v.name,
-                                     "a value with a data-dependent extent listed twice")
+            raise UnsupportedOpError(
+                "graph output",
+                graph.opset,
+                v.name,
+                "a value with a data-dependent extent listed twice",
+            )
         seen.add(v.name)
     return graph

@@ -63,8 +63,9 @@ class Node:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
         if isinstance(self.attrs, Mapping):
-            object.__setattr__(self, "attrs", tuple(sorted(
-                (k, _freeze(v)) for k, v in self.attrs.items())))
+            object.__setattr__(
+                self, "attrs", tuple(sorted((k, _freeze(v)) for k, v in self.attrs.items()))
+            )
 
     def attr(self, name: str, default: Any = None) -> Any:
         for k, v in self.attrs:
@@ -82,8 +83,10 @@ class Node:
     def __str__(self) -> str:
         attrs = ", ".join(f"{k}={_short(v)}" for k, v in self.attrs)
         attrs = f"[{attrs}]" if attrs else ""
-        return (f"{self.name}: {', '.join(self.outputs)} = {self.op_type}{attrs}"
-                f"({', '.join(self.inputs)})")
+        return (
+            f"{self.name}: {', '.join(self.outputs)} = {self.op_type}{attrs}"
+            f"({', '.join(self.inputs)})"
+        )
 
 
 def _short(v: Any) -> str:

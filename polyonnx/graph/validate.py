@@ -31,8 +31,22 @@ from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.shapes import BROADCAST, COMPARISON, SAME_AS_INPUT
 
 #: Element types native code handles (the krnl dtypes).
-SUPPORTED_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                              "uint8", "uint16", "uint32", "uint64", "bool"})
+SUPPORTED_DTYPES = frozenset(
+    {
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "bool",
+    }
+)
 
 #: The default of :attr:`polyonnx.options.Options.max_tensor_bytes`.
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30
@@ -54,25 +68,32 @@ def validate(graph: Graph, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> 
         validate_node(n, graph.values)
         for o in n.outputs:
             if o and o in graph.values:
-                _check_value(graph.values[o], f"output of node {n.name!r} ({n.op_type})",
-                             max_tensor_bytes)
+                _check_value(
+                    graph.values[o], f"output of node {n.name!r} ({n.op_type})", max_tensor_bytes
+                )
     return graph
 
 
 def _check_value(v: Value, what: str, limit: int) -> None:
     if any(isinstance(d, int) and d < 0 for d in v.shape):
-        raise ShapeError(f"value {v.name!r} ({what}) has a negative dimension: shape "
-                         f"{list(v.shape)}")
+        raise ShapeError(
+            f"value {v.name!r} ({what}) has a negative dimension: shape {list(v.shape)}"
+        )
     if v.dtype not in SUPPORTED_DTYPES:
         elem = "string" if v.dtype == "object" else v.dtype  # numpy holds strings as objects
-        raise UnsupportedOpError("value", detail=f"{v.name!r} ({what}) has element type "
-                                 f"{elem}; polyonnx handles numeric and bool tensors")
+        raise UnsupportedOpError(
+            "value",
+            detail=f"{v.name!r} ({what}) has element type "
+            f"{elem}; polyonnx handles numeric and bool tensors",
+        )
     if v.is_static:
         nbytes = int(np.prod(v.shape, dtype=object)) * np.dtype(v.dtype).itemsize
         if nbytes > limit:
-            raise ModelError(f"value {v.name!r} ({what}) of shape {list(v.shape)} would take "
-                             f"{nbytes} bytes, more than the limit of {limit} "
-                             "(Options.max_tensor_bytes)")
+            raise ModelError(
+                f"value {v.name!r} ({what}) of shape {list(v.shape)} would take "
+                f"{nbytes} bytes, more than the limit of {limit} "
+                "(Options.max_tensor_bytes)"
+            )
 
 
 def validate_node(node: Node, values: Mapping[str, Value]) -> None:
@@ -94,9 +115,32 @@ _ALL = (slice(None),)
 
 #: Ops whose inputs (in each slice) share one element type: ONNX's type constraint T.
 _SAME_TYPE: dict[str, tuple[slice, ...]] = {
-    **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Concat",
-                     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or",
-                     "Xor", "BitShift", "PRelu", "Clip", "Mod"), _ALL),
+    **dict.fromkeys(
+        (
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Max",
+            "Min",
+            "Sum",
+            "Mean",
+            "Concat",
+            "Equal",
+            "Less",
+            "LessOrEqual",
+            "Greater",
+            "GreaterOrEqual",
+            "And",
+            "Or",
+            "Xor",
+            "BitShift",
+            "PRelu",
+            "Clip",
+            "Mod",
+        ),
+        _ALL,
+    ),
     **dict.fromkeys(("Conv", "ConvTranspose", "Gemm"), (slice(0, 3),)),
     "MatMul": (slice(0, 2),),
     "Where": (slice(1, 3),),
@@ -106,31 +150,62 @@ _SAME_TYPE: dict[str, tuple[slice, ...]] = {
 
 
 #: Ops whose first output has the element type of their first input.
-_TYPE_PRESERVING = SAME_AS_INPUT | BROADCAST | frozenset({
-    "MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalMaxPool",
-    "GlobalAveragePool", "BatchNormalization", "Transpose", "Concat", "Pad", "Flatten",
-    "Reshape", "Squeeze", "Unsqueeze", "Expand", "Tile", "Slice", "Gather", "GatherElements"})
+_TYPE_PRESERVING = (
+    SAME_AS_INPUT
+    | BROADCAST
+    | frozenset(
+        {
+            "MatMul",
+            "Gemm",
+            "Conv",
+            "ConvTranspose",
+            "MaxPool",
+            "AveragePool",
+            "GlobalMaxPool",
+            "GlobalAveragePool",
+            "BatchNormalization",
+            "Transpose",
+            "Concat",
+            "Pad",
+            "Flatten",
+            "Reshape",
+            "Squeeze",
+            "Unsqueeze",
+            "Expand",
+            "Tile",
+            "Slice",
+            "Gather",
+            "GatherElements",
+        }
+    )
+)
 
 
 def _same_types(node: Node, values: Mapping[str, Value]) -> None:
     if node.op_type in _TYPE_PRESERVING and node.inputs and node.outputs:
         x, y = values.get(node.inputs[0]), values.get(node.outputs[0])
         if x is not None and y is not None and x.dtype != y.dtype:
-            raise ModelError(f"node {node.name!r} ({node.op_type}): output {y.name!r} is "
-                             f"declared {y.dtype} but the op computes {x.dtype}")
+            raise ModelError(
+                f"node {node.name!r} ({node.op_type}): output {y.name!r} is "
+                f"declared {y.dtype} but the op computes {x.dtype}"
+            )
     if node.op_type in BROADCAST | COMPARISON:
         shapes = [values[i].shape for i in node.inputs if i and i in values]
         try:
             np.broadcast_shapes(*shapes)
         except ValueError:
-            raise ShapeError(f"node {node.name!r} ({node.op_type}): input shapes "
-                             f"{[list(sh) for sh in shapes]} do not broadcast") from None
+            raise ShapeError(
+                f"node {node.name!r} ({node.op_type}): input shapes "
+                f"{[list(sh) for sh in shapes]} do not broadcast"
+            ) from None
     for part in _SAME_TYPE.get(node.op_type, ()):
         names = [i for i in node.inputs[part] if i and i in values]
         if len({values[i].dtype for i in names}) > 1:
             which = ", ".join(f"{i!r} ({values[i].dtype})" for i in names)
-            raise ModelError(f"node {node.name!r} ({node.op_type}): inputs {which} must have "
-                             "the same element type")
+            raise ModelError(
+                f"node {node.name!r} ({node.op_type}): inputs {which} must have "
+                "the same element type"
+            )
 
 
 def _shape(values: Mapping[str, Value], name: str) -> tuple[int, ...] | None:
@@ -146,8 +221,12 @@ def _ints(node: Node, attr: str) -> tuple[int, ...] | None:
     value = node.attr(attr)
     if value is None:
         return None
-    if isinstance(value, np.ndarray) or not isinstance(value, Sequence) \
-            or isinstance(value, str) or not all(isinstance(v, int) for v in value):
+    if (
+        isinstance(value, np.ndarray)
+        or not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not all(isinstance(v, int) for v in value)
+    ):
         raise _bad(node, attr, f"must be a list of ints, got {value!r}")
     return tuple(value)
 
@@ -175,14 +254,19 @@ def _window(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         raise _bad(node, "pads", f"must be non-negative, got {list(pads)}")
     auto_pad = node.attr("auto_pad", "NOTSET")
     if auto_pad not in _AUTO_PADS:
-        raise _bad(node, "auto_pad", f"has unknown value {auto_pad!r}; expected one of "
-                   f"{sorted(_AUTO_PADS)}")
+        raise _bad(
+            node,
+            "auto_pad",
+            f"has unknown value {auto_pad!r}; expected one of {sorted(_AUTO_PADS)}",
+        )
     x = shapes[0] if shapes else None
     if x is None:
         return
     if len(x) < 3:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): input {node.inputs[0]!r} has "
-                         f"shape {list(x)}; expected [N, C, spatial...]")
+        raise ShapeError(
+            f"node {node.name!r} ({node.op_type}): input {node.inputs[0]!r} has "
+            f"shape {list(x)}; expected [N, C, spatial...]"
+        )
     rank = len(x) - 2
     kernel = _ints(node, "kernel_shape")
     _length(node, "kernel_shape", kernel, rank)
@@ -199,12 +283,17 @@ def _window(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         span = (kernel[k] - 1) * dilations[k] + 1
         padded = x[2 + k] + pads[k] + pads[rank + k]
         if span > padded:
-            raise _bad(node, "kernel_shape", f"{list(kernel)} (dilated extent {span} on spatial "
-                       f"axis {k}) is larger than the padded input ({padded})")
+            raise _bad(
+                node,
+                "kernel_shape",
+                f"{list(kernel)} (dilated extent {span} on spatial "
+                f"axis {k}) is larger than the padded input ({padded})",
+            )
 
 
-def _conv_weights(node: Node, shapes: list[tuple[int, ...] | None],
-                  x: tuple[int, ...]) -> tuple[int, ...] | None:
+def _conv_weights(
+    node: Node, shapes: list[tuple[int, ...] | None], x: tuple[int, ...]
+) -> tuple[int, ...] | None:
     """Check ``group`` against X and W; the kernel from W's shape (None if W is untyped)."""
     group = _int(node, "group")
     group = 1 if group is None else group
@@ -217,19 +306,24 @@ def _conv_weights(node: Node, shapes: list[tuple[int, ...] | None],
     if w is None:
         return None
     if len(w) != len(x):
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): W {list(w)} and X {list(x)} "
-                         "must have the same rank")
+        raise ShapeError(
+            f"node {node.name!r} ({node.op_type}): W {list(w)} and X {list(x)} "
+            "must have the same rank"
+        )
     if node.op_type == "Conv":
         if w[0] % group:
             raise _bad(node, "group", f"= {group} does not divide the {w[0]} output channels")
         if w[1] * group != channels:
-            raise ShapeError(f"node {node.name!r} (Conv): W has {w[1]} input channels per "
-                             f"group, X has {channels} channels and group = {group}")
+            raise ShapeError(
+                f"node {node.name!r} (Conv): W has {w[1]} input channels per "
+                f"group, X has {channels} channels and group = {group}"
+            )
     return w[2:]
 
 
-def _axis_in(node: Node, attr: str, rank: int, *, inclusive: bool = False,
-             required: bool = False) -> None:
+def _axis_in(
+    node: Node, attr: str, rank: int, *, inclusive: bool = False, required: bool = False
+) -> None:
     axis = _int(node, attr)
     if axis is None:
         if required:
@@ -240,11 +334,13 @@ def _axis_in(node: Node, attr: str, rank: int, *, inclusive: bool = False,
         raise _bad(node, attr, f"= {axis} is out of range for rank {rank}")
 
 
-def _axis_check(attr: str = "axis", *, inclusive: bool = False, required: bool = False
-                ) -> Callable[[Node, list[tuple[int, ...] | None]], None]:
+def _axis_check(
+    attr: str = "axis", *, inclusive: bool = False, required: bool = False
+) -> Callable[[Node, list[tuple[int, ...] | None]], None]:
     def check(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         if shapes and shapes[0] is not None:
             _axis_in(node, attr, len(shapes[0]), inclusive=inclusive, required=required)
+
     return check
 
 
@@ -265,8 +361,11 @@ def _transpose(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
     if perm is None or not shapes or shapes[0] is None:
         return
     if sorted(perm) != list(range(len(shapes[0]))):
-        raise _bad(node, "perm", f"{list(perm)} is not a permutation of the "
-                   f"{len(shapes[0])} axes of {node.inputs[0]!r}")
+        raise _bad(
+            node,
+            "perm",
+            f"{list(perm)} is not a permutation of the {len(shapes[0])} axes of {node.inputs[0]!r}",
+        )
 
 
 def _lrn(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
@@ -280,14 +379,15 @@ def _gemm(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         return
     a, b = shapes[0], shapes[1]
     if len(a) != 2 or len(b) != 2:
-        raise ShapeError(f"node {node.name!r} (Gemm): A {list(a)} and B {list(b)} must be "
-                         "matrices")
+        raise ShapeError(f"node {node.name!r} (Gemm): A {list(a)} and B {list(b)} must be matrices")
     k_a = a[0] if node.attr("transA", 0) else a[1]
     k_b = b[1] if node.attr("transB", 0) else b[0]
     if k_a != k_b:
-        raise ShapeError(f"node {node.name!r} (Gemm): A {list(a)} and B {list(b)} disagree on "
-                         f"the inner dimension ({k_a} != {k_b}; transA="
-                         f"{node.attr('transA', 0)}, transB={node.attr('transB', 0)})")
+        raise ShapeError(
+            f"node {node.name!r} (Gemm): A {list(a)} and B {list(b)} disagree on "
+            f"the inner dimension ({k_a} != {k_b}; transA="
+            f"{node.attr('transA', 0)}, transB={node.attr('transB', 0)})"
+        )
 
 
 def _matmul(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
@@ -295,20 +395,48 @@ def _matmul(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         return
     a, b = shapes[0], shapes[1]
     if a and b and a[-1] != (b[0] if len(b) == 1 else b[-2]):
-        raise ShapeError(f"node {node.name!r} (MatMul): A {list(a)} and B {list(b)} disagree "
-                         "on the inner dimension")
+        raise ShapeError(
+            f"node {node.name!r} (MatMul): A {list(a)} and B {list(b)} disagree "
+            "on the inner dimension"
+        )
 
 
 _CHECKS: dict[str, Callable[[Node, list[Any]], None]] = {
     **dict.fromkeys(("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"), _window),
-    **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax", "Gather", "GatherElements",
-                     "ScatterElements", "Split", "ArgMax", "ArgMin", "Compress"),
-                    _axis_check()),
+    **dict.fromkeys(
+        (
+            "Softmax",
+            "LogSoftmax",
+            "Hardmax",
+            "Gather",
+            "GatherElements",
+            "ScatterElements",
+            "Split",
+            "ArgMax",
+            "ArgMin",
+            "Compress",
+        ),
+        _axis_check(),
+    ),
     "Concat": _axis_check(required=True),
     "Flatten": _axis_check(inclusive=True),
-    **dict.fromkeys(("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                     "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-                     "ReduceSumSquare", "Squeeze", "Unsqueeze"), _axes_list),
+    **dict.fromkeys(
+        (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceSumSquare",
+            "Squeeze",
+            "Unsqueeze",
+        ),
+        _axes_list,
+    ),
     "Transpose": _transpose,
     "LRN": _lrn,
     "Gemm": _gemm,

@@ -39,8 +39,13 @@ def zero_borders(graph: Graph, computed: Set[str]) -> dict[str, ir.Border]:
     for name, readers in graph.consumers().items():
         if name not in computed or name in outputs or not graph.value(name).is_static:
             continue
-        pads = [p for node in readers if node.inputs[0] == name
-                and name not in node.inputs[1:] and (p := _input_pads(node, ctx)) is not None]
+        pads = [
+            p
+            for node in readers
+            if node.inputs[0] == name
+            and name not in node.inputs[1:]
+            and (p := _input_pads(node, ctx)) is not None
+        ]
         if len(pads) != len(readers):  # (some reader is not a ConvBlocked reading it as X)
             continue
         axes = range(len(graph.value(name).shape))
@@ -51,15 +56,14 @@ def zero_borders(graph: Graph, computed: Set[str]) -> dict[str, ir.Border]:
     return borders
 
 
-def _input_pads(node: Node, ctx: LowerContext
-                ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _input_pads(node: Node, ctx: LowerContext) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The zero padding (before, after: one per axis of the input) that ``node``, a
     ConvBlocked, reads around its input; None for any other reader."""
     if (node.domain, node.op_type) != (INTERNAL_DOMAIN, "ConvBlocked"):
         return None
     xs, ws = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])
     rank = len(xs) - (2 if node.attr("plain_input", 0) else 3)
-    win = window(node, ctx, xs[2:2 + rank], ws[2:2 + rank])
+    win = window(node, ctx, xs[2 : 2 + rank], ws[2 : 2 + rank])
     rest = (0,) * (len(xs) - 2 - rank)
     return (0, 0, *win.pads_begin, *rest), (0, 0, *win.pads_end, *rest)
 
@@ -71,8 +75,13 @@ def store_bordered(kernel: ir.Kernel, borders: Mapping[str, ir.Border]) -> ir.Ke
     moved = {b.name: borders[b.name] for b in kernel.buffers if b.name in borders}
     if not moved:
         return kernel
-    body = ir.move_buffers(kernel.body, {name: (border.buffer, border.begin)
-                                         for name, border in moved.items()})
-    buffers = tuple(replace(b, name=moved[b.name].buffer, shape=moved[b.name].shape(b.shape))
-                    if b.name in moved else b for b in kernel.buffers)
+    body = ir.move_buffers(
+        kernel.body, {name: (border.buffer, border.begin) for name, border in moved.items()}
+    )
+    buffers = tuple(
+        replace(b, name=moved[b.name].buffer, shape=moved[b.name].shape(b.shape))
+        if b.name in moved
+        else b
+        for b in kernel.buffers
+    )
     return replace(kernel, buffers=buffers, body=body)

@@ -24,8 +24,11 @@ def accumulate_in_place(kernel: Kernel) -> Kernel:
     """``kernel`` with each temp that only feeds one full point-wise epilogue replaced by the
     epilogue's output (see the module docstring)."""
     for temp, target in _candidates(kernel):
-        kernel = replace(kernel, body=rename_buffers(kernel.body, {temp: target}),
-                         buffers=tuple(b for b in kernel.buffers if b.name != temp))
+        kernel = replace(
+            kernel,
+            body=rename_buffers(kernel.body, {temp: target}),
+            buffers=tuple(b for b in kernel.buffers if b.name != temp),
+        )
     return kernel
 
 
@@ -38,20 +41,24 @@ def _candidates(kernel: Kernel) -> list[tuple[str, str]]:
             continue
         target = epilogue.write.buffer
         before = [s for _, s in replace(kernel, body=kernel.body[:i]).statements()]
-        after = [s for _, s in replace(kernel, body=kernel.body[i + 1:]).statements()]
+        after = [s for _, s in replace(kernel, body=kernel.body[i + 1 :]).statements()]
         for ld in loads(epilogue.body):
             temp = ld.buffer
-            if (buffers[temp].kind != "temp" or ld.index != epilogue.write.index
-                    or buffers[temp].shape != buffers[target].shape
-                    or buffers[temp].dtype != buffers[target].dtype):
+            if (
+                buffers[temp].kind != "temp"
+                or ld.index != epilogue.write.index
+                or buffers[temp].shape != buffers[target].shape
+                or buffers[temp].dtype != buffers[target].dtype
+            ):
                 continue
             # A renaming: the target is used by no other statement, the temp by none after
             # the epilogue, and the epilogue reads the temp only at its point.
-            if any(o.buffer == target or (o.buffer == temp and o.index != ld.index)
-                   for o in loads(epilogue.body)):
+            if any(
+                o.buffer == target or (o.buffer == temp and o.index != ld.index)
+                for o in loads(epilogue.body)
+            ):
                 continue
-            if any(uses(s, target) for s in before + after) or \
-                    any(uses(s, temp) for s in after):
+            if any(uses(s, target) for s in before + after) or any(uses(s, temp) for s in after):
                 continue
             out.append((temp, target))
             break
@@ -71,10 +78,13 @@ def full_pointwise(node: Node, buffers: dict) -> Stmt | None:
         return None
     loops, stmt = nest
     shape = buffers[stmt.write.buffer].shape
-    if len(loops) != len(shape) or stmt.write.index != tuple(Aff.var(lp.iterator)
-                                                             for lp in loops):
+    if len(loops) != len(shape) or stmt.write.index != tuple(Aff.var(lp.iterator) for lp in loops):
         return None
-    if any(not (lp.lower.is_const and lp.upper.is_const) or lp.lower.const != 0
-           or lp.upper.const != extent for lp, extent in zip(loops, shape, strict=True)):
+    if any(
+        not (lp.lower.is_const and lp.upper.is_const)
+        or lp.lower.const != 0
+        or lp.upper.const != extent
+        for lp, extent in zip(loops, shape, strict=True)
+    ):
         return None
     return stmt

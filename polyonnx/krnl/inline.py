@@ -36,9 +36,12 @@ def _rewrite(e: Expr, names: dict[str, str], temp: str, producer: Expr | None) -
     if isinstance(e, Load):
         if e.buffer == temp and producer is not None:
             return producer
-        index = tuple(i.substitute({k: Aff.var(v) for k, v in names.items()})
-                      if isinstance(i, Aff) else _rewrite(i, names, temp, producer)
-                      for i in e.index)
+        index = tuple(
+            i.substitute({k: Aff.var(v) for k, v in names.items()})
+            if isinstance(i, Aff)
+            else _rewrite(i, names, temp, producer)
+            for i in e.index
+        )
         return replace(e, index=index)
     if isinstance(e, Iter):
         return replace(e, name=names.get(e.name, e.name))
@@ -58,8 +61,9 @@ def _try_inline(kernel: Kernel, first: Node, second: Node) -> Node | None:
     if kernel.buffer(temp).kind != "temp" or p.guards or c.guards:
         return None
     bounds = [(lp.lower, lp.upper) for lp in p_loops]
-    if bounds != [(lp.lower, lp.upper) for lp in c_loops] or \
-            any(not (lo.is_const and hi.is_const) for lo, hi in bounds):
+    if bounds != [(lp.lower, lp.upper) for lp in c_loops] or any(
+        not (lo.is_const and hi.is_const) for lo, hi in bounds
+    ):
         return None
     p_point = tuple(Aff.var(lp.iterator) for lp in p_loops)
     c_point = tuple(Aff.var(lp.iterator) for lp in c_loops)
@@ -92,9 +96,8 @@ def inline_pointwise(kernel: Kernel) -> Kernel:
             merged = _try_inline(replace(kernel, body=tuple(body)), body[i], body[i + 1])
             if merged is not None:
                 temp = perfect_nest(body[i])[1].write.buffer  # type: ignore[index]
-                body[i:i + 2] = [merged]
-                kernel = replace(kernel, buffers=tuple(b for b in kernel.buffers
-                                                       if b.name != temp))
+                body[i : i + 2] = [merged]
+                kernel = replace(kernel, buffers=tuple(b for b in kernel.buffers if b.name != temp))
                 changed = True
                 break
     return replace(kernel, body=tuple(body))

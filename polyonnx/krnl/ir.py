@@ -145,17 +145,69 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 
-UNARY_OPS = frozenset({
-    "neg", "abs", "exp", "log", "sqrt", "tanh", "sin", "cos", "tan", "asin", "acos", "atan",
-    "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "not", "isnan",
-    "isinf", "isposinf", "isneginf", "sign", "bitnot", "sigmoid",
-})
-BINARY_OPS = frozenset({
-    "add", "sub", "mul", "div", "max", "min", "pow", "mod", "fmod", "eq", "ne", "lt", "le",
-    "gt", "ge", "and", "or", "xor", "shl", "shr", "bitand", "bitor", "bitxor",
-})
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isposinf",
-                         "isneginf"})
+UNARY_OPS = frozenset(
+    {
+        "neg",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "tanh",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "erf",
+        "floor",
+        "ceil",
+        "round",
+        "not",
+        "isnan",
+        "isinf",
+        "isposinf",
+        "isneginf",
+        "sign",
+        "bitnot",
+        "sigmoid",
+    }
+)
+BINARY_OPS = frozenset(
+    {
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "min",
+        "pow",
+        "mod",
+        "fmod",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "and",
+        "or",
+        "xor",
+        "shl",
+        "shr",
+        "bitand",
+        "bitor",
+        "bitxor",
+    }
+)
+COMPARISONS = frozenset(
+    {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isposinf", "isneginf"}
+)
 
 
 class Expr:
@@ -241,8 +293,9 @@ class Unary(Expr):
         if self.op not in UNARY_OPS:
             raise ValueError(f"unknown unary op {self.op!r}")
         if not self.dtype:
-            object.__setattr__(self, "dtype", "bool" if self.op in COMPARISONS | {"not"}
-                               else self.x.dtype)
+            object.__setattr__(
+                self, "dtype", "bool" if self.op in COMPARISONS | {"not"} else self.x.dtype
+            )
 
     def __str__(self) -> str:
         return f"{self.op}({self.x})"
@@ -419,10 +472,12 @@ def rename_buffers(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[N
     return move_buffers(nodes, {b: (to, ()) for b, to in names.items()})
 
 
-def move_buffers(nodes: tuple[Node, ...], moves: Mapping[str, tuple[str, tuple[int, ...]]]
-                 ) -> tuple[Node, ...]:
+def move_buffers(
+    nodes: tuple[Node, ...], moves: Mapping[str, tuple[str, tuple[int, ...]]]
+) -> tuple[Node, ...]:
     """``nodes`` with every access ``b[i...]`` (write or load) going to ``to[i + offset...]``
     for ``moves[b] = (to, offset)`` (an empty offset: none). A moved access must be affine."""
+
     def index(buffer: str, idx: tuple[Index, ...]) -> tuple[str, tuple[Index, ...]]:
         if buffer not in moves:
             return buffer, idx
@@ -442,8 +497,9 @@ def move_buffers(nodes: tuple[Node, ...], moves: Mapping[str, tuple[str, tuple[i
 
     def node(n: Node) -> Node:
         if isinstance(n, Stmt):
-            return replace(n, write=Access(*index(n.write.buffer, n.write.index)),
-                           body=expr(n.body))
+            return replace(
+                n, write=Access(*index(n.write.buffer, n.write.index)), body=expr(n.body)
+            )
         return replace(n, body=tuple(node(c) for c in n.body))
 
     return tuple(node(n) for n in nodes)
@@ -494,13 +550,16 @@ class Border:
 
     def shape(self, value_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The buffer's shape around a value of ``value_shape``."""
-        return tuple(lo + n + hi for lo, n, hi in
-                     zip(self.begin, value_shape, self.end, strict=True))
+        return tuple(
+            lo + n + hi for lo, n, hi in zip(self.begin, value_shape, self.end, strict=True)
+        )
 
     def covers(self, begin: tuple[int, ...], end: tuple[int, ...]) -> bool:
         """Whether the border is at least ``begin`` / ``end`` wide along every axis."""
-        return all(have >= want for have, want in zip((*self.begin, *self.end),
-                                                      (*begin, *end), strict=True))
+        return all(
+            have >= want
+            for have, want in zip((*self.begin, *self.end), (*begin, *end), strict=True)
+        )
 
 
 @dataclass(frozen=True, slots=True)

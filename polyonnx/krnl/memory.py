@@ -52,7 +52,7 @@ class MemoryPlan:
         for name, value in program.constants.items():
             s = self.slots[name]
             raw = np.ascontiguousarray(value).view(np.uint8).reshape(-1)
-            blob[s.where:s.where + raw.size] = raw
+            blob[s.where : s.where + raw.size] = raw
         return blob
 
 
@@ -74,10 +74,10 @@ def aligned_empty(nbytes: int) -> np.ndarray:
         raw = np.frombuffer(region, dtype=np.uint8)
         start = (-raw.ctypes.data) % HUGE_PAGE
         region.madvise(mmap.MADV_HUGEPAGE, start, nbytes - nbytes % HUGE_PAGE)
-        return raw[start:start + nbytes]
+        return raw[start : start + nbytes]
     raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
     start = (-raw.ctypes.data) % ALIGN
-    return raw[start:start + nbytes]
+    return raw[start : start + nbytes]
 
 
 def aligned_array(values: np.ndarray) -> np.ndarray:
@@ -85,7 +85,7 @@ def aligned_array(values: np.ndarray) -> np.ndarray:
     (numpy's own arrays are 16-byte aligned: a 64-byte vector load from them spans two cache
     lines, which can make a kernel timed on them markedly slower than in a model)."""
     values = np.asarray(values)
-    out = aligned_empty(max(values.nbytes, 1))[:values.nbytes].view(values.dtype)
+    out = aligned_empty(max(values.nbytes, 1))[: values.nbytes].view(values.dtype)
     out = out.reshape(values.shape)
     out[...] = values
     return out
@@ -131,8 +131,13 @@ def plan_memory(program: Program) -> MemoryPlan:
     return MemoryPlan(slots, weights_size, workspace, zeroed)
 
 
-def _pack(roots: list[str], live: dict[str, list[int]], size: dict[str, int], start: int,
-          slots: dict[str, Slot]) -> int:
+def _pack(
+    roots: list[str],
+    live: dict[str, list[int]],
+    size: dict[str, int],
+    start: int,
+    slots: dict[str, Slot],
+) -> int:
     """Place ``roots`` in the workspace from byte ``start`` (into ``slots``); the end.
 
     Greedy: biggest first, lowest offset that overlaps no placed buffer live at the same time.

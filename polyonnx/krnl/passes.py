@@ -83,8 +83,12 @@ def renumber_statements(kernel: ir.Kernel) -> ir.Kernel:
     counter = itertools.count()
 
     def renumber(nodes: tuple[ir.Node, ...]) -> tuple[ir.Node, ...]:
-        return tuple(replace(n, name=f"S{next(counter)}") if isinstance(n, ir.Stmt)
-                     else replace(n, body=renumber(n.body)) for n in nodes)
+        return tuple(
+            replace(n, name=f"S{next(counter)}")
+            if isinstance(n, ir.Stmt)
+            else replace(n, body=renumber(n.body))
+            for n in nodes
+        )
 
     return replace(kernel, body=renumber(kernel.body))
 
@@ -110,14 +114,13 @@ AFTER: tuple[str, ...] = (LOWERED, *(p.name for p in PASSES))
 """Where :func:`run_passes` may stop: :data:`LOWERED` or a pass's name."""
 
 
-def run_passes(kernel: ir.Kernel, context: KernelContext, after: str | None = None
-               ) -> PassResult:
+def run_passes(kernel: ir.Kernel, context: KernelContext, after: str | None = None) -> PassResult:
     """``kernel`` through :data:`PASSES` in order, up to and including the pass named
     ``after`` (every pass when None; none for :data:`LOWERED`)."""
     if after is not None and after not in AFTER:
         raise ValueError(f"no krnl pass {after!r}; choose one of {', '.join(AFTER)}")
     shared: dict[str, str] = {}
-    for kernel_pass in PASSES[:len(PASSES) if after is None else AFTER.index(after)]:
+    for kernel_pass in PASSES[: len(PASSES) if after is None else AFTER.index(after)]:
         result = kernel_pass.run(kernel, context)
         kernel = result.kernel
         shared.update(result.shared)

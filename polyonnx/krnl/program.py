@@ -103,9 +103,14 @@ class BuiltKernel:
     output -> residual."""
 
 
-def build_kernel(name: str, graph: Graph, nodes: Sequence[Node],
-                 context: KernelContext, *, after: str | None = None
-                 ) -> BuiltKernel:
+def build_kernel(
+    name: str,
+    graph: Graph,
+    nodes: Sequence[Node],
+    context: KernelContext,
+    *,
+    after: str | None = None,
+) -> BuiltKernel:
     """Lower the nodes of one fusion group into one kernel and run the krnl passes on it
     (:data:`polyonnx.krnl.passes.PASSES`, up to the one named ``after`` when given).
 
@@ -117,22 +122,36 @@ def build_kernel(name: str, graph: Graph, nodes: Sequence[Node],
     lowered = lower_nodes(nodes, LowerContext(graph, context.borders))
     viewed = {value for _, value in lowered.views}
     if viewed & context.borders.keys():  # (zero_borders leaves out values that views read)
-        raise ValueError(f"kernel {name}: views of zero-bordered values "
-                         f"{sorted(viewed & context.borders.keys())}")
+        raise ValueError(
+            f"kernel {name}: views of zero-bordered values "
+            f"{sorted(viewed & context.borders.keys())}"
+        )
     dynamic = {d.value: d for d in lowered.dynamic}
-    kernel = ir.Kernel(_identifier(name), _buffers(name, graph, lowered, context),
-                       lowered.nests, tuple(n.name for n in nodes))
+    kernel = ir.Kernel(
+        _identifier(name),
+        _buffers(name, graph, lowered, context),
+        lowered.nests,
+        tuple(n.name for n in nodes),
+    )
     # A residual read through a view of it too is not updated in place, and an output with a
     # data-dependent extent keeps its maximal buffer.
-    result = run_passes(kernel, replace(context, dying=context.dying - viewed,
-                                        fixed=context.fixed.union(dynamic)), after)
-    return BuiltKernel(result.kernel, dict(lowered.constants),
-                       {buffer.name: value for buffer, value in lowered.views}, dynamic,
-                       result.shared)
+    result = run_passes(
+        kernel,
+        replace(context, dying=context.dying - viewed, fixed=context.fixed.union(dynamic)),
+        after,
+    )
+    return BuiltKernel(
+        result.kernel,
+        dict(lowered.constants),
+        {buffer.name: value for buffer, value in lowered.views},
+        dynamic,
+        result.shared,
+    )
 
 
-def _buffers(name: str, graph: Graph, lowered: Lowered, context: KernelContext
-             ) -> tuple[ir.Buffer, ...]:
+def _buffers(
+    name: str, graph: Graph, lowered: Lowered, context: KernelContext
+) -> tuple[ir.Buffer, ...]:
     """The buffers the nests of ``lowered`` touch, read ones first, each in first-use order and
     declared by what it is: a lowering's temp, a derived constant, a bordered value a
     convolution reads, a view, or an ONNX value."""
@@ -153,15 +172,19 @@ def _buffers(name: str, graph: Graph, lowered: Lowered, context: KernelContext
             buffers.append(ir.Buffer(b, derived[b].dtype.name, derived[b].shape, "input"))
         elif b in bordered:  # read by a convolution, around the value
             value = graph.value(bordered[b].value)
-            buffers.append(ir.Buffer(b, value.dtype,
-                                     bordered[b].shape(tuple(int(d) for d in value.shape)),
-                                     "input"))
+            buffers.append(
+                ir.Buffer(
+                    b, value.dtype, bordered[b].shape(tuple(int(d) for d in value.shape)), "input"
+                )
+            )
         elif b in views:
             # A view is a second name for memory: isl would not see a dependence through it.
             view, value = views[b]
             if b in written or value in written:
-                raise ValueError(f"kernel {name}: view {b} or its value is written in the "
-                                 "kernel (views are read-only inputs)")
+                raise ValueError(
+                    f"kernel {name}: view {b} or its value is written in the "
+                    "kernel (views are read-only inputs)"
+                )
             buffers.append(view)
         else:
             v = graph.value(b)
@@ -171,8 +194,9 @@ def _buffers(name: str, graph: Graph, lowered: Lowered, context: KernelContext
     return tuple(buffers)
 
 
-def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
-                  borders: Mapping[str, ir.Border]) -> dict[str, int]:
+def _last_readers(
+    graph: Graph, groups: Sequence[Sequence[Node]], borders: Mapping[str, ir.Border]
+) -> dict[str, int]:
     """The last group reading each value whose memory is the workspace's alone: not a graph
     input, output or constant, no view's input or output, not zero-bordered. (A value an
     output took the memory of, :mod:`polyonnx.krnl.residual`, was read by no later group:
@@ -188,12 +212,17 @@ def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]],
     return last
 
 
-def _live_out(group: Sequence[Node], graph_outputs: Set[str],
-              consumers: Mapping[str, Sequence[Node]]) -> frozenset[str]:
+def _live_out(
+    group: Sequence[Node], graph_outputs: Set[str], consumers: Mapping[str, Sequence[Node]]
+) -> frozenset[str]:
     """The outputs of ``group`` used after it: graph outputs, and values read outside it."""
     inside = {n.name for n in group}
-    return frozenset(o for n in group for o in n.outputs if o and (
-        o in graph_outputs or any(c.name not in inside for c in consumers.get(o, []))))
+    return frozenset(
+        o
+        for n in group
+        for o in n.outputs
+        if o and (o in graph_outputs or any(c.name not in inside for c in consumers.get(o, [])))
+    )
 
 
 def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
@@ -201,24 +230,30 @@ def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
     its = [f"i{d}" for d in range(len(dst.shape))]
     idx = tuple(ir.Aff.var(i) for i in its)
     # Source and destination may differ in shape (a view): index the source by the flat offset.
-    src_buf = ir.Buffer(src.name + "__flat", src.dtype, (int(np.prod(dst.shape, dtype=np.int64)),),
-                        "input")
+    src_buf = ir.Buffer(
+        src.name + "__flat", src.dtype, (int(np.prod(dst.shape, dtype=np.int64)),), "input"
+    )
     flat = ir.Aff()
     stride = 1
     for i, extent in reversed(list(zip(its, dst.shape, strict=True))):
         flat = flat + ir.Aff.var(i) * stride
         stride *= int(extent)
-    nest: ir.Node = ir.Stmt("S0", ir.Access(dst.name, idx),
-                            ir.Load(src_buf.name, (flat,), src.dtype))
+    nest: ir.Node = ir.Stmt(
+        "S0", ir.Access(dst.name, idx), ir.Load(src_buf.name, (flat,), src.dtype)
+    )
     for i, extent in reversed(list(zip(its, dst.shape, strict=True))):
         nest = ir.Loop(i, 0, int(extent), (nest,))
-    return ir.Kernel(_identifier(name), (src_buf, ir.Buffer(dst.name, dst.dtype,
-                                                            tuple(map(int, dst.shape)), "output")),
-                     (nest,), ())
+    return ir.Kernel(
+        _identifier(name),
+        (src_buf, ir.Buffer(dst.name, dst.dtype, tuple(map(int, dst.shape)), "output")),
+        (nest,),
+        (),
+    )
 
 
-def build_program(graph: Graph, groups: Sequence[Sequence[Node]], *,
-                  after: str | None = None) -> Program:
+def build_program(
+    graph: Graph, groups: Sequence[Sequence[Node]], *, after: str | None = None
+) -> Program:
     """Lower fusion groups (in execution order) into a :class:`Program`.
 
     Decided once up front: which values are stored zero-bordered and which group reads each
@@ -226,8 +261,10 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]], *,
     storage, any other becomes a kernel (:func:`build_kernel`, its passes up to ``after``).
     Last, each graph output gets memory of its own (a copy kernel where it has none).
     """
-    borders = zero_borders(graph, {o for group in groups if not _views_only(group)
-                                   for n in group for o in n.outputs if o})
+    borders = zero_borders(
+        graph,
+        {o for group in groups if not _views_only(group) for n in group for o in n.outputs if o},
+    )
     last = _last_readers(graph, groups, borders)
     graph_outputs = frozenset(v.name for v in graph.outputs)
     consumers = graph.consumers()
@@ -245,7 +282,9 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]], *,
         context = KernelContext(
             live_out=_live_out(group, graph_outputs, consumers),
             dying=frozenset(v for n in group for v in n.inputs if last.get(v) == gi),
-            fixed=graph_outputs, borders=borders)
+            fixed=graph_outputs,
+            borders=borders,
+        )
         built = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, context, after=after)
         for out, residual in built.shared.items():
             storage[out] = storage.get(residual, residual)
@@ -259,22 +298,37 @@ def build_program(graph: Graph, groups: Sequence[Sequence[Node]], *,
 
     used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
     # An output with no elements needs no kernel.
-    missing = [o.name for o in graph.outputs if storage.get(o.name, o.name) not in used
-               and o.name not in used and not (o.is_static and
-                                               int(np.prod(o.shape, dtype=np.int64)) == 0)]
+    missing = [
+        o.name
+        for o in graph.outputs
+        if storage.get(o.name, o.name) not in used
+        and o.name not in used
+        and not (o.is_static and int(np.prod(o.shape, dtype=np.int64)) == 0)
+    ]
     if missing:
         raise ModelError(f"graph outputs {missing} are not computed by any node")
     out_dynamic = {o.name: dynamic[o.name] for o in graph.outputs if not o.is_static}
     counts = tuple(dict.fromkeys(c for d in out_dynamic.values() for c in d.counts if c))
-    return Program(graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(kernels),
-                   {n: c for n, c in constants.items() if n in used}, storage, out_dynamic,
-                   counts, borders={b.buffer: b for b in borders.values()})
+    return Program(
+        graph.name,
+        tuple(graph.inputs),
+        tuple(graph.outputs),
+        tuple(kernels),
+        {n: c for n, c in constants.items() if n in used},
+        storage,
+        out_dynamic,
+        counts,
+        borders={b.buffer: b for b in borders.values()},
+    )
 
 
-def _own_output_memory(graph: Graph, kernels: Sequence[ir.Kernel], storage: Mapping[str, str],
-                       constants: Mapping[str, np.ndarray],
-                       dynamic: Mapping[str, DynamicOutput]
-                       ) -> tuple[list[ir.Kernel], dict[str, str], dict[str, np.ndarray]]:
+def _own_output_memory(
+    graph: Graph,
+    kernels: Sequence[ir.Kernel],
+    storage: Mapping[str, str],
+    constants: Mapping[str, np.ndarray],
+    dynamic: Mapping[str, DynamicOutput],
+) -> tuple[list[ir.Kernel], dict[str, str], dict[str, np.ndarray]]:
     """``kernels``, ``storage`` and ``constants`` with a copy kernel for each graph output that
     would share an input's, a constant's or another output's storage: a graph output must own
     its memory (the caller's buffer)."""
@@ -287,9 +341,13 @@ def _own_output_memory(graph: Graph, kernels: Sequence[ir.Kernel], storage: Mapp
             # Data-dependent extents exist only as outputs of the op that sizes them (the
             # graph refuses them as inputs of other nodes, so no view or copy reaches them).
             if out.name not in dynamic or root != out.name or root in roots_taken:
-                raise UnsupportedOpError("graph output", graph.opset, out.name,
-                                         f"shape {list(out.shape)} is data-dependent and the "
-                                         "output is not the sole result of the op computing it")
+                raise UnsupportedOpError(
+                    "graph output",
+                    graph.opset,
+                    out.name,
+                    f"shape {list(out.shape)} is data-dependent and the "
+                    "output is not the sole result of the op computing it",
+                )
             roots_taken.add(root)
             continue
         if root in input_names or root in graph.constants or root in roots_taken:
@@ -302,9 +360,15 @@ def _own_output_memory(graph: Graph, kernels: Sequence[ir.Kernel], storage: Mapp
             k = _copy_kernel(f"k_copy_{out.name}", Value(root, src.dtype, src.shape), out)
             # Kernels already built may read the output under its own name: the copy runs as
             # soon as its source exists (from the start for inputs and constants), before them.
-            at = 1 + max((i for i, kern in enumerate(kernels) for b in kern.buffers
-                          if b.kind != "input" and storage.get(b.name, b.name) == root),
-                         default=-1)
+            at = 1 + max(
+                (
+                    i
+                    for i, kern in enumerate(kernels)
+                    for b in kern.buffers
+                    if b.kind != "input" and storage.get(b.name, b.name) == root
+                ),
+                default=-1,
+            )
             kernels.insert(at, k)
             storage[out.name] = out.name
             storage[k.buffers[0].name] = root

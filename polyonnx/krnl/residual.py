@@ -47,8 +47,9 @@ class _Match:
     epilogue_at: int
 
 
-def residual_in_place(kernel: Kernel, dying: Collection[str], fixed: Collection[str] = ()
-                      ) -> tuple[Kernel, dict[str, str]]:
+def residual_in_place(
+    kernel: Kernel, dying: Collection[str], fixed: Collection[str] = ()
+) -> tuple[Kernel, dict[str, str]]:
     """``kernel`` with each epilogue's residual among ``dying`` (values read by no later
     kernel) moved into its reduction's init, and ``{y: r}`` for each: ``y`` must then live in
     ``r``'s memory (the kernel no longer declares ``r``). Outputs in ``fixed`` keep their own
@@ -90,8 +91,13 @@ def _residual(epilogue: Stmt, buffers: dict, dying: set[str]) -> str | None:
     for e in _adds(epilogue.body):
         pair = {ld.buffer: ld for ld in (e.a, e.b) if isinstance(ld, Load) and ld.index == point}
         r = next((b for b in pair if b != y), None)
-        if y not in pair or r is None or r not in dying or buffers[r].kind != "input" or \
-                (buffers[r].shape, buffers[r].dtype) != (buffers[y].shape, buffers[y].dtype):
+        if (
+            y not in pair
+            or r is None
+            or r not in dying
+            or buffers[r].kind != "input"
+            or (buffers[r].shape, buffers[r].dtype) != (buffers[y].shape, buffers[y].dtype)
+        ):
             continue
         if sum(ld.buffer in (y, r) for ld in loads(epilogue.body)) == 2:
             return r
@@ -123,10 +129,15 @@ def _reduction_init(nodes: tuple[Node, ...], y: Buffer) -> tuple[Stmt, Stmt] | N
             continue
         update = inner[1]
         point = tuple(Aff.var(lp.iterator) for lp in outer)
-        if init.write.buffer != y.name or init.write.index != point or init.guards or \
-                update.guards or update.write != init.write or \
-                [(lp.lower, lp.upper) for lp in outer] != [(Aff.lift(0), Aff.lift(n))
-                                                          for n in y.shape]:
+        if (
+            init.write.buffer != y.name
+            or init.write.index != point
+            or init.guards
+            or update.guards
+            or update.write != init.write
+            or [(lp.lower, lp.upper) for lp in outer]
+            != [(Aff.lift(0), Aff.lift(n)) for n in y.shape]
+        ):
             continue
         acc = Load(y.name, point, init.body.dtype)
         body_ = update.body
@@ -143,8 +154,10 @@ def _rewrite(kernel: Kernel, m: _Match) -> Kernel:
     y = m.epilogue.write.buffer
     point = m.epilogue.write.index
     acc = Load(y, point, m.epilogue.body.dtype)
-    residual_sum = {Binary("add", acc, Load(m.residual, point, acc.dtype)),
-                    Binary("add", Load(m.residual, point, acc.dtype), acc)}
+    residual_sum = {
+        Binary("add", acc, Load(m.residual, point, acc.dtype)),
+        Binary("add", Load(m.residual, point, acc.dtype), acc),
+    }
 
     def drop_residual(e: Expr) -> Expr:
         return acc if e in residual_sum else map_children(e, drop_residual)
@@ -165,5 +178,6 @@ def _rewrite(kernel: Kernel, m: _Match) -> Kernel:
     body = [node(n) for n in kernel.body]
     if epilogue_body == acc:  # y = y: nothing left to do after the reduction
         del body[m.epilogue_at]
-    return replace(kernel, body=tuple(body),
-                   buffers=tuple(b for b in kernel.buffers if b.name != m.residual))
+    return replace(
+        kernel, body=tuple(body), buffers=tuple(b for b in kernel.buffers if b.name != m.residual)
+    )

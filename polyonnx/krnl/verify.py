@@ -52,8 +52,11 @@ class _Verifier:
             if isinstance(node, ir.Loop):
                 where = f"loop {node.iterator}: "
                 if node.iterator in scope:
-                    raise self.fail(where, f"iterator {node.iterator} is already bound by an "
-                                           f"enclosing loop ({' > '.join(scope)})")
+                    raise self.fail(
+                        where,
+                        f"iterator {node.iterator} is already bound by an "
+                        f"enclosing loop ({' > '.join(scope)})",
+                    )
                 self.check_aff(node.lower, scope, where + "lower bound ")
                 self.check_aff(node.upper, scope, where + "upper bound ")
                 self.visit(node.body, scope + (node.iterator,))
@@ -65,17 +68,20 @@ class _Verifier:
     def check_aff(self, aff: ir.Aff, scope: tuple[str, ...], where: str) -> None:
         for name in aff.vars:
             if name not in scope:
-                raise self.fail(where, f"uses iterator {name} outside its loop "
-                                       f"(in scope: {', '.join(scope) or 'none'})")
+                raise self.fail(
+                    where,
+                    f"uses iterator {name} outside its loop "
+                    f"(in scope: {', '.join(scope) or 'none'})",
+                )
 
-    def check_index(self, buffer: str, index: tuple[ir.Index, ...], scope: tuple[str, ...],
-                    where: str) -> None:
+    def check_index(
+        self, buffer: str, index: tuple[ir.Index, ...], scope: tuple[str, ...], where: str
+    ) -> None:
         if buffer not in self.buffers:
             raise self.fail(where, f"unknown buffer {buffer}")
         rank = len(self.buffers[buffer].shape)
         if len(index) != rank:
-            raise self.fail(where, f"indexes {buffer} (rank {rank}) with {len(index)} "
-                                   f"subscripts")
+            raise self.fail(where, f"indexes {buffer} (rank {rank}) with {len(index)} subscripts")
         for i in index:
             if isinstance(i, ir.Aff):
                 self.check_aff(i, scope, where + f"index of {buffer} ")
@@ -99,10 +105,14 @@ class _Verifier:
             if isinstance(e, ir.Load):
                 self.check_index(e.buffer, e.index, scope, where)
                 if e.dtype != self.buffers[e.buffer].dtype:
-                    raise self.fail(where, f"loads {e.buffer} as {e.dtype}, the buffer is "
-                                           f"{self.buffers[e.buffer].dtype}")
+                    raise self.fail(
+                        where,
+                        f"loads {e.buffer} as {e.dtype}, the buffer is "
+                        f"{self.buffers[e.buffer].dtype}",
+                    )
             elif isinstance(e, ir.Iter) and e.name not in scope:
                 raise self.fail(where, f"uses iterator {e.name} outside its loop")
         if stmt.body.dtype != target.dtype:
-            raise self.fail(where, f"writes a {stmt.body.dtype} value to {target.name}, a "
-                                   f"{target.dtype} buffer")
+            raise self.fail(
+                where, f"writes a {stmt.body.dtype} value to {target.name}, a {target.dtype} buffer"
+            )

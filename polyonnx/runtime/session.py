@@ -44,8 +44,9 @@ class NodeArg:
         return f"tensor({_ONNX_TYPE.get(self.dtype, self.dtype)})"
 
 
-_RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                        ctypes.c_void_p)
+_RUN = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,18 @@ class Executable:
     needs. Outputs listed in ``dynamic`` (by output index) are returned with the extents the
     run computed; ``count_outputs`` int64 extents follow the outputs in the entry's table."""
 
-    def __init__(self, inputs: Sequence[NodeArg], outputs: Sequence[NodeArg],
-                 call: Any, weights: np.ndarray | None, workspace_bytes: int,
-                 kernel_ops: Sequence[Sequence[str]], keep_alive: Any = None,
-                 dynamic: Mapping[int, DynamicShape] | None = None,
-                 count_outputs: int = 0) -> None:
+    def __init__(
+        self,
+        inputs: Sequence[NodeArg],
+        outputs: Sequence[NodeArg],
+        call: Any,
+        weights: np.ndarray | None,
+        workspace_bytes: int,
+        kernel_ops: Sequence[Sequence[str]],
+        keep_alive: Any = None,
+        dynamic: Mapping[int, DynamicShape] | None = None,
+        count_outputs: int = 0,
+    ) -> None:
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self._call, self._weights = call, weights
         # (Addresses looked up once: ``.ctypes.data`` costs ~1.5 µs, MNIST runs in ~30.)
@@ -77,9 +85,13 @@ class Executable:
         self._keep_alive = keep_alive
         self._dynamic = dict(dynamic or {})
         self._count_outputs = count_outputs
-        self._output_specs = [(self._dynamic[j].max_shape if j in self._dynamic
-                               else tuple(o.shape), np.dtype(o.dtype))
-                              for j, o in enumerate(self.outputs)]
+        self._output_specs = [
+            (
+                self._dynamic[j].max_shape if j in self._dynamic else tuple(o.shape),
+                np.dtype(o.dtype),
+            )
+            for j, o in enumerate(self.outputs)
+        ]
         self._local = threading.local()
 
     @staticmethod
@@ -89,18 +101,27 @@ class Executable:
 
         program = compiled.program
         weights: list[np.ndarray] = []  # (laid out while worker processes compile)
-        objects = compile_objects(compiled.kernel_modules(), compiled.options, jit=True,
-                                  meanwhile=lambda: weights.append(
-                                      compiled.plan.weights_blob(program)))
-        address, module = jit_with_objects(compiled.entry_module(), objects, compiled.entry,
-                                           compiled.options)
+        objects = compile_objects(
+            compiled.kernel_modules(),
+            compiled.options,
+            jit=True,
+            meanwhile=lambda: weights.append(compiled.plan.weights_blob(program)),
+        )
+        address, module = jit_with_objects(
+            compiled.entry_module(), objects, compiled.entry, compiled.options
+        )
         meta = json.loads(compiled.metadata())
         return Executable(
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.inputs],
             [NodeArg(v.name, list(v.shape), v.dtype) for v in program.outputs],
-            _RUN(address), weights[0], compiled.plan.workspace_size,
-            [k.ops for k in program.kernels], keep_alive=module,
-            dynamic=_dynamic_shapes(meta), count_outputs=meta["count_outputs"])
+            _RUN(address),
+            weights[0],
+            compiled.plan.workspace_size,
+            [k.ops for k in program.kernels],
+            keep_alive=module,
+            dynamic=_dynamic_shapes(meta),
+            count_outputs=meta["count_outputs"],
+        )
 
     @staticmethod
     def from_library(path: str | os.PathLike) -> Executable:
@@ -111,8 +132,10 @@ class Executable:
         except (OSError, AttributeError, ValueError) as e:
             raise ModelError(f"{path}: not a polyonnx shared library ({e})") from None
         if not hasattr(lib, "polyonnx_run_in"):
-            raise ModelError(f"{path}: a polyonnx library without polyonnx_run_in (written "
-                             "by an older polyonnx): write it again")
+            raise ModelError(
+                f"{path}: a polyonnx library without polyonnx_run_in (written "
+                "by an older polyonnx): write it again"
+            )
         # Runs in this executable's workspaces (zeroed when allocated, one per thread).
         run = lib.polyonnx_run_in
         run.restype, run.argtypes = ctypes.c_int32, [ctypes.c_void_p] * 3
@@ -120,9 +143,14 @@ class Executable:
         return Executable(
             [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["inputs"]],
             [NodeArg(v["name"], v["shape"], v["dtype"]) for v in meta["outputs"]],
-            lambda ins, outs, _w, ws: run(ins, outs, ws), None,
-            lib.polyonnx_workspace_size(), [], keep_alive=lib,
-            dynamic=_dynamic_shapes(meta), count_outputs=meta.get("count_outputs", 0))
+            lambda ins, outs, _w, ws: run(ins, outs, ws),
+            None,
+            lib.polyonnx_workspace_size(),
+            [],
+            keep_alive=lib,
+            dynamic=_dynamic_shapes(meta),
+            count_outputs=meta.get("count_outputs", 0),
+        )
 
     def _workspace(self) -> int:
         # One workspace per thread, so one session can run on several threads at once.
@@ -145,8 +173,9 @@ class Executable:
             outs[j] = self._valid_part(j, outs[j], dyn, counts)
         return outs
 
-    def _valid_part(self, j: int, buf: np.ndarray, dyn: DynamicShape,
-                    counts: Sequence[np.ndarray]) -> np.ndarray:
+    def _valid_part(
+        self, j: int, buf: np.ndarray, dyn: DynamicShape, counts: Sequence[np.ndarray]
+    ) -> np.ndarray:
         """The leading corner of a maximal output buffer that the run filled, C-contiguous
         (a copy: data movement only, the values were computed by the native code)."""
         index = []
@@ -156,9 +185,11 @@ class Executable:
                 continue
             n = int(counts[k][0])
             if not 0 <= n <= extent:
-                raise InputError(f"output {self.outputs[j].name!r}: the run computed extent {n} "
-                                 f"for dim {d}, outside [0, {extent}] (for TopK: is K in "
-                                 "range?)")
+                raise InputError(
+                    f"output {self.outputs[j].name!r}: the run computed extent {n} "
+                    f"for dim {d}, outside [0, {extent}] (for TopK: is K in "
+                    "range?)"
+                )
             index.append(slice(0, n))
         return np.ascontiguousarray(buf[tuple(index)])
 
@@ -166,18 +197,27 @@ class Executable:
         if rc < 0:
             return "the compiled model could not allocate its workspace"
         kernel, status = (rc >> 8) - 1, rc & 0xFF
-        nodes = ", ".join(self._kernel_ops[kernel]) if 0 <= kernel < len(self._kernel_ops) \
+        nodes = (
+            ", ".join(self._kernel_ops[kernel])
+            if 0 <= kernel < len(self._kernel_ops)
             else f"kernel {kernel}"
-        what = "an index computed from the input data is out of range" if status == 1 \
+        )
+        what = (
+            "an index computed from the input data is out of range"
+            if status == 1
             else f"run-time check failed (status {status})"
+        )
         return f"{what} in {nodes}"
 
 
 def _dynamic_shapes(meta: Mapping[str, Any]) -> dict[int, DynamicShape]:
     """The data-dependent outputs a model's metadata describes (see
     :meth:`polyonnx.compiled.Compiled.metadata`), by output index."""
-    return {j: DynamicShape(tuple(o["max_shape"]), tuple(o["counts"]))
-            for j, o in enumerate(meta["outputs"]) if "max_shape" in o}
+    return {
+        j: DynamicShape(tuple(o["max_shape"]), tuple(o["counts"]))
+        for j, o in enumerate(meta["outputs"])
+        if "max_shape" in o
+    }
 
 
 def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
@@ -185,16 +225,20 @@ def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
         if np.isscalar(value) or isinstance(value, list | tuple):
             value = np.asarray(value)
         else:
-            raise InputError(f"input {arg.name!r}: expected a numpy array, got "
-                             f"{type(value).__name__}")
+            raise InputError(
+                f"input {arg.name!r}: expected a numpy array, got {type(value).__name__}"
+            )
     if value.dtype != arg.dtype:
-        raise InputError(f"input {arg.name!r}: expected dtype {arg.dtype} ({arg.type}), "
-                         f"got {value.dtype}")
+        raise InputError(
+            f"input {arg.name!r}: expected dtype {arg.dtype} ({arg.type}), got {value.dtype}"
+        )
     want = tuple(arg.shape)
-    if value.ndim != len(want) or any(isinstance(w, int) and w != d
-                                      for w, d in zip(want, value.shape, strict=True)):
-        raise InputError(f"input {arg.name!r}: expected shape {list(want)}, got "
-                         f"{list(value.shape)}")
+    if value.ndim != len(want) or any(
+        isinstance(w, int) and w != d for w, d in zip(want, value.shape, strict=True)
+    ):
+        raise InputError(
+            f"input {arg.name!r}: expected shape {list(want)}, got {list(value.shape)}"
+        )
     # Native code wants dense row-major data aligned to the element size: copy otherwise.
     flags = value.flags
     if not (flags.c_contiguous and flags.aligned):
@@ -215,10 +259,14 @@ class InferenceSession:
         'Input3'
     """
 
-    def __init__(self, model: str | os.PathLike | bytes | onnx.ModelProto,
-                 num_threads: int | None = None, options: Options | None = None,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                 schedules: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        num_threads: int | None = None,
+        options: Options | None = None,
+        input_shapes: Mapping[str, Sequence[int]] | None = None,
+        schedules: Mapping[str, Any] | None = None,
+    ) -> None:
         options = options or Options()
         self._schedules = dict(schedules or {})
         if num_threads is not None:
@@ -245,8 +293,9 @@ class InferenceSession:
     def _compile(self, input_shapes: Mapping[str, Sequence[int]] | None) -> Executable:
         from polyonnx.pipeline import compile as compile_model
 
-        exe = Executable.from_compiled(compile_model(self._proto, self.options, input_shapes,
-                                                     self._schedules or None))
+        exe = Executable.from_compiled(
+            compile_model(self._proto, self.options, input_shapes, self._schedules or None)
+        )
         self._by_shapes[self._key_of(exe.inputs)] = exe
         return exe
 
@@ -259,18 +308,22 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         return ["PolyonnxCPU"]
 
-    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
-            run_options: Any = None) -> list[np.ndarray]:
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> list[np.ndarray]:
         """Run the model; ``output_names=None`` returns every output, in order."""
         if not isinstance(input_feed, Mapping):
             raise InputError("input_feed must be a dict of input name -> numpy array")
-        if len(input_feed) != len(self._inputs) or any(a.name not in input_feed
-                                                       for a in self._inputs):
+        if len(input_feed) != len(self._inputs) or any(
+            a.name not in input_feed for a in self._inputs
+        ):
             names = [a.name for a in self._inputs]
             unknown = sorted(set(input_feed) - set(names))
             if unknown:
-                raise InputError(f"unknown input name(s) {unknown}; the model's inputs are "
-                                 f"{names}")
+                raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
             raise InputError(f"missing input(s) {[n for n in names if n not in input_feed]}")
         feeds = [_check_feed(a, input_feed[a.name]) for a in self._inputs]
         exe = self._executable(feeds)
@@ -280,8 +333,7 @@ class InferenceSession:
         index = {o.name: i for i, o in enumerate(exe.outputs)}
         bad = [n for n in output_names if n not in index]
         if bad:
-            raise InputError(f"unknown output name(s) {bad}; the model's outputs are "
-                             f"{list(index)}")
+            raise InputError(f"unknown output name(s) {bad}; the model's outputs are {list(index)}")
         return [outs[index[n]] for n in output_names]
 
     def _executable(self, feeds: Sequence[np.ndarray]) -> Executable:
@@ -294,8 +346,7 @@ class InferenceSession:
         with self._lock:
             exe = self._by_shapes.get(key)
             if exe is None:
-                shapes = {a.name: tuple(f.shape) for a, f in zip(self._inputs, feeds,
-                                                                 strict=True)}
+                shapes = {a.name: tuple(f.shape) for a, f in zip(self._inputs, feeds, strict=True)}
                 try:
                     exe = self._compile(shapes)
                 except PolyonnxError as e:
@@ -309,11 +360,17 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
 
     def arg(vi: onnx.ValueInfoProto) -> NodeArg:
         tt = vi.type.tensor_type
-        dims: list[int | str] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                                 for d in tt.shape.dim]
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name \
-            if tt.elem_type else "float32"
+        dims: list[int | str] = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
+        ]
+        dtype = (
+            np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+            if tt.elem_type
+            else "float32"
+        )
         return NodeArg(vi.name, dims, dtype)
 
-    return (tuple(arg(v) for v in model.graph.input if v.name not in inits),
-            tuple(arg(v) for v in model.graph.output))
+    return (
+        tuple(arg(v) for v in model.graph.input if v.name not in inits),
+        tuple(arg(v) for v in model.graph.output),
+    )

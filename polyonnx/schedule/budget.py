@@ -62,8 +62,10 @@ class BudgetExceeded(ScheduleError):
 
     def __init__(self, what: str, max_operations: int) -> None:
         self.what, self.max_operations = what, max_operations
-        super().__init__(f"{what}: isl exceeded its budget of {max_operations} operations "
-                         "(Options.isl_max_operations)")
+        super().__init__(
+            f"{what}: isl exceeded its budget of {max_operations} operations "
+            "(Options.isl_max_operations)"
+        )
 
 
 @contextmanager
@@ -100,8 +102,9 @@ def _exhausted() -> bool:
     return False
 
 
-def schedule_kernel(kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel],
-                    options: Options) -> tuple[ScheduledKernel, isl.AstNode]:
+def schedule_kernel(
+    kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel], options: Options
+) -> tuple[ScheduledKernel, isl.AstNode]:
     """``strategy(kernel)`` and its isl AST under the budget, else the kernel's own loop order.
 
     Example:
@@ -109,8 +112,7 @@ def schedule_kernel(kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel
     """
     limit = options.isl_max_operations
 
-    def attempt(make: Callable[[Kernel], ScheduledKernel]) -> tuple[ScheduledKernel,
-                                                                      isl.AstNode]:
+    def attempt(make: Callable[[Kernel], ScheduledKernel]) -> tuple[ScheduledKernel, isl.AstNode]:
         with isl_budget(limit, f"kernel {kernel.name}"):
             scheduled = make(kernel)
             return scheduled, build_ast(scheduled.schedule)
@@ -119,11 +121,12 @@ def schedule_kernel(kernel: Kernel, strategy: Callable[[Kernel], ScheduledKernel
         return attempt(strategy)
     except BudgetExceeded as e:
         if options.verbose:
-            print(f"polyonnx: {e}; falling back to the kernel's own loop order",
-                  file=sys.stderr)
+            print(f"polyonnx: {e}; falling back to the kernel's own loop order", file=sys.stderr)
     try:
         return attempt(own_loop_order)
     except BudgetExceeded as e:
-        raise ScheduleError(f"{e}, even for the kernel's own loop order (nodes "
-                            f"{', '.join(kernel.ops) or '-'}); raise the budget to compile "
-                            "this model") from None
+        raise ScheduleError(
+            f"{e}, even for the kernel's own loop order (nodes "
+            f"{', '.join(kernel.ops) or '-'}); raise the budget to compile "
+            "this model"
+        ) from None

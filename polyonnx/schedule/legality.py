@@ -38,27 +38,43 @@ def check_order(verb: str, poly: PolyKernel, deps: Dependences, schedule: isl.Sc
     for kind, rel in _kinds(deps):
         bad = rel.subtract(before)
         if not bad.is_empty():
-            raise ScheduleError(f"{verb}: the {describe(kind, bad, poly)} would no longer run "
-                                "its source before its sink")
+            raise ScheduleError(
+                f"{verb}: the {describe(kind, bad, poly)} would no longer run "
+                "its source before its sink"
+            )
 
 
-def check_not_carried(verb: str, loop: str, poly: PolyKernel, deps: Dependences,
-                      outer: isl.UnionMap, band: isl.UnionMap) -> None:
+def check_not_carried(
+    verb: str,
+    loop: str,
+    poly: PolyKernel,
+    deps: Dependences,
+    outer: isl.UnionMap,
+    band: isl.UnionMap,
+) -> None:
     """Refuse unless loop ``loop`` (values ``band``, outer loop values ``outer``; both on the
     instances below the loop) carries no dependence."""
     below = band.domain()
     same_outer = outer.apply_range(outer.reverse())
     same_loop = band.apply_range(band.reverse())
     for kind, rel in _kinds(deps):
-        carried = (rel.intersect_domain(below).intersect_range(below)
-                   .intersect(same_outer).subtract(same_loop))
+        carried = (
+            rel.intersect_domain(below)
+            .intersect_range(below)
+            .intersect(same_outer)
+            .subtract(same_loop)
+        )
         if carried.is_empty():
             continue
         text = describe(kind, carried, poly)
         reduction = _reduction(carried, poly)
-        why = (f"; {loop} is a reduction loop of {reduction}: its iterations accumulate into "
-               "the same element one after the other, so they cannot run at the same time "
-               "(choose a loop that does not carry the reduction)" if reduction else "")
+        why = (
+            f"; {loop} is a reduction loop of {reduction}: its iterations accumulate into "
+            "the same element one after the other, so they cannot run at the same time "
+            "(choose a loop that does not carry the reduction)"
+            if reduction
+            else ""
+        )
         raise ScheduleError(f"{verb}: loop {loop} carries the {text}{why}")
 
 
@@ -71,15 +87,15 @@ def _runs_before(deps: isl.UnionMap, order: isl.UnionMap) -> bool:
     if deps.is_empty():
         return True
     times = order.range()
-    if (times.n_set() != 1
-            or not deps.domain().union(deps.range()).is_subset(order.domain())):
+    if times.n_set() != 1 or not deps.domain().union(deps.range()).is_subset(order.domain()):
         return False  # (not a schedule map of them: the caller's exact test decides)
     lex_lt = isl.Map.lex_lt(isl.Set.from_union_set(times).get_space())
     return deps.apply_domain(order).apply_range(order).is_subset(isl.UnionMap.from_map(lex_lt))
 
 
-def loops_that_may_carry(deps: Dependences, below: isl.UnionSet,
-                         columns: Sequence[isl.UnionPwAff], depths: Iterable[int]) -> set[int]:
+def loops_that_may_carry(
+    deps: Dependences, below: isl.UnionSet, columns: Sequence[isl.UnionPwAff], depths: Iterable[int]
+) -> set[int]:
     """Which of the loops at ``depths`` (0: outermost) of ``columns`` (the schedules of the
     loops on the way to the instances ``below``, outermost first) may carry a dependence. A
     loop left out carries none, exactly as :func:`check_not_carried` decides it; one returned
@@ -90,12 +106,13 @@ def loops_that_may_carry(deps: Dependences, below: isl.UnionSet,
     key = (id(below), *map(id, columns))
     hit = deps.carried_memo.get(key)
     if hit is None:
-        hit = next((v for k, v in deps.carried_memo.items()
-                    if k[0] == key[0] and k[:len(key)] == key), None)
+        hit = next(
+            (v for k, v in deps.carried_memo.items() if k[0] == key[0] and k[: len(key)] == key),
+            None,
+        )
     if hit is None:
         # (below and columns are kept alive with the entry: the key holds their ids)
-        hit = deps.carried_memo[key] = (below, tuple(columns),
-                                        _distances(deps, below, columns), {})
+        hit = deps.carried_memo[key] = (below, tuple(columns), _distances(deps, below, columns), {})
     _, _, (decided, distances), carried = hit
     if not decided:
         return set(depths)
@@ -106,12 +123,14 @@ def loops_that_may_carry(deps: Dependences, below: isl.UnionSet,
         if d not in carried:
             cond = " and ".join([*(f"{x} = 0" for x in dims[:d]), f"{dims[d]} != 0"])
             carried[d] = not distances.intersect(
-                isl.UnionSet(f"{{ [{', '.join(dims)}] : {cond} }}")).is_empty()
+                isl.UnionSet(f"{{ [{', '.join(dims)}] : {cond} }}")
+            ).is_empty()
     return {d for d in depths if carried[d]}
 
 
-def _distances(deps: Dependences, below: isl.UnionSet, columns: Sequence[isl.UnionPwAff]
-               ) -> tuple[bool, isl.UnionSet | None]:
+def _distances(
+    deps: Dependences, below: isl.UnionSet, columns: Sequence[isl.UnionPwAff]
+) -> tuple[bool, isl.UnionSet | None]:
     """(decided, the distances of the dependences among ``below`` in the values of
     ``columns``, as one set, or None when there are none); not decided when the shortcut
     does not apply, and every loop may carry."""
@@ -141,10 +160,16 @@ def _witness(rel: isl.UnionMap) -> tuple[str, list[int], str, list[int]]:
     m = rel.get_map_list().get_at(0)
     pt = m.wrap().sample_point()
     n_in = m.dim(isl.dim_type.in_)
-    coords = [int(pt.get_coordinate_val(isl.dim_type.set, k).to_python())
-              for k in range(n_in + m.dim(isl.dim_type.out))]
-    return (m.get_tuple_name(isl.dim_type.in_), coords[:n_in],
-            m.get_tuple_name(isl.dim_type.out), coords[n_in:])
+    coords = [
+        int(pt.get_coordinate_val(isl.dim_type.set, k).to_python())
+        for k in range(n_in + m.dim(isl.dim_type.out))
+    ]
+    return (
+        m.get_tuple_name(isl.dim_type.in_),
+        coords[:n_in],
+        m.get_tuple_name(isl.dim_type.out),
+        coords[n_in:],
+    )
 
 
 def describe(kind: str, rel: isl.UnionMap, poly: PolyKernel) -> str:
@@ -159,8 +184,11 @@ def describe(kind: str, rel: isl.UnionMap, poly: PolyKernel) -> str:
 
     a = isl.UnionSet(f"{{ {_point(src, sc)} }}")
     b = isl.UnionSet(f"{{ {_point(dst, dc)} }}")
-    first, second = {"RAW": (poly.writes, poly.reads), "WAR": (poly.reads, poly.writes),
-                     "WAW": (poly.writes, poly.writes)}[kind]
+    first, second = {
+        "RAW": (poly.writes, poly.reads),
+        "WAR": (poly.reads, poly.writes),
+        "WAW": (poly.writes, poly.writes),
+    }[kind]
     shared = first.intersect_domain(a).range().intersect(second.intersect_domain(b).range())
     where = ""
     if not shared.is_empty():
@@ -168,8 +196,10 @@ def describe(kind: str, rel: isl.UnionMap, poly: PolyKernel) -> str:
         space = elem.get_space()
         buffer_id = space.get_tuple_name(isl.dim_type.set)
         names = {v: k for k, v in poly.buffer_ids.items()}
-        idx = [int(elem.get_coordinate_val(isl.dim_type.set, k).to_python())
-               for k in range(space.dim(isl.dim_type.set))]
+        idx = [
+            int(elem.get_coordinate_val(isl.dim_type.set, k).to_python())
+            for k in range(space.dim(isl.dim_type.set))
+        ]
         where = f" on {_point(names.get(buffer_id, buffer_id), idx)}"
     distance = ""
     if src == dst:
@@ -185,8 +215,9 @@ def _reduction(carried: isl.UnionMap, poly: PolyKernel) -> str:
     if src != dst:
         return ""
     stmt = poly.stmts[src].stmt
-    if any(ld.buffer == stmt.write.buffer and ld.index == stmt.write.index
-           for ld in loads(stmt.body)):
+    if any(
+        ld.buffer == stmt.write.buffer and ld.index == stmt.write.index for ld in loads(stmt.body)
+    ):
         return f"{src} (into {stmt.write.buffer})"
     return ""
 

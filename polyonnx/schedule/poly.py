@@ -25,8 +25,26 @@ import islpy as isl
 
 from polyonnx.krnl.ir import Aff, Cond, Expr, Kernel, Loop, Stmt, loads
 
-_ISL_WORDS = frozenset({"and", "or", "not", "min", "max", "floor", "ceil", "mod", "exists",
-                        "true", "false", "infty", "NaN", "implies", "xor", "cond"})
+_ISL_WORDS = frozenset(
+    {
+        "and",
+        "or",
+        "not",
+        "min",
+        "max",
+        "floor",
+        "ceil",
+        "mod",
+        "exists",
+        "true",
+        "false",
+        "infty",
+        "NaN",
+        "implies",
+        "xor",
+        "cond",
+    }
+)
 
 
 def isl_identifier(name: str, taken: set[str]) -> str:
@@ -63,7 +81,8 @@ class Dependences:
     writes: isl.UnionMap
     order: isl.Schedule
     carried_memo: dict[tuple[int, ...], tuple] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     """Memo of :func:`polyonnx.schedule.legality.loops_that_may_carry`: the default strategy
     finds its parallel loops and the final check proves them with the same distances."""
 
@@ -91,8 +110,9 @@ class Dependences:
         return last_write.union(self.war).coalesce()
 
 
-def _flow(sink: isl.UnionMap, source: isl.UnionMap, order: isl.Schedule,
-          must: bool) -> isl.UnionMap:
+def _flow(
+    sink: isl.UnionMap, source: isl.UnionMap, order: isl.Schedule, must: bool
+) -> isl.UnionMap:
     """isl's dataflow analysis: each access of ``sink`` from the last access of ``source``
     before it in ``order`` (``must``: a source access always happens), else from every one
     since the last must-source."""
@@ -113,11 +133,13 @@ class PolyKernel:
     writes: isl.UnionMap
     reads: isl.UnionMap
     instances_memo: dict[tuple[str, ...], isl.UnionSet] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     """Memo of :func:`polyonnx.schedule.tree.instances` (statement names -> their domain):
     schedule trees and legality checks ask for the same few sets over and over."""
     single_value_memo: dict[object, bool] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     """Memo of :func:`polyonnx.schedule.tree.single_valued` (band -> whether it takes one
     value): the isl tree of every schedule in a trace is built from the same bands."""
 
@@ -132,9 +154,11 @@ class PolyKernel:
             info = StmtInfo(stmt, loops)
             stmts[stmt.name] = info
             dom = isl.Set(_domain_text(info))
-            w = isl.UnionMap.from_map(_access(info, buffer_ids[stmt.write.buffer],
-                                              stmt.write.index, shapes[stmt.write.buffer])
-                                      .intersect_domain(dom))
+            w = isl.UnionMap.from_map(
+                _access(
+                    info, buffer_ids[stmt.write.buffer], stmt.write.index, shapes[stmt.write.buffer]
+                ).intersect_domain(dom)
+            )
             udom = isl.UnionSet.from_set(dom)
             domain = udom if domain is None else domain.union(udom)
             writes = w if writes is None else writes.union(w)
@@ -168,8 +192,9 @@ def _domain_text(info: StmtInfo) -> str:
     return f"{{ {_space_text(info)} : {' and '.join(conds) or 'true'} }}"
 
 
-def _access(info: StmtInfo, buffer_id: str, index: tuple[Aff | Expr, ...],
-            shape: tuple[int, ...]) -> isl.Map:
+def _access(
+    info: StmtInfo, buffer_id: str, index: tuple[Aff | Expr, ...], shape: tuple[int, ...]
+) -> isl.Map:
     outs, conds = [], []
     for d, ix in enumerate(index):
         if isinstance(ix, Aff):
@@ -200,10 +225,10 @@ def initial_schedule(poly: PolyKernel) -> isl.Schedule:
                 parts.append(isl.Schedule.from_domain(stmt_domain(node.name)))
                 continue
             inner = build(node.body)
-            pieces = "; ".join(f"{_space_text(poly.stmts[s])} -> [({node.iterator})]"
-                               for s in subtree_stmts(node))
-            parts.append(inner.insert_partial_schedule(
-                isl.MultiUnionPwAff(f"[{{ {pieces} }}]")))
+            pieces = "; ".join(
+                f"{_space_text(poly.stmts[s])} -> [({node.iterator})]" for s in subtree_stmts(node)
+            )
+            parts.append(inner.insert_partial_schedule(isl.MultiUnionPwAff(f"[{{ {pieces} }}]")))
         sched = parts[0]
         for p in parts[1:]:
             sched = sched.sequence(p)

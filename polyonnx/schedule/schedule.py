@@ -91,8 +91,9 @@ class _Model:
     dependences are computed in that order, and the trace still belongs to the ``original``
     kernel (signature included)."""
 
-    def __init__(self, kernel: Kernel, original: _Model | None = None,
-                 order: Node | None = None) -> None:
+    def __init__(
+        self, kernel: Kernel, original: _Model | None = None, order: Node | None = None
+    ) -> None:
         self.kernel = kernel
         self.poly = PolyKernel.build(kernel)
         self.original = original.original if original else kernel
@@ -109,8 +110,9 @@ class _Model:
 class Schedule:
     """A kernel plus a schedule tree and the trace of verbs that made it."""
 
-    def __init__(self, model: _Model, tree: Node, directives: tuple[Directive, ...],
-                 unverified: int = 0) -> None:
+    def __init__(
+        self, model: _Model, tree: Node, directives: tuple[Directive, ...], unverified: int = 0
+    ) -> None:
         self._model = model
         self.tree = tree
         self.directives = directives
@@ -190,8 +192,10 @@ class Schedule:
         """The kernel, its model and this schedule's isl tree, as the pipeline takes them;
         refused while the schedule is not :attr:`verified`."""
         if not self.verified:
-            raise ScheduleError(f"schedule of kernel {self.kernel.name}: "
-                                f"{'; '.join(self._pending())} not proved legal (verify() it)")
+            raise ScheduleError(
+                f"schedule of kernel {self.kernel.name}: "
+                f"{'; '.join(self._pending())} not proved legal (verify() it)"
+            )
         return ScheduledKernel(self.kernel, self.poly, self.isl_schedule, self.trace)
 
     def __str__(self) -> str:
@@ -270,16 +274,18 @@ class Schedule:
         kernel's own loops: ``Schedule.from_kernel(kernel).replay(trace)``; refused with
         :class:`ScheduleError` if the trace was recorded on a kernel of another signature."""
         if self.signature != trace.signature:
-            raise ScheduleError(f"trace of kernel {trace.kernel} (signature {trace.signature}) "
-                                f"does not fit kernel {self.kernel.name} (signature "
-                                f"{self.signature})")
+            raise ScheduleError(
+                f"trace of kernel {trace.kernel} (signature {trace.signature}) "
+                f"does not fit kernel {self.kernel.name} (signature "
+                f"{self.signature})"
+            )
         s = self
         for d in trace.directives:
             s = s.apply(d)
         return s
 
     def _pending(self) -> list[str]:
-        return [str(d) for d in self.directives[len(self.directives) - self._unverified:]]
+        return [str(d) for d in self.directives[len(self.directives) - self._unverified :]]
 
     def _check_marks(self, verb: str) -> None:
         """Refuse a ``parallel`` or ``vector`` loop that carries a dependence, and a vector
@@ -291,10 +297,14 @@ class Schedule:
             for name in self._may_carry(paths, node.named or (node.name,)):
                 band = get(self.tree, paths[name])
                 assert isinstance(band, Band)
-                check_not_carried(verb, name, self.poly, self.dependences,
-                                  prefix_map(self.tree, paths[name], self.poly,
-                                             inclusive=False),
-                                  band_map(band, self.poly))
+                check_not_carried(
+                    verb,
+                    name,
+                    self.poly,
+                    self.dependences,
+                    prefix_map(self.tree, paths[name], self.poly, inclusive=False),
+                    band_map(band, self.poly),
+                )
             if node.mark == "vector" and any(isinstance(n, Band) for _, n in walk(node.child)):
                 raise ScheduleError(f"{verb}: the vector loop {node.name} would hold loops")
 
@@ -304,13 +314,16 @@ class Schedule:
         statements (one nest), else all of them."""
         deepest = max(names, key=lambda n: len(paths[n]))
         under = stmts(get(self.tree, paths[deepest]))
-        if any(paths[deepest][:len(paths[n])] != paths[n]
-               or stmts(get(self.tree, paths[n])) != under for n in names):
+        if any(
+            paths[deepest][: len(paths[n])] != paths[n] or stmts(get(self.tree, paths[n])) != under
+            for n in names
+        ):
             return list(names)
         depth = {n: bands_above(self.tree, paths[n]) for n in names}
         columns = [b.sched for b in bands_on_path(self.tree, paths[deepest])]
-        may = loops_that_may_carry(self.dependences, instances(self.poly, under), columns,
-                                   [depth[n] for n in names])
+        may = loops_that_may_carry(
+            self.dependences, instances(self.poly, under), columns, [depth[n] for n in names]
+        )
         return [n for n in names if depth[n] in may]
 
     # ------------------------------------------------------------------ verbs
@@ -395,8 +408,9 @@ class Schedule:
         back after each iteration of ``loop``."""
         return self.apply(CacheWrite(buffer, loop))
 
-    def pack(self, buffer: str, loop: str, order: Sequence[int] = (),
-             factors: Sequence[int] = ()) -> Schedule:
+    def pack(
+        self, buffer: str, loop: str, order: Sequence[int] = (), factors: Sequence[int] = ()
+    ) -> Schedule:
         """``cache_read`` into a temp laid out by ``factors`` (split tile dimension ``d`` by
         ``factors[d]`` when > 1) and ``order`` (a permutation of the resulting dimensions):
         ``pack("B", "k_o", (1, 0, 2), (0, 8))`` is the BLIS B panel ``[j/8, k, j%8]``."""
@@ -406,9 +420,11 @@ class Schedule:
         """Lanes of one vector register for the widest element the loop's statements write."""
         path = band_paths(self.tree).get(loop)
         if path is None:
-            raise ScheduleError(f"vectorize: no loop named {loop!r}; loops are "
-                                f"{', '.join(self.loops)}")
-        widest = max(np.dtype(self.kernel.buffer(self.poly.stmts[s].stmt.write.buffer).dtype)
-                     .itemsize for s in stmts(get(self.tree, path)))
+            raise ScheduleError(
+                f"vectorize: no loop named {loop!r}; loops are {', '.join(self.loops)}"
+            )
+        widest = max(
+            np.dtype(self.kernel.buffer(self.poly.stmts[s].stmt.write.buffer).dtype).itemsize
+            for s in stmts(get(self.tree, path))
+        )
         return max(VECTOR_BYTES // widest, 1)
-

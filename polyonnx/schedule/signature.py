@@ -37,8 +37,11 @@ from polyonnx.krnl.ir import (
 def canonical(kernel: Kernel) -> Kernel:
     """``kernel`` named ``k`` with buffers named ``b0, b1, ...`` in argument order."""
     names = {b.name: f"b{k}" for k, b in enumerate(kernel.buffers)}
-    return Kernel("k", tuple(replace(b, name=names[b.name]) for b in kernel.buffers),
-                  rename_buffers(kernel.body, names))
+    return Kernel(
+        "k",
+        tuple(replace(b, name=names[b.name]) for b in kernel.buffers),
+        rename_buffers(kernel.body, names),
+    )
 
 
 def kernel_signature(kernel: Kernel) -> str:

@@ -75,15 +75,25 @@ class Layout:
     order: tuple[int, ...] = ()
 
 
-def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, write: bool,
-          layout: Layout = Layout()) -> tuple[Kernel, Node]:
+def stage(
+    tree: Node,
+    poly: PolyKernel,
+    buffer: str,
+    loop: str,
+    verb: str,
+    *,
+    write: bool,
+    layout: Layout = Layout(),
+) -> tuple[Kernel, Node]:
     """The kernel and tree with ``buffer``'s tile staged at ``loop`` (see the module doc)."""
     kernel = poly.kernel
     try:
         buf = kernel.buffer(buffer)
     except KeyError:
-        raise ScheduleError(f"{verb}: no buffer named {buffer!r}; buffers are "
-                            f"{', '.join(b.name for b in kernel.buffers)}") from None
+        raise ScheduleError(
+            f"{verb}: no buffer named {buffer!r}; buffers are "
+            f"{', '.join(b.name for b in kernel.buffers)}"
+        ) from None
     path = find(tree, loop, verb)
     band = get(tree, path)
     assert isinstance(band, Band)
@@ -95,16 +105,14 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
     below = instances(poly, under)
     prefix = prefix_map(tree, path, poly)
     elems = isl.UnionSet(f"{{ {bid}[{', '.join(f'e{d}' for d in range(len(buf.shape)))}] }}")
-    accesses = (poly.writes if write else poly.reads).intersect_domain(below) \
-        .intersect_range(elems)
+    accesses = (poly.writes if write else poly.reads).intersect_domain(below).intersect_range(elems)
     if write:
         _check_tile_reads(tree, poly, buffer, bid, under, prefix, verb)
     region = isl.Map.from_union_map(prefix.reverse().apply_range(accesses))
     offsets, sizes = _box(region, len(buf.shape), bid, verb, buffer, loop)
     dims, shape = _layout(layout, sizes, verb)
     taken_bufs = {b.name for b in kernel.buffers}
-    tname = fresh(f"{kernel.name}_{buffer}_{'pack' if layout != Layout() else 'cache'}",
-                   taken_bufs)
+    tname = fresh(f"{kernel.name}_{buffer}_{'pack' if layout != Layout() else 'cache'}", taken_bufs)
     temp = Buffer(tname, buf.dtype, shape, "temp")
     qnames = _prefix_names(tree, path)
 
@@ -114,35 +122,40 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
     q_its = [fresh(n, set()) for n in qnames]
     l_its = _fresh_all([f"t{k}" for k in range(len(dims))], set(q_its))
     elem = _elements(offsets, q_its, dims, l_its, layout)
-    copy_loops, copy_guards = _copy_domain(region, bid, q_its, l_its, elem, shape, buf.shape,
-                                           exact=write, verb=verb)
+    copy_loops, copy_guards = _copy_domain(
+        region, bid, q_its, l_its, elem, shape, buf.shape, exact=write, verb=verb
+    )
     lvars = tuple(Aff.var(n) for n in l_its)
     if write:
-        copy = Stmt(cname, Access(buffer, tuple(elem)), Load(tname, lvars, buf.dtype),
-                    copy_guards)
+        copy = Stmt(cname, Access(buffer, tuple(elem)), Load(tname, lvars, buf.dtype), copy_guards)
     else:
-        copy = Stmt(cname, Access(tname, lvars), Load(buffer, tuple(elem), buf.dtype),
-                    copy_guards)
+        copy = Stmt(cname, Access(tname, lvars), Load(buffer, tuple(elem), buf.dtype), copy_guards)
     copy_nest: KNode = copy
     for it, (lo, hi) in reversed(list(zip(q_its + l_its, copy_loops, strict=True))):
         copy_nest = Loop(it, lo, hi + 1, (copy_nest,))
 
     # The statements under the loop that touch the buffer: extra iterators, redirected access.
-    rewritten: dict[str, tuple[Stmt, tuple[str, ...], tuple[tuple[str, int, int], ...],
-                               tuple[str, ...]]] = {}
+    rewritten: dict[
+        str, tuple[Stmt, tuple[str, ...], tuple[tuple[str, int, int], ...], tuple[str, ...]]
+    ] = {}
     for name in touching:
         info = poly.stmts[name]
         its = set(info.iterators)
         extra = [fresh(n, its) for n in qnames]
-        guards, values = _alias(_prefix_guards(prefix, poly, name, extra), extra,
-                                info.iterators)
+        guards, values = _alias(_prefix_guards(prefix, poly, name, extra), extra, info.iterators)
         offset_affs = [_aff(o, values) for o in offsets]
         q_range = _ranges(prefix, poly, name)
         bounds: list[tuple[str, int, int]] = [
-            (e, lo, hi) for e, v, (lo, hi) in zip(extra, values, q_range, strict=True) if e == v]
+            (e, lo, hi) for e, v, (lo, hi) in zip(extra, values, q_range, strict=True) if e == v
+        ]
 
-        def redirect(index: tuple, _its: set = its, _bounds: list = bounds,
-                     _guards: list = guards, _off: list = offset_affs) -> tuple[Aff, ...]:
+        def redirect(
+            index: tuple,
+            _its: set = its,
+            _bounds: list = bounds,
+            _guards: list = guards,
+            _off: list = offset_affs,
+        ) -> tuple[Aff, ...]:
             rel = [Aff.lift(ix) - o for ix, o in zip(index, _off, strict=True)]
             out: list[Aff] = []
             for d, f in enumerate(_factors(layout, len(rel))):
@@ -164,8 +177,11 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
         new = replace(stmt, write=write_, body=body, guards=stmt.guards + tuple(guards))
         rewritten[name] = (new, tuple(b[0] for b in bounds), tuple(bounds), tuple(values))
 
-    new_kernel = replace(kernel, buffers=kernel.buffers + (temp,),
-                         body=_rewrite_body(kernel.body, rewritten) + (copy_nest,))
+    new_kernel = replace(
+        kernel,
+        buffers=kernel.buffers + (temp,),
+        body=_rewrite_body(kernel.body, rewritten) + (copy_nest,),
+    )
     new_tree = _rewrite_tree(tree, path, poly, rewritten, cname, q_its, l_its, write)
     return new_kernel, new_tree
 
@@ -173,34 +189,47 @@ def stage(tree: Node, poly: PolyKernel, buffer: str, loop: str, verb: str, *, wr
 # --------------------------------------------------------------------------- checks
 
 
-def _touching(poly: PolyKernel, under: tuple[str, ...], buffer: str, verb: str,
-              write: bool) -> list[str]:
+def _touching(
+    poly: PolyKernel, under: tuple[str, ...], buffer: str, verb: str, write: bool
+) -> list[str]:
     """The statements under the loop that read or write ``buffer``; refusals for what staging
     cannot express."""
-    readers = [s for s in under
-               if any(ld.buffer == buffer for ld in loads(poly.stmts[s].stmt.body))]
+    readers = [
+        s for s in under if any(ld.buffer == buffer for ld in loads(poly.stmts[s].stmt.body))
+    ]
     writers = [s for s in under if poly.stmts[s].stmt.write.buffer == buffer]
     for s in readers:
         for ld in loads(poly.stmts[s].stmt.body):
             if ld.buffer == buffer and not all(isinstance(i, Aff) for i in ld.index):
-                raise ScheduleError(f"{verb}: {s} reads {buffer} at a computed index "
-                                    f"({ld}); only affine accesses can be staged")
+                raise ScheduleError(
+                    f"{verb}: {s} reads {buffer} at a computed index "
+                    f"({ld}); only affine accesses can be staged"
+                )
     if write:
         if not writers:
             raise ScheduleError(f"{verb}: no statement under the loop writes {buffer}")
     else:
         if writers:
-            raise ScheduleError(f"{verb}: {buffer} is written under the loop (by "
-                                f"{', '.join(writers)}); a read cache would go stale — "
-                                "use cache_write, or stage at a loop inside which it is "
-                                "only read")
+            raise ScheduleError(
+                f"{verb}: {buffer} is written under the loop (by "
+                f"{', '.join(writers)}); a read cache would go stale — "
+                "use cache_write, or stage at a loop inside which it is "
+                "only read"
+            )
         if not readers:
             raise ScheduleError(f"{verb}: no statement under the loop reads {buffer}")
     return sorted(set(readers) | set(writers), key=list(poly.stmts).index)
 
 
-def _check_tile_reads(tree: Node, poly: PolyKernel, buffer: str, bid: str,
-                      under: tuple[str, ...], prefix: isl.UnionMap, verb: str) -> None:
+def _check_tile_reads(
+    tree: Node,
+    poly: PolyKernel,
+    buffer: str,
+    bid: str,
+    under: tuple[str, ...],
+    prefix: isl.UnionMap,
+    verb: str,
+) -> None:
     """``cache_write``: each read of ``buffer`` under the loop must read a value written in the
     same iteration of the loop (the tile starts with no values of its own)."""
     from polyonnx.schedule.tree import to_isl
@@ -212,35 +241,43 @@ def _check_tile_reads(tree: Node, poly: PolyKernel, buffer: str, bid: str,
     if sinks.is_empty():
         return
     sources = poly.writes.intersect_range(elem)
-    flow = (isl.UnionAccessInfo.from_sink(sinks).set_must_source(sources)
-            .set_schedule(to_isl(tree, poly)).compute_flow())
+    flow = (
+        isl.UnionAccessInfo.from_sink(sinks)
+        .set_must_source(sources)
+        .set_schedule(to_isl(tree, poly))
+        .compute_flow()
+    )
     missing = flow.get_may_no_source()
     if not missing.is_empty():
         m = missing.get_map_list().get_at(0)
-        raise ScheduleError(f"{verb}: {m.get_tuple_name(isl.dim_type.in_)} reads {buffer} "
-                            f"values the loop's iteration did not write ({m.domain()}); a "
-                            "write cache cannot supply them")
+        raise ScheduleError(
+            f"{verb}: {m.get_tuple_name(isl.dim_type.in_)} reads {buffer} "
+            f"values the loop's iteration did not write ({m.domain()}); a "
+            "write cache cannot supply them"
+        )
     same = prefix.apply_range(prefix.reverse())
     outside = flow.get_may_dependence().subtract(same)
     if not outside.is_empty():
         from polyonnx.schedule.legality import describe
 
-        raise ScheduleError(f"{verb}: the {describe('RAW', outside, poly)} crosses the "
-                            f"loop's iterations: a write cache of {buffer} would not hold "
-                            "that value")
+        raise ScheduleError(
+            f"{verb}: the {describe('RAW', outside, poly)} crosses the "
+            f"loop's iterations: a write cache of {buffer} would not hold "
+            "that value"
+        )
 
 
 # --------------------------------------------------------------------------- the tile
 
 
-def _box(region: isl.Map, rank: int, bid: str, verb: str, buffer: str, loop: str
-         ) -> tuple[list[tuple[list[int], int]], list[int]]:
+def _box(
+    region: isl.Map, rank: int, bid: str, verb: str, buffer: str, loop: str
+) -> tuple[list[tuple[list[int], int]], list[int]]:
     """Per buffer dimension: the tile's offset (coefficients on the prefix values, constant)
     and size. The offset is the affine piece of the lower bound that gives the smallest
     box."""
     if region.is_empty():
-        raise ScheduleError(f"{verb}: the statements under {loop} access no element of "
-                            f"{buffer}")
+        raise ScheduleError(f"{verb}: the statements under {loop} access no element of {buffer}")
     nq = region.dim(isl.dim_type.in_)
     q = [f"q{m}" for m in range(nq)]
     e = [f"e{d}" for d in range(rank)]
@@ -256,8 +293,9 @@ def _box(region: isl.Map, rank: int, bid: str, verb: str, buffer: str, loop: str
             if not all(isinstance(c, int) for c in coeffs + [const]):
                 continue
             expr = str(_aff((coeffs, const), q))
-            rel = isl.Map(f"{{ [[{', '.join(q)}] -> {bid}[{', '.join(e)}]] -> [v] : "
-                          f"v = {e[d]} - ({expr}) }}")
+            rel = isl.Map(
+                f"{{ [[{', '.join(q)}] -> {bid}[{', '.join(e)}]] -> [v] : v = {e[d]} - ({expr}) }}"
+            )
             values = wrapped.apply(rel)
             lo = values.dim_min_val(0).to_python()
             if not isinstance(lo, int) or lo < 0:
@@ -266,8 +304,10 @@ def _box(region: isl.Map, rank: int, bid: str, verb: str, buffer: str, loop: str
             if best is None or size < best[1]:
                 best = ((coeffs, const), size)
         if best is None:
-            raise ScheduleError(f"{verb}: the part of {buffer} read under {loop} has no "
-                                f"tile offset affine in the enclosing loops (dimension {d})")
+            raise ScheduleError(
+                f"{verb}: the part of {buffer} read under {loop} has no "
+                f"tile offset affine in the enclosing loops (dimension {d})"
+            )
         offsets.append(best[0])
         sizes.append(best[1])
     return offsets, sizes
@@ -281,13 +321,15 @@ def _order(layout: Layout, n: int) -> tuple[int, ...]:
     return layout.order or tuple(range(n))
 
 
-def _layout(layout: Layout, sizes: list[int], verb: str
-            ) -> tuple[list[tuple[int, str]], tuple[int, ...]]:
+def _layout(
+    layout: Layout, sizes: list[int], verb: str
+) -> tuple[list[tuple[int, str]], tuple[int, ...]]:
     """The temp's dimensions (tile dimension, ``"o"``/``"i"``/``""``) and shape."""
     factors = _factors(layout, len(sizes))
     if len(factors) != len(sizes) or any(not isinstance(f, int) or f < 0 for f in factors):
-        raise ScheduleError(f"{verb}: factors must be {len(sizes)} non-negative integers "
-                            "(0 or 1: no split)")
+        raise ScheduleError(
+            f"{verb}: factors must be {len(sizes)} non-negative integers (0 or 1: no split)"
+        )
     dims: list[tuple[int, str]] = []
     shape: list[int] = []
     for d, (f, n) in enumerate(zip(factors, sizes, strict=True)):
@@ -299,13 +341,20 @@ def _layout(layout: Layout, sizes: list[int], verb: str
             shape.append(n)
     order = _order(layout, len(dims))
     if sorted(order) != list(range(len(dims))):
-        raise ScheduleError(f"{verb}: order must be a permutation of 0..{len(dims) - 1} (the "
-                            "tile's dimensions after splitting)")
+        raise ScheduleError(
+            f"{verb}: order must be a permutation of 0..{len(dims) - 1} (the "
+            "tile's dimensions after splitting)"
+        )
     return [dims[k] for k in order], tuple(shape[k] for k in order)
 
 
-def _elements(offsets: list[tuple[list[int], int]], q_its: list[str],
-              dims: list[tuple[int, str]], l_its: list[str], layout: Layout) -> list[Aff]:
+def _elements(
+    offsets: list[tuple[list[int], int]],
+    q_its: list[str],
+    dims: list[tuple[int, str]],
+    l_its: list[str],
+    layout: Layout,
+) -> list[Aff]:
     """The buffer element of temp element ``l`` in tile ``q``."""
     factors = _factors(layout, len(offsets))
     elem = [_aff(o, q_its) for o in offsets]
@@ -322,9 +371,18 @@ def _aff(offset: tuple[list[int], int], names: list[str]) -> Aff:
     return out
 
 
-def _copy_domain(region: isl.Map, bid: str, q_its: list[str], l_its: list[str],
-                 elem: list[Aff], shape: tuple[int, ...], buf_shape: tuple[int, ...], *,
-                 exact: bool, verb: str) -> tuple[list[tuple[int, int]], tuple[Cond, ...]]:
+def _copy_domain(
+    region: isl.Map,
+    bid: str,
+    q_its: list[str],
+    l_its: list[str],
+    elem: list[Aff],
+    shape: tuple[int, ...],
+    buf_shape: tuple[int, ...],
+    *,
+    exact: bool,
+    verb: str,
+) -> tuple[list[tuple[int, int]], tuple[Cond, ...]]:
     """Loop bounds and guards of the copy statement: the tile's elements, exactly (or, when
     ``exact`` is not required, a convex over-approximation inside the buffer)."""
     names = q_its + l_its
@@ -337,20 +395,26 @@ def _copy_domain(region: isl.Map, bid: str, q_its: list[str], l_its: list[str],
 
     conds = [f"0 <= {ren[n]} < {s}" for n, s in zip(l_its, shape, strict=True)]
     conds += [f"0 <= {txt(a)} < {s}" for a, s in zip(elem, buf_shape, strict=True)]
-    h = isl.Map(f"{{ C[{cs}] -> [[{qs}] -> {bid}[{', '.join(txt(a) for a in elem)}]] : "
-                f"{' and '.join(conds)} }}")
+    h = isl.Map(
+        f"{{ C[{cs}] -> [[{qs}] -> {bid}[{', '.join(txt(a) for a in elem)}]] : "
+        f"{' and '.join(conds)} }}"
+    )
     dom = h.intersect_range(region.wrap()).domain().coalesce()
     if dom.n_basic_set() != 1 or dom.dim(isl.dim_type.div):
         if exact:
-            raise ScheduleError(f"{verb}: the elements written in one iteration of the loop "
-                                "are not a single affine polyhedron (strided or a union); "
-                                "a copy-out would write elements that were not written")
+            raise ScheduleError(
+                f"{verb}: the elements written in one iteration of the loop "
+                "are not a single affine polyhedron (strided or a union); "
+                "a copy-out would write elements that were not written"
+            )
         dom = dom.remove_divs().convex_hull().intersect(h.domain().remove_divs().convex_hull())
         dom = isl.Set.from_basic_set(dom)
-    bounds = [(dom.dim_min_val(k).to_python(), dom.dim_max_val(k).to_python())
-              for k in range(len(names))]
-    ranges = " and ".join(f"{lo} <= {ren[n]} <= {hi}"
-                          for n, (lo, hi) in zip(names, bounds, strict=True))
+    bounds = [
+        (dom.dim_min_val(k).to_python(), dom.dim_max_val(k).to_python()) for k in range(len(names))
+    ]
+    ranges = " and ".join(
+        f"{lo} <= {ren[n]} <= {hi}" for n, (lo, hi) in zip(names, bounds, strict=True)
+    )
     box = isl.Set(f"{{ C[{cs}] : {ranges} }}")
     guards = _conds(dom.gist(box), names)
     return bounds, guards
@@ -390,8 +454,9 @@ def _fresh_all(names: list[str], taken: set[str]) -> list[str]:
     return [fresh(n, taken) for n in names]
 
 
-def _prefix_guards(prefix: isl.UnionMap, poly: PolyKernel, name: str,
-                   extra: list[str]) -> list[Cond]:
+def _prefix_guards(
+    prefix: isl.UnionMap, poly: PolyKernel, name: str, extra: list[str]
+) -> list[Cond]:
     """Constraints tying the extra iterators to the prefix values of statement ``name``."""
     info = poly.stmts[name]
     graph = isl.Map.from_union_map(prefix.intersect_domain(universe(poly, [name])))
@@ -401,8 +466,9 @@ def _prefix_guards(prefix: isl.UnionMap, poly: PolyKernel, name: str,
     return list(_conds(linked, list(info.iterators) + extra))
 
 
-def _alias(guards: list[Cond], extra: list[str], its: tuple[str, ...]
-           ) -> tuple[list[Cond], list[str]]:
+def _alias(
+    guards: list[Cond], extra: list[str], its: tuple[str, ...]
+) -> tuple[list[Cond], list[str]]:
     """Prefix values equal to an iterator (``q == i``) are that iterator: no extra iterator,
     no guard. Returns the remaining guards and the name standing for each prefix value."""
     alias: dict[str, str] = {}
@@ -420,8 +486,10 @@ def _alias(guards: list[Cond], extra: list[str], its: tuple[str, ...]
 
 def _ranges(prefix: isl.UnionMap, poly: PolyKernel, name: str) -> list[tuple[int, int]]:
     values = isl.Set.from_union_set(prefix.intersect_domain(instances(poly, [name])).range())
-    return [(values.dim_min_val(m).to_python(), values.dim_max_val(m).to_python())
-            for m in range(values.dim(isl.dim_type.set))]
+    return [
+        (values.dim_min_val(m).to_python(), values.dim_max_val(m).to_python())
+        for m in range(values.dim(isl.dim_type.set))
+    ]
 
 
 def _redirect_loads(e: Expr, buffer: str, temp: str, redirect) -> Expr:
@@ -451,8 +519,16 @@ def _rewrite_body(nodes: tuple[KNode, ...], rewritten: dict) -> tuple[KNode, ...
 # --------------------------------------------------------------------------- tree
 
 
-def _rewrite_tree(tree: Node, path: Path, poly: PolyKernel, rewritten: dict, cname: str,
-                  q_its: list[str], l_its: list[str], write: bool) -> Node:
+def _rewrite_tree(
+    tree: Node,
+    path: Path,
+    poly: PolyKernel,
+    rewritten: dict,
+    cname: str,
+    q_its: list[str],
+    l_its: list[str],
+    write: bool,
+) -> Node:
     """Every band's function extended to the new iterators (the prefix bands read them), the
     copy statement placed at the loop."""
     spaces = {}
@@ -472,7 +548,8 @@ def _rewrite_tree(tree: Node, path: Path, poly: PolyKernel, rewritten: dict, cna
                     piece = isl.PwAff(f"{{ {full} -> [({values[m]})] }}")
                 else:
                     piece = pa.pullback_multi_aff(
-                        isl.MultiAff(f"{{ {full} -> {s}[{', '.join(its)}] }}"))
+                        isl.MultiAff(f"{{ {full} -> {s}[{', '.join(its)}] }}")
+                    )
                 pa = piece
             upa = isl.UnionPwAff.from_pw_aff(pa)
             out = upa if out is None else out.union_add(upa)
@@ -487,8 +564,10 @@ def _rewrite_tree(tree: Node, path: Path, poly: PolyKernel, rewritten: dict, cna
         if isinstance(node, Leaf):
             return node
         if isinstance(node, Sequence):
-            kids = [walk(c, rest[1:] if on_path and rest and rest[0] == k else None, m)
-                    for k, c in enumerate(node.children)]
+            kids = [
+                walk(c, rest[1:] if on_path and rest and rest[0] == k else None, m)
+                for k, c in enumerate(node.children)
+            ]
             return Sequence(tuple(kids))
         new = replace(node, sched=sched(node, m if on_path else None))
         if on_path and not rest:

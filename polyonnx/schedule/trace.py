@@ -63,8 +63,13 @@ class Trace:
     directives: tuple[Directive, ...]
 
     def to_json(self) -> str:
-        return json.dumps({"kernel": self.kernel, "signature": self.signature,
-                           "steps": [directive_to_dict(d) for d in self.directives]})
+        return json.dumps(
+            {
+                "kernel": self.kernel,
+                "signature": self.signature,
+                "steps": [directive_to_dict(d) for d in self.directives],
+            }
+        )
 
     @staticmethod
     def from_json(text: str | Mapping[str, Any]) -> Trace:
@@ -72,8 +77,11 @@ class Trace:
         try:
             obj = json.loads(text) if isinstance(text, str) else text
             steps = obj["steps"]
-            return Trace(str(obj.get("kernel", "")), str(obj["signature"]),
-                         tuple(directive_from_dict(s) for s in steps))
+            return Trace(
+                str(obj.get("kernel", "")),
+                str(obj["signature"]),
+                tuple(directive_from_dict(s) for s in steps),
+            )
         except (ValueError, KeyError, TypeError) as e:
             raise ScheduleError(f"trace: not a schedule trace ({e})") from None
 

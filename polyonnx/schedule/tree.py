@@ -151,8 +151,9 @@ def find(tree: Node, loop: str, verb: str) -> Path:
     """The path of loop ``loop``; a ScheduleError naming the known loops if there is none."""
     paths = band_paths(tree)
     if loop not in paths:
-        raise ScheduleError(f"{verb}: no loop named {loop!r}; loops are "
-                            f"{', '.join(paths) or '(none)'}")
+        raise ScheduleError(
+            f"{verb}: no loop named {loop!r}; loops are {', '.join(paths) or '(none)'}"
+        )
     return paths[loop]
 
 
@@ -188,8 +189,7 @@ def instances(poly: PolyKernel, names: tuple[str, ...] | list[str]) -> isl.Union
 
 def band_map(band: Band, poly: PolyKernel) -> isl.UnionMap:
     """``band.sched`` as a relation on the instances of its statements."""
-    return isl.UnionMap.from_union_pw_aff(band.sched).intersect_domain(
-        instances(poly, stmts(band)))
+    return isl.UnionMap.from_union_pw_aff(band.sched).intersect_domain(instances(poly, stmts(band)))
 
 
 def value_range(band: Band, poly: PolyKernel) -> tuple[int, int]:
@@ -197,8 +197,10 @@ def value_range(band: Band, poly: PolyKernel) -> tuple[int, int]:
     values = band_map(band, poly).range()
     lo = isl.Set.from_union_set(values.lexmin()).sample_point()
     hi = isl.Set.from_union_set(values.lexmax()).sample_point()
-    return (int(lo.get_coordinate_val(isl.dim_type.set, 0).to_python()),
-            int(hi.get_coordinate_val(isl.dim_type.set, 0).to_python()))
+    return (
+        int(lo.get_coordinate_val(isl.dim_type.set, 0).to_python()),
+        int(hi.get_coordinate_val(isl.dim_type.set, 0).to_python()),
+    )
 
 
 def bands_on_path(tree: Node, path: Path, inclusive: bool = True) -> list[Band]:
@@ -229,8 +231,7 @@ def values_map(below: isl.UnionSet, columns: list[isl.UnionPwAff]) -> isl.UnionM
     """The instances ``below`` -> the values of ``columns`` (loop schedules), in order."""
     out = isl.UnionMap.from_domain(below)
     for column in columns:
-        out = out.flat_range_product(isl.UnionMap.from_union_pw_aff(column)
-                                     .intersect_domain(below))
+        out = out.flat_range_product(isl.UnionMap.from_union_pw_aff(column).intersect_domain(below))
     return out
 
 
@@ -250,8 +251,10 @@ def initial_tree(poly: PolyKernel) -> Node:
                 continue
             name = fresh(n.iterator, taken)
             child = build(n.body)
-            pieces = "; ".join(f"{s}[{', '.join(poly.stmts[s].iterators)}] -> [({n.iterator})]"
-                               for s in stmts(child))
+            pieces = "; ".join(
+                f"{s}[{', '.join(poly.stmts[s].iterators)}] -> [({n.iterator})]"
+                for s in stmts(child)
+            )
             out.append(Band(name, isl.UnionPwAff(f"{{ {pieces} }}"), child))
         return sequence(out)
 
@@ -292,8 +295,9 @@ def _build(at: isl.ScheduleNode, node: Node, poly: PolyKernel) -> isl.ScheduleNo
         chain.append(chain[-1].child)
     band = isl.MultiUnionPwAff.from_union_pw_aff(node.sched.intersect_domain(below))
     for member in chain[1:]:
-        band = band.flat_range_product(isl.MultiUnionPwAff.from_union_pw_aff(
-            member.sched.intersect_domain(below)))
+        band = band.flat_range_product(
+            isl.MultiUnionPwAff.from_union_pw_aff(member.sched.intersect_domain(below))
+        )
     at = at.insert_partial_schedule(band)
     if node.unroll:
         at = at.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
@@ -313,14 +317,20 @@ def single_valued(band: Band, poly: PolyKernel) -> bool:
     if out is None:
         values = band_map(band, poly).range()
         out = poly.single_value_memo[band] = (
-            values.n_set() == 1 and isl.Set.from_union_set(values).is_singleton())
+            values.n_set() == 1 and isl.Set.from_union_set(values).is_singleton()
+        )
     return out
 
 
 def _elided(band: Band, poly: PolyKernel) -> bool:
     """Whether ``band`` is left out of the isl tree: a plain loop of one iteration."""
-    return (band.members == 1 and not band.grouped and not band.isolate and not band.unroll
-            and single_valued(band, poly))
+    return (
+        band.members == 1
+        and not band.grouped
+        and not band.isolate
+        and not band.unroll
+        and single_valued(band, poly)
+    )
 
 
 def _mark_text(band: Band, depth: int, poly: PolyKernel) -> str:
@@ -359,11 +369,15 @@ def _full_tiles(at: isl.ScheduleNode, band: Band, poly: PolyKernel) -> isl.Union
     if not isinstance(inner, Band):
         raise ScheduleError(f"isolate({band.name}): its body is not a loop")
     domain = at.get_domain()
-    outer = at.get_prefix_schedule_union_map().range_product(
-        isl.UnionMap.from_union_pw_aff(band.sched)).intersect_domain(domain)
+    outer = (
+        at.get_prefix_schedule_union_map()
+        .range_product(isl.UnionMap.from_union_pw_aff(band.sched))
+        .intersect_domain(domain)
+    )
     tiles = isl.Set.from_union_set(domain.apply(outer))
-    points = isl.Set.from_union_set(domain.apply(outer.range_product(
-        isl.UnionMap.from_union_pw_aff(inner.sched)))).unwrap()
+    points = isl.Set.from_union_set(
+        domain.apply(outer.range_product(isl.UnionMap.from_union_pw_aff(inner.sched)))
+    ).unwrap()
     lo, hi = value_range(inner, poly)
     box = isl.Map.from_domain_and_range(tiles, isl.Set(f"{{ [c] : {lo} <= c <= {hi} }}"))
     full = tiles.subtract(box.subtract(points).domain())
@@ -400,11 +414,21 @@ def render(tree: Node, poly: PolyKernel) -> str:
         else:
             lo, hi = value_range(node, poly)
             notes = [f"= {expression(node)}"] if expression(node) != node.name else []
-            mark = (f"{node.mark} ({', '.join(node.named)})" if node.named else node.mark)
-            band = (f"isolate full tiles of this and {node.members - 1} loops inside"
-                    if node.members > 1 else "isolate full tiles")
-            notes += [t for t, on in ((mark, bool(node.mark)), ("unroll", node.unroll),
-                                      (band, node.isolate)) if on]
+            mark = f"{node.mark} ({', '.join(node.named)})" if node.named else node.mark
+            band = (
+                f"isolate full tiles of this and {node.members - 1} loops inside"
+                if node.members > 1
+                else "isolate full tiles"
+            )
+            notes += [
+                t
+                for t, on in (
+                    (mark, bool(node.mark)),
+                    ("unroll", node.unroll),
+                    (band, node.isolate),
+                )
+                if on
+            ]
             tail = f"  # {', '.join(notes)}" if notes else ""
             lines.append(f"{pad}for {node.name} in [{lo}, {hi + 1}):{tail}")
             emit(node.child, depth + 1)

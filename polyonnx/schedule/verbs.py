@@ -71,8 +71,9 @@ class Directive:
                     text = f"({', '.join(map(str, v))})" if isinstance(v, tuple) else str(v)
                     args.append(f"{f.name}={text}")
                 continue
-            args.append(", ".join(map(str, v)) if isinstance(v, tuple) and f.name == "loops"
-                        else str(v))
+            args.append(
+                ", ".join(map(str, v)) if isinstance(v, tuple) and f.name == "loops" else str(v)
+            )
         return f"{self.verb}({', '.join(args)})"
 
 
@@ -89,8 +90,9 @@ def _band(tree: Node, loop: str, verb: str) -> tuple[Path, Band]:
 def _unmarked(band: Band, verb: str) -> None:
     if band.mark or band.unroll or band.isolate or band.grouped:
         what = band.mark or ("unrolled" if band.unroll else "isolated")
-        raise ScheduleError(f"{verb}: loop {band.name} is already {what}; restructure loops "
-                            "before marking them")
+        raise ScheduleError(
+            f"{verb}: loop {band.name} is already {what}; restructure loops before marking them"
+        )
 
 
 def _chain(tree: Node, loops: tuple[str, ...], verb: str) -> tuple[Path, list[Band]]:
@@ -101,13 +103,15 @@ def _chain(tree: Node, loops: tuple[str, ...], verb: str) -> tuple[Path, list[Ba
     paths = {name: find(tree, name, verb) for name in loops}
     top = min(paths.values(), key=len)
     bottom = max(paths.values(), key=len)
-    if bottom[:len(top)] != top:
+    if bottom[: len(top)] != top:
         raise ScheduleError(f"{verb}: loops {', '.join(loops)} are not nested in one another")
     bands = [get(tree, bottom[:d]) for d in range(len(top), len(bottom) + 1)]
     for outer, inner in zip(bands, bands[1:], strict=False):
         if not isinstance(outer, Band) or not isinstance(inner, Band):
-            raise ScheduleError(f"{verb}: loops {', '.join(loops)} are not perfectly nested "
-                                f"(statements sit between them); distribute first")
+            raise ScheduleError(
+                f"{verb}: loops {', '.join(loops)} are not perfectly nested "
+                f"(statements sit between them); distribute first"
+            )
     names = {b.name for b in bands if isinstance(b, Band)}
     if any(name not in names for name in loops):
         raise ScheduleError(f"{verb}: loops {', '.join(loops)} are not nested in one another")
@@ -128,8 +132,10 @@ def _check_factor(verb: str, factor: int) -> None:
 
 def _split_bands(band: Band, factor: int, outer: str, inner: str) -> tuple[Band, Band]:
     f = isl.Val(factor)
-    return (Band(outer, band.sched.scale_down_val(f).floor(), band.child),
-            Band(inner, band.sched.mod_val(f), band.child))
+    return (
+        Band(outer, band.sched.scale_down_val(f).floor(), band.child),
+        Band(inner, band.sched.mod_val(f), band.child),
+    )
 
 
 def _taken(tree: Node) -> set[str]:
@@ -182,12 +188,17 @@ def apply_split(tree: Node, poly: PolyKernel, d: Split) -> Node:
     if d.floor:
         f = isl.Val(d.factor)
         _, hi = value_range(band, poly)
-        outer = Band(fresh(f"{d.loop}_o", taken), band.sched.scale_down_val(f).floor()
-                     .scale_val(f), band.child, tile=(d.factor, hi + 1))
+        outer = Band(
+            fresh(f"{d.loop}_o", taken),
+            band.sched.scale_down_val(f).floor().scale_val(f),
+            band.child,
+            tile=(d.factor, hi + 1),
+        )
         inner = Band(fresh(f"{d.loop}_i", taken), band.sched, band.child)
         return put(tree, path, replace(outer, child=inner))
-    outer, inner = _split_bands(band, d.factor, fresh(f"{d.loop}_o", taken),
-                                fresh(f"{d.loop}_i", taken))
+    outer, inner = _split_bands(
+        band, d.factor, fresh(f"{d.loop}_o", taken), fresh(f"{d.loop}_i", taken)
+    )
     return put(tree, path, replace(outer, child=inner))
 
 
@@ -225,9 +236,11 @@ def check_tile(tree: Node, poly: PolyKernel, d: Tile) -> None:
             _check_factor(str(d), s)
     _, bands = _chain(tree, d.loops, str(d))
     if len(bands) != len(d.loops):
-        raise ScheduleError(f"{d}: the tiled loops must be adjacent; "
-                            f"{', '.join(b.name for b in bands if b.name not in d.loops)} "
-                            "sit between them")
+        raise ScheduleError(
+            f"{d}: the tiled loops must be adjacent; "
+            f"{', '.join(b.name for b in bands if b.name not in d.loops)} "
+            "sit between them"
+        )
     for b in bands:
         _unmarked(b, str(d))
 
@@ -242,9 +255,12 @@ def apply_tile(tree: Node, poly: PolyKernel, d: Tile) -> Node:
     for li, loop in enumerate(d.loops):
         rest = by_name[loop]
         for level in range(levels):
-            outer, rest = _split_bands(rest, d.sizes[level][li],
-                                       fresh(f"{loop}_{suffixes[level]}", taken),
-                                       f"{loop}_{suffixes[level + 1]}")
+            outer, rest = _split_bands(
+                rest,
+                d.sizes[level][li],
+                fresh(f"{loop}_{suffixes[level]}", taken),
+                f"{loop}_{suffixes[level + 1]}",
+            )
             grid[level].append(outer)
         grid[levels].append(replace(rest, name=fresh(rest.name, taken)))
     return put(tree, path, _rebuild([b for row in grid for b in row], bands[-1].child))
@@ -290,8 +306,12 @@ def apply_reorder(tree: Node, poly: PolyKernel, d: Reorder) -> Node:
 
 def _siblings(tree: Node, first: Path, second: Path, verb: str) -> Path:
     """The path of the sequence holding ``first`` and ``second`` as children."""
-    if (not first or not second or first[:-1] != second[:-1]
-            or not isinstance(get(tree, first[:-1]), Sequence)):
+    if (
+        not first
+        or not second
+        or first[:-1] != second[:-1]
+        or not isinstance(get(tree, first[:-1]), Sequence)
+    ):
         raise ScheduleError(f"{verb}: the two are not siblings in one sequence of loops")
     return first[:-1]
 
@@ -332,8 +352,9 @@ def _fuse_pair(a: Band, b: Band, depth: int, verb: str) -> Band:
     body = sequence([a.child, b.child])
     if depth > 1:
         if not isinstance(a.child, Band) or not isinstance(b.child, Band):
-            raise ScheduleError(f"{verb}: {a.name} and {b.name} are not both perfect nests "
-                                f"{depth} deep")
+            raise ScheduleError(
+                f"{verb}: {a.name} and {b.name} are not both perfect nests {depth} deep"
+            )
         body = _fuse_pair(a.child, b.child, depth - 1, verb)
     return replace(a, sched=a.sched.union_add(b.sched), child=body)
 
@@ -345,7 +366,7 @@ def apply_fuse(tree: Node, poly: PolyKernel, d: Fuse) -> Node:
     a, b = get(tree, first), get(tree, second)
     assert isinstance(a, Band) and isinstance(b, Band)
     kids = list(seq.children)
-    kids[first[-1]:second[-1] + 1] = [_fuse_pair(a, b, d.depth, str(d))]
+    kids[first[-1] : second[-1] + 1] = [_fuse_pair(a, b, d.depth, str(d))]
     return put(tree, first[:-1], sequence(kids))
 
 
@@ -374,8 +395,9 @@ def _nest_to_sequence(band: Band, verb: str) -> tuple[list[Band], Sequence]:
         bands.append(bands[-1].child)
     body = bands[-1].child
     if not isinstance(body, Sequence):
-        raise ScheduleError(f"{verb}: loop {band.name} holds a single statement; nothing to "
-                            "distribute")
+        raise ScheduleError(
+            f"{verb}: loop {band.name} holds a single statement; nothing to distribute"
+        )
     return bands, body
 
 
@@ -390,15 +412,25 @@ def apply_distribute(tree: Node, poly: PolyKernel, d: Distribute) -> Node:
     copies: list[Node] = []
     for k, part in enumerate(body.children):
         only = universe(poly, stmts(part))
-        copies.append(_rebuild([replace(b, name=b.name if k == 0 else fresh(b.name, taken),
-                                        sched=b.sched.intersect_domain(only))
-                                for b in bands], part))
+        copies.append(
+            _rebuild(
+                [
+                    replace(
+                        b,
+                        name=b.name if k == 0 else fresh(b.name, taken),
+                        sched=b.sched.intersect_domain(only),
+                    )
+                    for b in bands
+                ],
+                part,
+            )
+        )
     new = sequence(copies)
     if path and isinstance(get(tree, path[:-1]), Sequence):
         parent = get(tree, path[:-1])
         assert isinstance(parent, Sequence)
         kids = list(parent.children)
-        kids[path[-1]:path[-1] + 1] = list(children(new))
+        kids[path[-1] : path[-1] + 1] = list(children(new))
         return put(tree, path[:-1], sequence(kids))
     return put(tree, path, new)
 
@@ -452,7 +484,8 @@ class ReverseComputeAt(Directive):
 def _block_path(tree: Node, block: str, verb: str) -> Path:
     for path, node in walk(tree):
         if (isinstance(node, Band) and node.name == block) or (
-                isinstance(node, Leaf) and node.stmt == block):
+            isinstance(node, Leaf) and node.stmt == block
+        ):
             return path
     raise ScheduleError(f"{verb}: no loop or statement named {block!r}")
 
@@ -460,21 +493,26 @@ def _block_path(tree: Node, block: str, verb: str) -> Path:
 def _check_move(tree: Node, block: str, loop: str, verb: str, before: bool) -> None:
     moved = _block_path(tree, block, verb)
     at = find(tree, loop, verb)
-    if not moved or not isinstance(get(tree, moved[:-1]), Sequence) \
-            or at[:len(moved) - 1] != moved[:-1] or at[len(moved) - 1] == moved[-1]:
-        raise ScheduleError(f"{verb}: {block} and the nest of {loop} are not siblings in one "
-                            "sequence")
+    if (
+        not moved
+        or not isinstance(get(tree, moved[:-1]), Sequence)
+        or at[: len(moved) - 1] != moved[:-1]
+        or at[len(moved) - 1] == moved[-1]
+    ):
+        raise ScheduleError(
+            f"{verb}: {block} and the nest of {loop} are not siblings in one sequence"
+        )
     if (at[len(moved) - 1] > moved[-1]) != before:
-        raise ScheduleError(f"{verb}: {block} must come {'before' if before else 'after'} "
-                            f"the nest of {loop}")
+        raise ScheduleError(
+            f"{verb}: {block} must come {'before' if before else 'after'} the nest of {loop}"
+        )
     for depth in range(len(moved), len(at) + 1):
         node = get(tree, at[:depth])
         if isinstance(node, Band) and node.mark == "vector":
             raise ScheduleError(f"{verb}: {loop} is or is inside the vector loop {node.name}")
 
 
-def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
-          producer: bool) -> Node:
+def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str, producer: bool) -> Node:
     moved_path = _block_path(tree, block, verb)
     at = find(tree, loop, verb)
     moved = get(tree, moved_path)
@@ -483,10 +521,12 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
     m_univ, t_univ = universe(poly, moved_stmts), universe(poly, target_stmts)
     if producer:  # moved writes what the target reads
         rel = poly.writes.intersect_domain(m_univ).apply_range(
-            poly.reads.intersect_domain(t_univ).reverse())
+            poly.reads.intersect_domain(t_univ).reverse()
+        )
     else:  # moved reads what the target writes
         rel = poly.reads.intersect_domain(m_univ).apply_range(
-            poly.writes.intersect_domain(t_univ).reverse())
+            poly.writes.intersect_domain(t_univ).reverse()
+        )
     # A producer runs before the first iteration that reads it, a consumer after the last
     # that writes what it reads.
     place = rel.apply_range(prefix_map(tree, at, poly))
@@ -495,8 +535,11 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
     orphans = moved_instances.subtract(place.domain())
     if not orphans.is_empty():
         sample = orphans.get_set_list().get_at(0).sample_point()
-        relation = (f"writes nothing the statements under {loop} read" if producer
-                    else f"reads nothing the statements under {loop} write")
+        relation = (
+            f"writes nothing the statements under {loop} read"
+            if producer
+            else f"reads nothing the statements under {loop} write"
+        )
         raise ScheduleError(f"{verb}: instance {sample} of {block} {relation}")
     columns = _own_expressions(tree, at, rel.lexmin() if producer else rel.lexmax(), place)
     # Rebuild: drop the moved block, extend each band on the way to ``loop``, insert it there.
@@ -505,7 +548,7 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
     assert isinstance(parent, Sequence)
     kids = list(parent.children)
     del kids[index]
-    rel_at = at[len(seq_path):]
+    rel_at = at[len(seq_path) :]
     if rel_at[0] > index:
         rel_at = (rel_at[0] - 1,) + rel_at[1:]
 
@@ -525,8 +568,9 @@ def _move(tree: Node, poly: PolyKernel, block: str, loop: str, verb: str,
     return put(tree, seq_path, sequence(kids))
 
 
-def _own_expressions(tree: Node, at: Path, extreme: isl.UnionMap, place: isl.UnionMap
-                     ) -> list[isl.UnionPwAff]:
+def _own_expressions(
+    tree: Node, at: Path, extreme: isl.UnionMap, place: isl.UnionMap
+) -> list[isl.UnionPwAff]:
     """The values of the loops down to ``at`` for each moved instance at its ``place``: the
     loops' own expressions of a target instance ``extreme`` picks (the first or the last of
     one target statement, in instance order) when they give that place, else ``place`` as
@@ -618,13 +662,18 @@ def check_parallel(tree: Node, poly: PolyKernel, d: Parallel) -> None:
     chain = _perfect_chain(band)
     for name in d.named:
         if name not in chain:
-            raise ScheduleError(f"{d}: {name} is not {d.loop} or a loop perfectly nested in it "
-                                f"({', '.join(chain)})")
+            raise ScheduleError(
+                f"{d}: {name} is not {d.loop} or a loop perfectly nested in it ({', '.join(chain)})"
+            )
     for p, node in walk(tree):
-        if isinstance(node, Band) and node.mark == "parallel" and (
-                p[:len(path)] == path or path[:len(p)] == p):
-            raise ScheduleError(f"{d}: loop {node.name} is already parallel and nested with "
-                                f"{d.loop}")
+        if (
+            isinstance(node, Band)
+            and node.mark == "parallel"
+            and (p[: len(path)] == path or path[: len(p)] == p)
+        ):
+            raise ScheduleError(
+                f"{d}: loop {node.name} is already parallel and nested with {d.loop}"
+            )
 
 
 def apply_parallel(tree: Node, poly: PolyKernel, d: Parallel) -> Node:
@@ -670,14 +719,15 @@ def check_vectorize(tree: Node, poly: PolyKernel, d: Vectorize) -> None:
     _, band = _band(tree, d.loop, str(d))
     _unmarked(band, str(d))
     if any(isinstance(n, Band) for _, n in walk(band.child)):
-        raise ScheduleError(f"{d}: only an innermost loop can be vectorized; {d.loop} holds "
-                            "loops")
+        raise ScheduleError(f"{d}: only an innermost loop can be vectorized; {d.loop} holds loops")
     if d.mark:
         return
     lo, hi = value_range(band, poly)
     if hi - lo + 1 < d.width:
-        raise ScheduleError(f"{d}: loop {d.loop} has {hi - lo + 1} iterations, fewer than the "
-                            f"vector width {d.width}")
+        raise ScheduleError(
+            f"{d}: loop {d.loop} has {hi - lo + 1} iterations, fewer than the "
+            f"vector width {d.width}"
+        )
 
 
 def apply_vectorize(tree: Node, poly: PolyKernel, d: Vectorize) -> Node:
@@ -692,8 +742,9 @@ def apply_vectorize(tree: Node, poly: PolyKernel, d: Vectorize) -> Node:
             tree = put(tree, path[:-1], replace(parent, isolate=True))
         return tree
     taken = _taken(tree)
-    outer, inner = _split_bands(band, d.width, fresh(f"{d.loop}_o", taken),
-                                fresh(f"{d.loop}_i", taken))
+    outer, inner = _split_bands(
+        band, d.width, fresh(f"{d.loop}_o", taken), fresh(f"{d.loop}_i", taken)
+    )
     return put(tree, path, replace(outer, isolate=True, child=replace(inner, mark="vector")))
 
 
@@ -737,8 +788,9 @@ def check_unroll(tree: Node, poly: PolyKernel, d: Unroll) -> None:
     lo, hi = value_range(band, poly)
     trips = min(hi - lo + 1, d.factor or hi - lo + 1)
     if trips > MAX_UNROLL:
-        raise ScheduleError(f"{d}: unrolling {trips} iterations (more than {MAX_UNROLL}); give "
-                            "a smaller factor")
+        raise ScheduleError(
+            f"{d}: unrolling {trips} iterations (more than {MAX_UNROLL}); give a smaller factor"
+        )
 
 
 def apply_unroll(tree: Node, poly: PolyKernel, d: Unroll) -> Node:
@@ -748,8 +800,9 @@ def apply_unroll(tree: Node, poly: PolyKernel, d: Unroll) -> Node:
     if not d.factor:
         return put(tree, path, replace(band, unroll=True))
     taken = _taken(tree)
-    outer, inner = _split_bands(band, d.factor, fresh(f"{d.loop}_o", taken),
-                                fresh(f"{d.loop}_i", taken))
+    outer, inner = _split_bands(
+        band, d.factor, fresh(f"{d.loop}_o", taken), fresh(f"{d.loop}_i", taken)
+    )
     return put(tree, path, replace(outer, child=replace(inner, unroll=True)))
 
 
@@ -778,7 +831,7 @@ def check_skew(tree: Node, poly: PolyKernel, d: Skew) -> None:
     if not isinstance(d.factor, int) or d.factor == 0:
         raise ScheduleError(f"{d}: factor must be a non-zero integer")
     outer, inner = find(tree, d.outer, str(d)), find(tree, d.inner, str(d))
-    if len(inner) <= len(outer) or inner[:len(outer)] != outer:
+    if len(inner) <= len(outer) or inner[: len(outer)] != outer:
         raise ScheduleError(f"{d}: loop {d.inner} is not inside loop {d.outer}")
     _unmarked(get(tree, inner), str(d))  # type: ignore[arg-type]
 
@@ -883,10 +936,11 @@ def apply_isolate(tree: Node, poly: PolyKernel, d: Isolate) -> Node:
         return put(tree, path, replace(band, isolate=True))
     path, bands = _isolated_band(tree, d)
     index = {b.name: k for k, b in enumerate(bands)}
-    full = tuple((index[t], bands[index[t]].tile[1] - bands[index[t]].tile[0])
-                 for t in d.tiles)
-    new = [replace(bands[0], isolate=True, members=len(bands), full=full),
-           *(replace(b, grouped=True) for b in bands[1:])]
+    full = tuple((index[t], bands[index[t]].tile[1] - bands[index[t]].tile[0]) for t in d.tiles)
+    new = [
+        replace(bands[0], isolate=True, members=len(bands), full=full),
+        *(replace(b, grouped=True) for b in bands[1:]),
+    ]
     return put(tree, path, _rebuild(new, bands[-1].child))
 
 
@@ -989,8 +1043,9 @@ def check_pack(tree: Node, poly: PolyKernel, d: Pack) -> None:
 
 
 def apply_pack(tree: Node, poly: PolyKernel, d: Pack) -> tuple[Kernel, Node]:
-    return stage(tree, poly, d.buffer, d.loop, str(d), write=False,
-                 layout=Layout(d.factors, d.order))
+    return stage(
+        tree, poly, d.buffer, d.loop, str(d), write=False, layout=Layout(d.factors, d.order)
+    )
 
 
 # --------------------------------------------------------------------------- registry
@@ -1003,17 +1058,22 @@ Apply = Callable[[Node, PolyKernel, Directive], Node | tuple[Kernel, Node]]
 VERBS: dict[str, tuple[type[Directive], Check, Apply]] = {
     cls.verb: (cls, check, apply)  # type: ignore[misc]
     for cls, check, apply in (
-        (Split, check_split, apply_split), (Tile, check_tile, apply_tile),
-        (Reorder, check_reorder, apply_reorder), (Fuse, check_fuse, apply_fuse),
+        (Split, check_split, apply_split),
+        (Tile, check_tile, apply_tile),
+        (Reorder, check_reorder, apply_reorder),
+        (Fuse, check_fuse, apply_fuse),
         (Distribute, check_distribute, apply_distribute),
         (ComputeAt, check_compute_at, apply_compute_at),
         (ReverseComputeAt, check_reverse_compute_at, apply_reverse_compute_at),
-        (Parallel, check_parallel, apply_parallel), (Vectorize, check_vectorize, apply_vectorize),
-        (Unroll, check_unroll, apply_unroll), (Skew, check_skew, apply_skew),
+        (Parallel, check_parallel, apply_parallel),
+        (Vectorize, check_vectorize, apply_vectorize),
+        (Unroll, check_unroll, apply_unroll),
+        (Skew, check_skew, apply_skew),
         (Reverse, check_reverse, apply_reverse),
         (Isolate, check_isolate, apply_isolate),
         (CacheRead, check_cache_read, apply_cache_read),
-        (CacheWrite, check_cache_write, apply_cache_write), (Pack, check_pack, apply_pack),
+        (CacheWrite, check_cache_write, apply_cache_write),
+        (Pack, check_pack, apply_pack),
     )
 }
 """verb name -> (directive record, check_<verb>, apply_<verb>)."""

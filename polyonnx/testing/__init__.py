@@ -34,7 +34,15 @@ from polyonnx.testing.reference import (
 )
 
 __all__ = [
-    "ATOL", "RTOL", "Errors", "assert_close", "assert_relative_error", "import_onnxruntime",
-    "max_errors", "onnx_reference_outputs", "onnxruntime_outputs", "onnxruntime_session",
+    "ATOL",
+    "RTOL",
+    "Errors",
+    "assert_close",
+    "assert_relative_error",
+    "import_onnxruntime",
+    "max_errors",
+    "onnx_reference_outputs",
+    "onnxruntime_outputs",
+    "onnxruntime_session",
     "random_feeds",
 ]

@@ -74,8 +74,9 @@ class _Builder:
         """A float32 scalar constant, shared by every node that uses the value."""
         key = ("float32", float(value))
         if key not in self._scalars:
-            self._scalars[key] = self.constant(f"const_{len(self._scalars)}",
-                                               np.array(value, np.float32))
+            self._scalars[key] = self.constant(
+                f"const_{len(self._scalars)}", np.array(value, np.float32)
+            )
         return self._scalars[key]
 
     def shape(self, hint: str, dims: Sequence[int]) -> str:
@@ -102,17 +103,36 @@ class _Builder:
         return outs
 
     # ---- layers
-    def conv(self, x: str, c_in: int, c_out: int, kernel: int, stride: int = 1,
-             group: int = 1, bias: bool = False, gain: float = 2.0) -> str:
+    def conv(
+        self,
+        x: str,
+        c_in: int,
+        c_out: int,
+        kernel: int,
+        stride: int = 1,
+        group: int = 1,
+        bias: bool = False,
+        gain: float = 2.0,
+    ) -> str:
         """A square ``kernel`` convolution with PyTorch's ``padding=kernel // 2``."""
         with self.scope("conv"):
             fan_in = c_in // group * kernel * kernel
-            w = self.normal("weight", (c_out, c_in // group, kernel, kernel),
-                            math.sqrt(gain / fan_in))
+            w = self.normal(
+                "weight", (c_out, c_in // group, kernel, kernel), math.sqrt(gain / fan_in)
+            )
             b = [self.normal("bias", (c_out,), 0.1)] if bias else []
         p = kernel // 2
-        return self.op("Conv", x, w, *b, group=group, kernel_shape=[kernel, kernel],
-                       strides=[stride, stride], pads=[p, p, p, p], dilations=[1, 1])
+        return self.op(
+            "Conv",
+            x,
+            w,
+            *b,
+            group=group,
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[p, p, p, p],
+            dilations=[1, 1],
+        )
 
     def batch_norm(self, x: str, channels: int, eps: float) -> str:
         with self.scope("bn"):
@@ -120,8 +140,7 @@ class _Builder:
             bias = self.normal("bias", (channels,), 0.1)
             mean = self.constant("running_mean", np.zeros(channels, np.float32))
             var = self.constant("running_var", np.ones(channels, np.float32))
-        return self.op("BatchNormalization", x, scale, bias, mean, var, epsilon=eps,
-                       momentum=0.9)
+        return self.op("BatchNormalization", x, scale, bias, mean, var, epsilon=eps, momentum=0.9)
 
     def act(self, x: str, kind: str | None) -> str:
         """``kind``'s activation as PyTorch exports it (None: the identity)."""
@@ -141,13 +160,22 @@ class _Builder:
             return self.op("Mul", x, self.op("Sigmoid", x))
         raise ValueError(f"unknown activation {kind!r}")
 
-    def conv_bn_act(self, x: str, c_in: int, c_out: int, kernel: int, stride: int = 1,
-                    group: int = 1, act: str | None = None, eps: float = 1e-5) -> str:
-        return self.act(self.batch_norm(self.conv(x, c_in, c_out, kernel, stride, group),
-                                        c_out, eps), act)
+    def conv_bn_act(
+        self,
+        x: str,
+        c_in: int,
+        c_out: int,
+        kernel: int,
+        stride: int = 1,
+        group: int = 1,
+        act: str | None = None,
+        eps: float = 1e-5,
+    ) -> str:
+        return self.act(
+            self.batch_norm(self.conv(x, c_in, c_out, kernel, stride, group), c_out, eps), act
+        )
 
-    def squeeze_excitation(self, x: str, channels: int, squeeze: int, act: str,
-                           gate: str) -> str:
+    def squeeze_excitation(self, x: str, channels: int, squeeze: int, act: str, gate: str) -> str:
         """torchvision's ``SqueezeExcitation``: GlobalAveragePool -> 1x1 conv -> ``act`` ->
         1x1 conv -> ``gate`` -> ``gate * x``."""
         with self.scope("se"):
@@ -158,9 +186,18 @@ class _Builder:
                 s = self.act(self.conv(s, squeeze, channels, 1, bias=True, gain=1.0), gate)
             return self.op("Mul", s, x)
 
-    def inverted_residual(self, x: str, c_in: int, hidden: int, c_out: int, kernel: int,
-                          stride: int, act: str, eps: float,
-                          se: tuple[int, str, str] | None = None) -> str:
+    def inverted_residual(
+        self,
+        x: str,
+        c_in: int,
+        hidden: int,
+        c_out: int,
+        kernel: int,
+        stride: int,
+        act: str,
+        eps: float,
+        se: tuple[int, str, str] | None = None,
+    ) -> str:
         """MobileNetV2's inverted residual (MBConv): 1x1 expansion to ``hidden`` channels
         (left out when ``hidden == c_in``), depthwise ``kernel`` conv with ``stride``, the
         optional squeeze-excitation ``(squeeze, act, gate)``, linear 1x1 projection; the
@@ -170,8 +207,7 @@ class _Builder:
             with self.scope("expand"):
                 y = self.conv_bn_act(y, c_in, hidden, 1, act=act, eps=eps)
         with self.scope("depthwise"):
-            y = self.conv_bn_act(y, hidden, hidden, kernel, stride, group=hidden, act=act,
-                                 eps=eps)
+            y = self.conv_bn_act(y, hidden, hidden, kernel, stride, group=hidden, act=act, eps=eps)
         if se is not None:
             y = self.squeeze_excitation(y, hidden, *se)
         with self.scope("project"):
@@ -190,8 +226,14 @@ class _Builder:
         return self.op("Flatten", self.op("GlobalAveragePool", x), axis=1)
 
     # ---- the model
-    def model(self, name: str, doc: str, inputs: Sequence[tuple[str, Sequence[int]]],
-              outputs: Sequence[tuple[str, str, Sequence[int]]], seed: int) -> onnx.ModelProto:
+    def model(
+        self,
+        name: str,
+        doc: str,
+        inputs: Sequence[tuple[str, Sequence[int]]],
+        outputs: Sequence[tuple[str, str, Sequence[int]]],
+        seed: int,
+    ) -> onnx.ModelProto:
         """The graph as a checked model; ``outputs`` are (graph name, tensor, shape): each
         output tensor is renamed to its graph name."""
         renames = {tensor: out for out, tensor, _ in outputs}
@@ -199,14 +241,20 @@ class _Builder:
             node.input[:] = [renames.get(i, i) for i in node.input]
             node.output[:] = [renames.get(o, o) for o in node.output]
         graph = helper.make_graph(
-            self.nodes, name,
+            self.nodes,
+            name,
             [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs],
-            [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s))
-             for n, _, s in outputs],
-            initializer=self.initializers, doc_string=doc)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  ir_version=IR_VERSION, producer_name="polyonnx.testing",
-                                  doc_string=doc)
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, _, s in outputs],
+            initializer=self.initializers,
+            doc_string=doc,
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            ir_version=IR_VERSION,
+            producer_name="polyonnx.testing",
+            doc_string=doc,
+        )
         if self.batch_norms:
             _calibrate(model, seed)
         onnx.checker.check_model(model, full_check=True)
@@ -234,17 +282,18 @@ def _calibrate(model: onnx.ModelProto, seed: int) -> None:
         eps = next(a.f for a in node.attribute if a.name == "epsilon")
         p = node.name
         shape = (len(inits[scale]), 1, 1)
-        for n, v in ((f"{p}/scale3", inits[scale].reshape(shape)),
-                     (f"{p}/bias3", inits[bias].reshape(shape)),
-                     (f"{p}/eps", np.array(eps, np.float32))):
+        for n, v in (
+            (f"{p}/scale3", inits[scale].reshape(shape)),
+            (f"{p}/bias3", inits[bias].reshape(shape)),
+            (f"{p}/eps", np.array(eps, np.float32)),
+        ):
             graph.initializer.append(numpy_helper.from_array(v, n))
         axes = [0, 2, 3]
         nodes += [
             helper.make_node("ReduceMean", [x], [f"{p}/mean"], axes=axes, keepdims=1),
             helper.make_node("Sub", [x, f"{p}/mean"], [f"{p}/centred"]),
             helper.make_node("Mul", [f"{p}/centred", f"{p}/centred"], [f"{p}/square"]),
-            helper.make_node("ReduceMean", [f"{p}/square"], [f"{p}/var"], axes=axes,
-                             keepdims=1),
+            helper.make_node("ReduceMean", [f"{p}/square"], [f"{p}/var"], axes=axes, keepdims=1),
             helper.make_node("Add", [f"{p}/var", f"{p}/eps"], [f"{p}/var_eps"]),
             helper.make_node("Sqrt", [f"{p}/var_eps"], [f"{p}/std"]),
             helper.make_node("Div", [f"{p}/centred", f"{p}/std"], [f"{p}/normed"]),
@@ -252,18 +301,25 @@ def _calibrate(model: onnx.ModelProto, seed: int) -> None:
             helper.make_node("Add", [f"{p}/scaled", f"{p}/bias3"], [node.output[0]]),
         ]
         stats.append((mean, var))
-        graph.output.extend([helper.make_tensor_value_info(f"{p}/{s}", TensorProto.FLOAT, None)
-                             for s in ("mean", "var")])
+        graph.output.extend(
+            [
+                helper.make_tensor_value_info(f"{p}/{s}", TensorProto.FLOAT, None)
+                for s in ("mean", "var")
+            ]
+        )
     del graph.node[:]
     graph.node.extend(nodes)
     rng = np.random.default_rng(seed + 1)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
-             .astype(np.float32) for i in graph.input}
+    feeds = {
+        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for i in graph.input
+    }
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3  # (the probe leaves the running statistics unused)
-    sess = ort.InferenceSession(probe.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
     n_own = len(model.graph.output)
     values = sess.run(None, feeds)[n_own:]
     by_name = {t.name: t for t in model.graph.initializer}
@@ -281,12 +337,18 @@ def _make_divisible(v: float, divisor: int = 8) -> int:
 # ---- MobileNetV2
 
 #: Sandler et al. 2018, Table 2: (expansion t, channels c, repeats n, first stride s).
-MOBILENET_V2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+MOBILENET_V2_BLOCKS = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 
 
-def mobilenet_v2(seed: int = 0, num_classes: int = 1000, resolution: int = 224
-                 ) -> onnx.ModelProto:
+def mobilenet_v2(seed: int = 0, num_classes: int = 1000, resolution: int = 224) -> onnx.ModelProto:
     """MobileNetV2, width 1.0 (Sandler et al., "MobileNetV2: Inverted Residuals and Linear
     Bottlenecks", CVPR 2018, Table 2; torchvision ``mobilenet_v2``): 3x3/2 conv to 32, the
     seventeen inverted residuals of :data:`MOBILENET_V2_BLOCKS` (ReLU6 as ``Clip(0, 6)``,
@@ -300,16 +362,19 @@ def mobilenet_v2(seed: int = 0, num_classes: int = 1000, resolution: int = 224
     for t, c, n, s in MOBILENET_V2_BLOCKS:
         for r in range(n):
             with b.scope(f"features.{index}"):
-                x = b.inverted_residual(x, c_in, c_in * t, c, 3, s if r == 0 else 1, "relu6",
-                                        1e-5)
+                x = b.inverted_residual(x, c_in, c_in * t, c, 3, s if r == 0 else 1, "relu6", 1e-5)
             c_in, index = c, index + 1
     with b.scope(f"features.{index}"):
         x = b.conv_bn_act(x, c_in, 1280, 1, act="relu6")
     with b.scope("classifier"):
         logits = b.linear(b.classifier_head(x), 1280, num_classes)
-    return b.model("mobilenet_v2", mobilenet_v2.__doc__ or "",
-                   [("input", (1, 3, resolution, resolution))],
-                   [("logits", logits, (1, num_classes))], seed)
+    return b.model(
+        "mobilenet_v2",
+        mobilenet_v2.__doc__ or "",
+        [("input", (1, 3, resolution, resolution))],
+        [("logits", logits, (1, num_classes))],
+        seed,
+    )
 
 
 # ---- MobileNetV3-Small
@@ -317,16 +382,23 @@ def mobilenet_v2(seed: int = 0, num_classes: int = 1000, resolution: int = 224
 #: Howard et al. 2019, Table 2 (MobileNetV3-Small): (kernel, expansion size, channels,
 #: squeeze-excitation, activation, stride) of each bneck.
 MOBILENET_V3_SMALL_BLOCKS = (
-    (3, 16, 16, True, "relu", 2), (3, 72, 24, False, "relu", 2),
-    (3, 88, 24, False, "relu", 1), (5, 96, 40, True, "hardswish", 2),
-    (5, 240, 40, True, "hardswish", 1), (5, 240, 40, True, "hardswish", 1),
-    (5, 120, 48, True, "hardswish", 1), (5, 144, 48, True, "hardswish", 1),
-    (5, 288, 96, True, "hardswish", 2), (5, 576, 96, True, "hardswish", 1),
-    (5, 576, 96, True, "hardswish", 1))
+    (3, 16, 16, True, "relu", 2),
+    (3, 72, 24, False, "relu", 2),
+    (3, 88, 24, False, "relu", 1),
+    (5, 96, 40, True, "hardswish", 2),
+    (5, 240, 40, True, "hardswish", 1),
+    (5, 240, 40, True, "hardswish", 1),
+    (5, 120, 48, True, "hardswish", 1),
+    (5, 144, 48, True, "hardswish", 1),
+    (5, 288, 96, True, "hardswish", 2),
+    (5, 576, 96, True, "hardswish", 1),
+    (5, 576, 96, True, "hardswish", 1),
+)
 
 
-def mobilenet_v3_small(seed: int = 0, num_classes: int = 1000, resolution: int = 224
-                       ) -> onnx.ModelProto:
+def mobilenet_v3_small(
+    seed: int = 0, num_classes: int = 1000, resolution: int = 224
+) -> onnx.ModelProto:
     """MobileNetV3-Small (Howard et al., "Searching for MobileNetV3", ICCV 2019, Table 2;
     torchvision ``mobilenet_v3_small``): 3x3/2 conv to 16 with HardSwish, the eleven bnecks of
     :data:`MOBILENET_V3_SMALL_BLOCKS` (squeeze-excitation to ``_make_divisible(exp / 4)``
@@ -351,22 +423,33 @@ def mobilenet_v3_small(seed: int = 0, num_classes: int = 1000, resolution: int =
         x = b.act(b.linear(x, 576, 1024, gain=3.0), "hardswish")
     with b.scope("classifier.3"):
         logits = b.linear(x, 1024, num_classes)
-    return b.model("mobilenet_v3_small", mobilenet_v3_small.__doc__ or "",
-                   [("input", (1, 3, resolution, resolution))],
-                   [("logits", logits, (1, num_classes))], seed)
+    return b.model(
+        "mobilenet_v3_small",
+        mobilenet_v3_small.__doc__ or "",
+        [("input", (1, 3, resolution, resolution))],
+        [("logits", logits, (1, num_classes))],
+        seed,
+    )
 
 
 # ---- EfficientNet-B0
 
 #: Tan & Le 2019, Table 1 (stages 2-8): (expansion, kernel, stride, channels in, channels
 #: out, layers) of each MBConv stage.
-EFFICIENTNET_B0_STAGES = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2),
-                          (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4),
-                          (6, 3, 1, 192, 320, 1))
+EFFICIENTNET_B0_STAGES = (
+    (1, 3, 1, 32, 16, 1),
+    (6, 3, 2, 16, 24, 2),
+    (6, 5, 2, 24, 40, 2),
+    (6, 3, 2, 40, 80, 3),
+    (6, 5, 1, 80, 112, 3),
+    (6, 5, 2, 112, 192, 4),
+    (6, 3, 1, 192, 320, 1),
+)
 
 
-def efficientnet_b0(seed: int = 0, num_classes: int = 1000, resolution: int = 224
-                    ) -> onnx.ModelProto:
+def efficientnet_b0(
+    seed: int = 0, num_classes: int = 1000, resolution: int = 224
+) -> onnx.ModelProto:
     """EfficientNet-B0 (Tan & Le, "EfficientNet: Rethinking Model Scaling for Convolutional
     Neural Networks", ICML 2019, Table 1; torchvision ``efficientnet_b0``): 3x3/2 conv to 32,
     the sixteen MBConv blocks of :data:`EFFICIENTNET_B0_STAGES` with squeeze-excitation to a
@@ -381,22 +464,34 @@ def efficientnet_b0(seed: int = 0, num_classes: int = 1000, resolution: int = 22
         for r in range(layers):
             block_in = c_in if r == 0 else c_out
             with b.scope(f"features.{stage}.{r}"):
-                x = b.inverted_residual(x, block_in, _make_divisible(block_in * e), c_out, k,
-                                        s if r == 0 else 1, "silu", 1e-5,
-                                        (max(1, block_in // 4), "silu", "sigmoid"))
+                x = b.inverted_residual(
+                    x,
+                    block_in,
+                    _make_divisible(block_in * e),
+                    c_out,
+                    k,
+                    s if r == 0 else 1,
+                    "silu",
+                    1e-5,
+                    (max(1, block_in // 4), "silu", "sigmoid"),
+                )
     with b.scope(f"features.{len(EFFICIENTNET_B0_STAGES) + 1}"):
         x = b.conv_bn_act(x, 320, 1280, 1, act="silu")
     with b.scope("classifier.1"):
         logits = b.linear(b.classifier_head(x), 1280, num_classes)
-    return b.model("efficientnet_b0", efficientnet_b0.__doc__ or "",
-                   [("input", (1, 3, resolution, resolution))],
-                   [("logits", logits, (1, num_classes))], seed)
+    return b.model(
+        "efficientnet_b0",
+        efficientnet_b0.__doc__ or "",
+        [("input", (1, 3, resolution, resolution))],
+        [("logits", logits, (1, num_classes))],
+        seed,
+    )
 
 
 # ---- YOLOv8n
 
-def _yolo_conv(b: _Builder, x: str, c_in: int, c_out: int, kernel: int = 1,
-               stride: int = 1) -> str:
+
+def _yolo_conv(b: _Builder, x: str, c_in: int, c_out: int, kernel: int = 1, stride: int = 1) -> str:
     """ultralytics ``Conv``: conv without bias, BN (eps 1e-3), SiLU."""
     return b.conv_bn_act(x, c_in, c_out, kernel, stride, act="silu", eps=1e-3)
 
@@ -425,14 +520,24 @@ def _sppf(b: _Builder, x: str, c_in: int, c_out: int) -> str:
     with b.scope("cv1"):
         y = [_yolo_conv(b, x, c_in, c_in // 2)]
     for _ in range(3):
-        y.append(b.op("MaxPool", y[-1], kernel_shape=[5, 5], strides=[1, 1],
-                      pads=[2, 2, 2, 2], dilations=[1, 1], ceil_mode=0))
+        y.append(
+            b.op(
+                "MaxPool",
+                y[-1],
+                kernel_shape=[5, 5],
+                strides=[1, 1],
+                pads=[2, 2, 2, 2],
+                dilations=[1, 1],
+                ceil_mode=0,
+            )
+        )
     with b.scope("cv2"):
         return _yolo_conv(b, b.op("Concat", *y, axis=1), c_in * 2, c_out)
 
 
-def _detect(b: _Builder, features: Sequence[tuple[str, int, int]], classes: int,
-            resolution: int) -> str:
+def _detect(
+    b: _Builder, features: Sequence[tuple[str, int, int]], classes: int, resolution: int
+) -> str:
     """ultralytics ``Detect`` as exported: per level (tensor, channels, stride) a box branch
     (two 3x3 Convs, 1x1 conv to 4 x 16 DFL bins) and a class branch (two 3x3 Convs, 1x1 conv to
     ``classes``), concatenated and flattened over the three levels; DFL (Softmax over bins,
@@ -459,24 +564,35 @@ def _detect(b: _Builder, features: Sequence[tuple[str, int, int]], classes: int,
         anchors.append(np.stack([xs.ravel(), ys.ravel()]))
         strides.append(np.full(side * side, float(stride)))
     x_cat = b.op("Concat", *outputs, axis=2)
-    box, cls = b.ops("Split", x_cat, b.shape("split", (4 * reg_max, classes)), outputs=2,
-                     axis=1)
+    box, cls = b.ops("Split", x_cat, b.shape("split", (4 * reg_max, classes)), outputs=2, axis=1)
     with b.scope("dfl"):
         a = sum(s.size for s in strides)
         d = b.op("Reshape", box, b.shape("shape", (1, 4, reg_max, a)))
         d = b.op("Softmax", b.op("Transpose", d, perm=[0, 2, 1, 3]), axis=1)
-        bins = b.constant("conv.weight", np.arange(reg_max, dtype=np.float32)
-                          .reshape(1, reg_max, 1, 1))
-        d = b.op("Conv", d, bins, kernel_shape=[1, 1], strides=[1, 1], pads=[0, 0, 0, 0],
-                 dilations=[1, 1], group=1)
+        bins = b.constant(
+            "conv.weight", np.arange(reg_max, dtype=np.float32).reshape(1, reg_max, 1, 1)
+        )
+        d = b.op(
+            "Conv",
+            d,
+            bins,
+            kernel_shape=[1, 1],
+            strides=[1, 1],
+            pads=[0, 0, 0, 0],
+            dilations=[1, 1],
+            group=1,
+        )
         dist = b.op("Reshape", d, b.shape("shape", (1, 4, a)))
     lt, rb = b.ops("Split", dist, b.shape("split", (2, 2)), outputs=2, axis=1)
     anchor = b.constant("anchors", np.concatenate(anchors, axis=1)[None].astype(np.float32))
     x1y1, x2y2 = b.op("Sub", anchor, lt), b.op("Add", anchor, rb)
     centre = b.op("Div", b.op("Add", x1y1, x2y2), b.scalar(2.0))
     wh = b.op("Sub", x2y2, x1y1)
-    boxes = b.op("Mul", b.op("Concat", centre, wh, axis=1),
-                 b.constant("strides", np.concatenate(strides)[None].astype(np.float32)))
+    boxes = b.op(
+        "Mul",
+        b.op("Concat", centre, wh, axis=1),
+        b.constant("strides", np.concatenate(strides)[None].astype(np.float32)),
+    )
     return b.op("Concat", boxes, b.op("Sigmoid", cls), axis=1)
 
 
@@ -500,8 +616,15 @@ def yolov8n(seed: int = 0, num_classes: int = 80, resolution: int = 320) -> onnx
 
     def upsample(i: int, x: str) -> str:
         with b.scope(f"model.{i}"):
-            return b.op("Resize", x, "", scales, mode="nearest",
-                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+            return b.op(
+                "Resize",
+                x,
+                "",
+                scales,
+                mode="nearest",
+                coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor",
+            )
 
     x = layer(0, _yolo_conv, "images", 3, w[0], 3, 2)
     x = layer(1, _yolo_conv, x, w[0], w[1], 3, 2)
@@ -522,17 +645,25 @@ def yolov8n(seed: int = 0, num_classes: int = 80, resolution: int = 320) -> onnx
     x = b.op("Concat", layer(19, _yolo_conv, out4, w[3], w[3], 3, 2), p5, axis=1)
     out5 = layer(21, _c2f, x, w[3] + w[4], w[4], 1, False)
     with b.scope("model.22"):
-        y = _detect(b, [(out3, w[2], 8), (out4, w[3], 16), (out5, w[4], 32)], num_classes,
-                    resolution)
+        y = _detect(
+            b, [(out3, w[2], 8), (out4, w[3], 16), (out5, w[4], 32)], num_classes, resolution
+        )
     anchors = sum((resolution // s) ** 2 for s in (8, 16, 32))
-    return b.model("yolov8n", yolov8n.__doc__ or "", [("images", (1, 3, resolution, resolution))],
-                   [("output0", y, (1, 4 + num_classes, anchors))], seed)
+    return b.model(
+        "yolov8n",
+        yolov8n.__doc__ or "",
+        [("images", (1, 3, resolution, resolution))],
+        [("output0", y, (1, 4 + num_classes, anchors))],
+        seed,
+    )
 
 
 # ---- BERT-base encoder layer
 
-def bert_base_layer(seed: int = 0, sequence: int = 128, hidden: int = 768, heads: int = 12,
-                    intermediate: int = 3072) -> onnx.ModelProto:
+
+def bert_base_layer(
+    seed: int = 0, sequence: int = 128, hidden: int = 768, heads: int = 12, intermediate: int = 3072
+) -> onnx.ModelProto:
     """One BERT-base encoder layer (Devlin et al., "BERT: Pre-training of Deep Bidirectional
     Transformers for Language Understanding", NAACL 2019: H=768, A=12, FFN 3072; laid out as
     Hugging Face ``BertLayer`` exports): Q/K/V MatMul + bias, Reshape/Transpose to heads (K
@@ -560,8 +691,10 @@ def bert_base_layer(seed: int = 0, sequence: int = 128, hidden: int = 768, heads
 
     with b.scope("attention.self"):
         heads_shape = b.shape("heads_shape", (1, sequence, heads, d))
-        q, k, v = (b.op("Reshape", dense(n, x, hidden, hidden), heads_shape)
-                   for n in ("query", "key", "value"))
+        q, k, v = (
+            b.op("Reshape", dense(n, x, hidden, hidden), heads_shape)
+            for n in ("query", "key", "value")
+        )
         q = b.op("Transpose", q, perm=[0, 2, 1, 3])
         k = b.op("Transpose", k, perm=[0, 2, 3, 1])
         v = b.op("Transpose", v, perm=[0, 2, 1, 3])
@@ -570,25 +703,37 @@ def bert_base_layer(seed: int = 0, sequence: int = 128, hidden: int = 768, heads
         context = b.op("Transpose", b.op("MatMul", probs, v), perm=[0, 2, 1, 3])
         context = b.op("Reshape", context, b.shape("context_shape", (1, sequence, hidden)))
     with b.scope("attention.output"):
-        attended = layer_norm("LayerNorm", b.op("Add", dense("dense", context, hidden, hidden),
-                                                x))
+        attended = layer_norm("LayerNorm", b.op("Add", dense("dense", context, hidden, hidden), x))
     with b.scope("intermediate"):
         y = dense("dense", attended, hidden, intermediate)
         erf = b.op("Erf", b.op("Div", y, b.scalar(math.sqrt(2.0))))
         y = b.op("Mul", b.op("Mul", y, b.scalar(0.5)), b.op("Add", erf, b.scalar(1.0)))
     with b.scope("output"):
-        out = layer_norm("LayerNorm", b.op("Add", dense("dense", y, intermediate, hidden, 2.0),
-                                           attended))
-    return b.model("bert_base_layer", bert_base_layer.__doc__ or "",
-                   [("hidden_states", (1, sequence, hidden)),
-                    ("attention_mask", (1, 1, 1, sequence))],
-                   [("last_hidden_state", out, (1, sequence, hidden))], seed)
+        out = layer_norm(
+            "LayerNorm", b.op("Add", dense("dense", y, intermediate, hidden, 2.0), attended)
+        )
+    return b.model(
+        "bert_base_layer",
+        bert_base_layer.__doc__ or "",
+        [("hidden_states", (1, sequence, hidden)), ("attention_mask", (1, 1, 1, sequence))],
+        [("last_hidden_state", out, (1, sequence, hidden))],
+        seed,
+    )
 
 
 # ---- recurrent models
 
-def _recurrent(b: _Builder, op: str, x: str, n_in: int, hidden: int, gates: int,
-               directions: int, **attrs: object) -> list[str]:
+
+def _recurrent(
+    b: _Builder,
+    op: str,
+    x: str,
+    n_in: int,
+    hidden: int,
+    gates: int,
+    directions: int,
+    **attrs: object,
+) -> list[str]:
     """An LSTM or GRU node with PyTorch's U(-1/sqrt(H), 1/sqrt(H)) weights; returns its
     outputs (Y, Y_h[, Y_c])."""
     k = 1.0 / math.sqrt(hidden)
@@ -596,12 +741,27 @@ def _recurrent(b: _Builder, op: str, x: str, n_in: int, hidden: int, gates: int,
     r = b.uniform("R", (directions, gates * hidden, hidden), -k, k)
     bias = b.uniform("B", (directions, 2 * gates * hidden), -k, k)
     direction = "bidirectional" if directions == 2 else "forward"
-    return b.ops(op, x, w, r, bias, outputs=3 if op == "LSTM" else 2, hidden_size=hidden,
-                 direction=direction, **attrs)
+    return b.ops(
+        op,
+        x,
+        w,
+        r,
+        bias,
+        outputs=3 if op == "LSTM" else 2,
+        hidden_size=hidden,
+        direction=direction,
+        **attrs,
+    )
 
 
-def lstm_speech(seed: int = 0, frames: int = 100, features: int = 80, hidden: int = 256,
-                layers: int = 2, classes: int = 40) -> onnx.ModelProto:
+def lstm_speech(
+    seed: int = 0,
+    frames: int = 100,
+    features: int = 80,
+    hidden: int = 256,
+    layers: int = 2,
+    classes: int = 40,
+) -> onnx.ModelProto:
     """A bidirectional LSTM acoustic model (Graves, Mohamed & Hinton, "Speech Recognition with
     Deep Recurrent Neural Networks", ICASSP 2013, as ``torch.nn.LSTM(80, 256, num_layers=2,
     bidirectional=True, batch_first=True)`` exports it): 80-dim filterbank ``frames``
@@ -623,12 +783,18 @@ def lstm_speech(seed: int = 0, frames: int = 100, features: int = 80, hidden: in
     with b.scope("fc"):
         w = b.normal("weight", (n_in, classes), math.sqrt(1.0 / n_in))
         logits = b.op("Add", b.op("MatMul", x, w), b.normal("bias", (classes,), 0.1))
-    return b.model("lstm_speech", lstm_speech.__doc__ or "", [("features", (1, frames, features))],
-                   [("logits", logits, (1, frames, classes))], seed)
+    return b.model(
+        "lstm_speech",
+        lstm_speech.__doc__ or "",
+        [("features", (1, frames, features))],
+        [("logits", logits, (1, frames, classes))],
+        seed,
+    )
 
 
-def gru_classifier(seed: int = 0, frames: int = 50, features: int = 64, hidden: int = 128,
-                   classes: int = 12) -> onnx.ModelProto:
+def gru_classifier(
+    seed: int = 0, frames: int = 50, features: int = 64, hidden: int = 128, classes: int = 12
+) -> onnx.ModelProto:
     """A GRU sequence classifier (Cho et al., "Learning Phrase Representations using RNN
     Encoder-Decoder", EMNLP 2014; as ``torch.nn.GRU(64, 128, batch_first=True)`` exports it,
     with linear_before_reset=1) for keyword spotting: ``features`` [1, 50, 64] -> Transpose to
@@ -643,9 +809,13 @@ def gru_classifier(seed: int = 0, frames: int = 50, features: int = 64, hidden: 
     h = b.op("Squeeze", h, b.shape("axes", (0,)))
     with b.scope("fc"):
         logits = b.linear(h, hidden, classes)
-    return b.model("gru_classifier", gru_classifier.__doc__ or "",
-                   [("features", (1, frames, features))], [("logits", logits, (1, classes))],
-                   seed)
+    return b.model(
+        "gru_classifier",
+        gru_classifier.__doc__ or "",
+        [("features", (1, frames, features))],
+        [("logits", logits, (1, classes))],
+        seed,
+    )
 
 
 ARCHITECTURES: dict[str, Callable[..., onnx.ModelProto]] = {
@@ -662,15 +832,23 @@ ARCHITECTURES: dict[str, Callable[..., onnx.ModelProto]] = {
 
 # ---- what a model computes
 
+
 def parameters(model: onnx.ModelProto) -> int:
     """Parameters as papers count them: the elements of float initializers other than
     BatchNormalization's running statistics and scalars (integer shapes and axes are not
     counted either). Float constants count too: YOLOv8n's exported anchor grid and strides
     are 6,300 of its 3,163,504 (ultralytics reports 3,157,200 with the DFL's 16)."""
-    stats = {name for node in model.graph.node if node.op_type == "BatchNormalization"
-             for name in node.input[3:5]}
-    return sum(int(np.prod(t.dims)) for t in model.graph.initializer
-               if t.name not in stats and t.data_type == TensorProto.FLOAT and len(t.dims))
+    stats = {
+        name
+        for node in model.graph.node
+        if node.op_type == "BatchNormalization"
+        for name in node.input[3:5]
+    }
+    return sum(
+        int(np.prod(t.dims))
+        for t in model.graph.initializer
+        if t.name not in stats and t.data_type == TensorProto.FLOAT and len(t.dims)
+    )
 
 
 def multiply_adds(model: onnx.ModelProto) -> int:
@@ -678,8 +856,10 @@ def multiply_adds(model: onnx.ModelProto) -> int:
     "FLOPs" or "MACs"; element-wise work not counted), from the shapes onnx infers."""
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     g = inferred.graph
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in (*g.input, *g.output, *g.value_info)}
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in (*g.input, *g.output, *g.value_info)
+    }
     shapes.update({t.name: list(t.dims) for t in g.initializer})
     total = 0
     for node in g.node:
@@ -688,8 +868,12 @@ def multiply_adds(model: onnx.ModelProto) -> int:
         if node.op_type == "Conv":
             total += int(np.prod(out)) * int(np.prod(ins[1][1:]))
         elif node.op_type in ("Gemm", "MatMul"):
-            total += int(np.prod(out)) * (ins[0][-1] if node.op_type == "MatMul" or not any(
-                a.name == "transA" and a.i for a in node.attribute) else ins[0][0])
+            total += int(np.prod(out)) * (
+                ins[0][-1]
+                if node.op_type == "MatMul"
+                or not any(a.name == "transA" and a.i for a in node.attribute)
+                else ins[0][0]
+            )
         elif node.op_type in ("LSTM", "GRU"):
             directions, gates_h, n_in = ins[1]
             steps, batch = ins[0][0], ins[0][1]

@@ -58,8 +58,14 @@ def max_errors(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Errors:
     return Errors(abs_err, rel_err)
 
 
-def assert_close(got: Sequence[np.ndarray], want: Sequence[np.ndarray], *, rtol: float = RTOL,
-                 atol: float = ATOL, names: Sequence[str] | None = None) -> None:
+def assert_close(
+    got: Sequence[np.ndarray],
+    want: Sequence[np.ndarray],
+    *,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    names: Sequence[str] | None = None,
+) -> None:
     """Every output equals its reference within ``rtol``/``atol``, element by element, with
     the reference's shape and dtype (the backend suite's check); names the first that does
     not (``names``: the outputs' names, else their positions)."""
@@ -72,8 +78,12 @@ def assert_close(got: Sequence[np.ndarray], want: Sequence[np.ndarray], *, rtol:
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {label}")
 
 
-def assert_relative_error(got: Sequence[np.ndarray], want: Sequence[np.ndarray], tol: float,
-                          names: Sequence[str] | None = None) -> None:
+def assert_relative_error(
+    got: Sequence[np.ndarray],
+    want: Sequence[np.ndarray],
+    tol: float,
+    names: Sequence[str] | None = None,
+) -> None:
     """Every output's max |got - want| / max |want| is at most ``tol`` and its reference is
     finite; names the first output that is not."""
     assert len(got) == len(want), f"{len(got)} outputs, the reference has {len(want)}"

@@ -29,8 +29,17 @@ from types import ModuleType
 import numpy as np
 import onnx
 
-LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
-         "shufflenet", "squeezenet", "vgg19", "zfnet512")
+LIGHT = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 
 
 def _builders() -> ModuleType:
@@ -55,14 +64,16 @@ def _avx2_features() -> str:
     """The host's feature string with every AVX-512 feature turned off (256-bit vectors)."""
     from polyonnx.codegen.target import host_cpu
 
-    return ",".join("-" + f[1:] if f.startswith("+avx512") else f
-                    for f in host_cpu()[2].split(","))
+    return ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in host_cpu()[2].split(","))
 
 
 def configs() -> dict[str, dict]:
     """Named Options keyword sets: the host at 1 and 2 threads, and AVX2 code at 2 threads."""
-    return {"t1": {"num_threads": 1}, "t2": {"num_threads": 2},
-            "avx2-t2": {"num_threads": 2, "cpu": "haswell", "features": _avx2_features()}}
+    return {
+        "t1": {"num_threads": 1},
+        "t2": {"num_threads": 2},
+        "avx2-t2": {"num_threads": 2, "cpu": "haswell", "features": _avx2_features()},
+    }
 
 
 def _sha(data: str | bytes) -> str:
@@ -83,12 +94,18 @@ def digest_model(model: onnx.ModelProto, **options: object) -> dict:
     modules = dict(compiled.kernel_modules())
     kernels = []
     for (kernel, _), symbol in zip(compiled.asts, compiled.symbols, strict=True):
-        kernels.append({"name": kernel.name, "symbol": symbol,
-                        "llvm": _sha(str(modules[symbol]()))})
+        kernels.append(
+            {"name": kernel.name, "symbol": symbol, "llvm": _sha(str(modules[symbol]()))}
+        )
     entry = str(compiled.entry_module()).replace(compiled.prefix, "PREFIX")
-    return {"program": _sha(str(program)), "constants": constants.hexdigest()[:20],
-            "storage": _sha(json.dumps(dict(program.storage), sort_keys=True)),
-            "metadata": _sha(compiled.metadata()), "entry": _sha(entry), "kernels": kernels}
+    return {
+        "program": _sha(str(program)),
+        "constants": constants.hexdigest()[:20],
+        "storage": _sha(json.dumps(dict(program.storage), sort_keys=True)),
+        "metadata": _sha(compiled.metadata()),
+        "entry": _sha(entry),
+        "kernels": kernels,
+    }
 
 
 def _differences(old: dict, new: dict) -> list[str]:
@@ -111,13 +128,15 @@ def _differences(old: dict, new: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m polyonnx.testing.digest",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m polyonnx.testing.digest", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--models", nargs="+", choices=sorted(models()), default=None)
     parser.add_argument("--configs", nargs="+", choices=sorted(configs()), default=None)
     parser.add_argument("--out", help="write the digest to this JSON file")
-    parser.add_argument("--compare", help="compare with a digest written before; exit 1 if "
-                                          "anything differs")
+    parser.add_argument(
+        "--compare", help="compare with a digest written before; exit 1 if anything differs"
+    )
     args = parser.parse_args(argv)
     builders, settings = models(), configs()
     names = args.models or list(builders)
@@ -135,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         for config in chosen:
             start = time.perf_counter()
             result[f"{name}/{config}"] = digest_model(model, **settings[config])
-            print(f"{name}/{config}: {len(result[f'{name}/{config}']['kernels'])} kernels, "
-                  f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+            print(
+                f"{name}/{config}: {len(result[f'{name}/{config}']['kernels'])} kernels, "
+                f"{time.perf_counter() - start:.1f} s",
+                file=sys.stderr,
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     if args.compare:
@@ -145,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         diffs = _differences(before, result)
         for d in diffs:
             print(d)
-        print(f"{len(result)} digests compared: "
-              f"{'identical' if not diffs else f'{len(diffs)} differences'}")
+        print(
+            f"{len(result)} digests compared: "
+            f"{'identical' if not diffs else f'{len(diffs)} differences'}"
+        )
         return 1 if diffs else 0
     return 0
 

@@ -39,13 +39,14 @@ def import_onnxruntime() -> ModuleType:
     try:
         import onnxruntime
     except ImportError as e:
-        raise ImportError("onnxruntime is not installed; it is the reference polyonnx is "
-                          "tested against: pip install polyonnx[test]") from e
+        raise ImportError(
+            "onnxruntime is not installed; it is the reference polyonnx is "
+            "tested against: pip install polyonnx[test]"
+        ) from e
     return onnxruntime
 
 
-def onnxruntime_session(model: ModelLike, *, threads: int | None = 1,
-                        optimize: bool = True) -> Any:
+def onnxruntime_session(model: ModelLike, *, threads: int | None = 1, optimize: bool = True) -> Any:
     """An onnxruntime ``InferenceSession`` on the CPU provider.
 
     ``threads`` intra-op threads (default 1, so references do not depend on the machine and
@@ -63,8 +64,9 @@ def onnxruntime_session(model: ModelLike, *, threads: int | None = 1,
     return ort.InferenceSession(_serialized(model), so, providers=["CPUExecutionProvider"])
 
 
-def onnxruntime_outputs(model: ModelLike, feeds: Mapping[str, Any], *, threads: int | None = 1,
-                        optimize: bool = True) -> list[np.ndarray]:
+def onnxruntime_outputs(
+    model: ModelLike, feeds: Mapping[str, Any], *, threads: int | None = 1, optimize: bool = True
+) -> list[np.ndarray]:
     """``model``'s outputs for ``feeds`` as onnxruntime computes them (in graph output order;
     options as :func:`onnxruntime_session`)."""
     session = onnxruntime_session(model, threads=threads, optimize=optimize)

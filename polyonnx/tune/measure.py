@@ -27,8 +27,9 @@ from polyonnx.schedule.signature import kernel_flops
 Arrays = dict[str, np.ndarray]
 
 
-def build(schedule: Schedule, options: Options | None = None
-          ) -> Callable[[Mapping[str, np.ndarray]], None]:
+def build(
+    schedule: Schedule, options: Options | None = None
+) -> Callable[[Mapping[str, np.ndarray]], None]:
     """JIT-compile the kernel with the loops of ``schedule`` (refused unless it is verified);
     call it on named numpy arrays."""
     scheduled = schedule.scheduled()
@@ -54,12 +55,16 @@ def random_arrays(kernel: Kernel, seed: int = 0) -> Arrays:
     return out
 
 
-def run(schedule: Schedule, arrays: Mapping[str, np.ndarray] | None = None,
-        options: Options | None = None) -> Arrays:
+def run(
+    schedule: Schedule,
+    arrays: Mapping[str, np.ndarray] | None = None,
+    options: Options | None = None,
+) -> Arrays:
     """Run the scheduled kernel once on copies of ``arrays`` (random ones by default);
     return every buffer afterwards."""
-    work = {k: np.array(v, copy=True) for k, v in
-            (arrays or random_arrays(schedule.kernel)).items()}
+    work = {
+        k: np.array(v, copy=True) for k, v in (arrays or random_arrays(schedule.kernel)).items()
+    }
     for b in schedule.kernel.buffers:  # temps a staging verb added
         if b.name not in work and b.kind == "temp":
             work[b.name] = np.zeros(b.shape, b.dtype)
@@ -82,9 +87,16 @@ class Measurement:
         return self.flops / self.median_s / 1e9 if self.median_s > 0 else 0.0
 
 
-def measure(schedule: Schedule, *, options: Options | None = None, min_runs: int = 5,
-            min_time: float = 0.2, check: bool = True, rtol: float = 1e-4,
-            reference: Mapping[str, np.ndarray] | None = None) -> Measurement:
+def measure(
+    schedule: Schedule,
+    *,
+    options: Options | None = None,
+    min_runs: int = 5,
+    min_time: float = 0.2,
+    check: bool = True,
+    rtol: float = 1e-4,
+    reference: Mapping[str, np.ndarray] | None = None,
+) -> Measurement:
     """Median wall time of the scheduled kernel over at least ``min_runs`` runs and
     ``min_time`` seconds, on :func:`random_arrays`. With ``check``, its outputs are compared to
     ``reference`` (by default: what the kernel's own loop order computes from the same arrays)
@@ -95,19 +107,25 @@ def measure(schedule: Schedule, *, options: Options | None = None, min_runs: int
     if check:
         work = {k: v.copy() for k, v in arrays.items()}
         fn(work)
-        expected = (reference if reference is not None
-                    else run(Schedule.from_kernel(schedule.original), arrays, options))
+        expected = (
+            reference
+            if reference is not None
+            else run(Schedule.from_kernel(schedule.original), arrays, options)
+        )
         for b in schedule.kernel.buffers:
             if b.kind != "output":
                 continue
             got, want = work[b.name].astype(np.float64), expected[b.name].astype(np.float64)
             diff = float(np.max(np.abs(got - want), initial=0.0))
             error = max(error, diff)
-            if not np.allclose(got, want, rtol=rtol, atol=rtol * max(1.0, float(
-                    np.max(np.abs(want), initial=0.0)))):
-                raise CodegenError(f"kernel {schedule.kernel.name}: the scheduled kernel's "
-                                   f"output {b.name} differs from the default schedule's by up "
-                                   f"to {diff:g}")
+            if not np.allclose(
+                got, want, rtol=rtol, atol=rtol * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+            ):
+                raise CodegenError(
+                    f"kernel {schedule.kernel.name}: the scheduled kernel's "
+                    f"output {b.name} differs from the default schedule's by up "
+                    f"to {diff:g}"
+                )
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_runs or time.perf_counter() - start < min_time:

@@ -76,8 +76,7 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
         results[name] = {"status": status, "detail": detail, "seconds": round(seconds, 3)}
         if verbose or status == "fail":
             first = detail.splitlines()[0][:160] if detail else ""
-            print(f"[{done}/{len(names)}] {status:11s} {name} ({seconds:.2f}s) {first}",
-                  flush=True)
+            print(f"[{done}/{len(names)}] {status:11s} {name} ({seconds:.2f}s) {first}", flush=True)
         elif done % 100 == 0:
             print(f"[{done}/{len(names)}]", flush=True)
 
@@ -109,11 +108,19 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
                 except (EOFError, OSError):
                     code = s.proc.exitcode if not s.proc.is_alive() else None
                     s.proc.join(1)
-                    record(s.task, "fail", f"worker crashed (exit code {s.proc.exitcode or code})",
-                           time.perf_counter() - s.started)
+                    record(
+                        s.task,
+                        "fail",
+                        f"worker crashed (exit code {s.proc.exitcode or code})",
+                        time.perf_counter() - s.started,
+                    )
             elif time.perf_counter() - s.started > timeout:
-                record(s.task, "fail", f"timeout after {timeout:.0f} s",
-                       time.perf_counter() - s.started)
+                record(
+                    s.task,
+                    "fail",
+                    f"timeout after {timeout:.0f} s",
+                    time.perf_counter() - s.started,
+                )
             else:
                 continue
             s.kill()
@@ -143,10 +150,13 @@ def summarise(results: dict[str, dict]) -> str:
     for fam in sorted(by_family):
         c = by_family[fam]
         total.update(c)
-        lines.append(f"{fam:12s} {c['pass']:5d} {c['fail']:5d} {c['unsupported']:5d} "
-                     f"{sum(c.values()):6d}")
-    lines.append(f"{'TOTAL':12s} {total['pass']:5d} {total['fail']:5d} "
-                 f"{total['unsupported']:5d} {sum(total.values()):6d}")
+        lines.append(
+            f"{fam:12s} {c['pass']:5d} {c['fail']:5d} {c['unsupported']:5d} {sum(c.values()):6d}"
+        )
+    lines.append(
+        f"{'TOTAL':12s} {total['pass']:5d} {total['fail']:5d} "
+        f"{total['unsupported']:5d} {sum(total.values()):6d}"
+    )
     return "\n".join(lines), by_op
 
 
@@ -157,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--update", action="store_true", help="rewrite expected_pass.txt")
     p.add_argument("--ops", action="store_true", help="also print counts per op type")
-    p.add_argument("--kind", default="node",
-                   help="node (default), all, or a comma-separated list of node and "
-                        + ", ".join(suite.MODEL_KINDS))
+    p.add_argument(
+        "--kind",
+        default="node",
+        help="node (default), all, or a comma-separated list of node and "
+        + ", ".join(suite.MODEL_KINDS),
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
 
@@ -172,8 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.ops:
         for op in sorted(by_op):
             c = by_op[op]
-            print(f"  {op:28s} pass {c['pass']:3d}  fail {c['fail']:3d}  "
-                  f"unsupported {c['unsupported']:3d}")
+            print(
+                f"  {op:28s} pass {c['pass']:3d}  fail {c['fail']:3d}  "
+                f"unsupported {c['unsupported']:3d}"
+            )
     print(f"{len(names)} cases in {time.perf_counter() - start:.0f} s")
 
     expected = set(suite.read_expected())
@@ -185,12 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         for n in regressions:
             print(f"  {n}: {results[n]['detail'].splitlines()[0][:160]}")
     if new:
-        print(f"{len(new)} passing case(s) not in expected_pass.txt"
-              + ("" if args.update else " (use --update)"))
+        print(
+            f"{len(new)} passing case(s) not in expected_pass.txt"
+            + ("" if args.update else " (use --update)")
+        )
     if not args.k:
         # Merged with earlier runs, so a node-only run keeps the model suites' results.
-        merged = json.loads(suite.LAST_RUN_FILE.read_text()) if suite.LAST_RUN_FILE.exists() \
-            else {}
+        merged = json.loads(suite.LAST_RUN_FILE.read_text()) if suite.LAST_RUN_FILE.exists() else {}
         merged.update(results)
         suite.LAST_RUN_FILE.write_text(json.dumps(merged, indent=1, sort_keys=True))
     if args.update:

@@ -33,36 +33,161 @@ LAST_RUN_FILE = HERE / "last_run.json"
 #: Op type -> family, for the summary. Ops not listed count as "other".
 FAMILIES: dict[str, tuple[str, ...]] = {
     "elementwise": (
-        "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Pow", "Sin", "Cos", "Tan", "Asin",
-        "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Sigmoid",
-        "HardSigmoid", "HardSwish", "Erf", "Floor", "Ceil", "Round", "Sign", "IsNaN", "IsInf",
-        "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Gelu", "Mish", "Softplus",
-        "Softsign", "ThresholdedRelu", "Shrink", "Clip", "Add", "Sub", "Mul", "Div", "Mod", "Min",
-        "Max", "Mean", "Sum", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And",
-        "Or", "Xor", "Not", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
-        "Where", "Cast", "CastLike", "Swish",
+        "Abs",
+        "Neg",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Reciprocal",
+        "Pow",
+        "Sin",
+        "Cos",
+        "Tan",
+        "Asin",
+        "Acos",
+        "Atan",
+        "Sinh",
+        "Cosh",
+        "Asinh",
+        "Acosh",
+        "Atanh",
+        "Tanh",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Erf",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Sign",
+        "IsNaN",
+        "IsInf",
+        "Relu",
+        "LeakyRelu",
+        "PRelu",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Gelu",
+        "Mish",
+        "Softplus",
+        "Softsign",
+        "ThresholdedRelu",
+        "Shrink",
+        "Clip",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Mod",
+        "Min",
+        "Max",
+        "Mean",
+        "Sum",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Not",
+        "BitShift",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "BitwiseNot",
+        "Where",
+        "Cast",
+        "CastLike",
+        "Swish",
     ),
     "reduction": (
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-        "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
-        "Softmax", "LogSoftmax", "Hardmax", "CumSum",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+        "ArgMax",
+        "ArgMin",
+        "Softmax",
+        "LogSoftmax",
+        "Hardmax",
+        "CumSum",
     ),
     "data": (
-        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
-        "Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter",
-        "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Shape", "Size", "Identity",
-        "Constant", "ConstantOfShape", "Range", "OneHot", "Trilu", "EyeLike", "Resize",
-        "ReverseSequence", "NonZero", "TopK", "Unique", "Compress", "Upsample",
+        "Reshape",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Transpose",
+        "Concat",
+        "Split",
+        "Slice",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "ScatterElements",
+        "ScatterND",
+        "Scatter",
+        "Expand",
+        "Tile",
+        "Pad",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Shape",
+        "Size",
+        "Identity",
+        "Constant",
+        "ConstantOfShape",
+        "Range",
+        "OneHot",
+        "Trilu",
+        "EyeLike",
+        "Resize",
+        "ReverseSequence",
+        "NonZero",
+        "TopK",
+        "Unique",
+        "Compress",
+        "Upsample",
     ),
     "linalg": (
-        "MatMul", "MatMulInteger", "Gemm", "Conv", "ConvInteger", "ConvTranspose", "MaxPool",
-        "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool", "Einsum",
-        "MaxUnpool", "QLinearConv", "QLinearMatMul", "DeformConv", "Col2Im",
+        "MatMul",
+        "MatMulInteger",
+        "Gemm",
+        "Conv",
+        "ConvInteger",
+        "ConvTranspose",
+        "MaxPool",
+        "AveragePool",
+        "LpPool",
+        "GlobalMaxPool",
+        "GlobalAveragePool",
+        "GlobalLpPool",
+        "Einsum",
+        "MaxUnpool",
+        "QLinearConv",
+        "QLinearMatMul",
+        "DeformConv",
+        "Col2Im",
     ),
     "norm": (
-        "BatchNormalization", "InstanceNormalization", "LayerNormalization",
-        "GroupNormalization", "LRN", "MeanVarianceNormalization", "RMSNormalization",
-        "Dropout", "LpNormalization",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "LayerNormalization",
+        "GroupNormalization",
+        "LRN",
+        "MeanVarianceNormalization",
+        "RMSNormalization",
+        "Dropout",
+        "LpNormalization",
     ),
     "rnn": ("RNN", "GRU", "LSTM"),
 }
@@ -106,8 +231,10 @@ def materialize(target: Path) -> None:
         d = tmp / c.name
         d.mkdir()
         onnx.save(c.model, d / "model.onnx")
-        sets = [([_normalize(v) for v in ins], [_normalize(v) for v in outs])
-                for ins, outs in c.data_sets]
+        sets = [
+            ([_normalize(v) for v in ins], [_normalize(v) for v in outs])
+            for ins, outs in c.data_sets
+        ]
         with open(d / "data.pkl", "wb") as f:
             pickle.dump(sets, f)
         (d / "meta.json").write_text(json.dumps({"rtol": c.rtol, "atol": c.atol}))
@@ -131,8 +258,10 @@ def load_cases(kind: str = "node") -> dict[str, Case]:
     if kind != "node":
         from onnx.backend.test.loader import load_model_tests
 
-        return {c.name: Case(c.name, c.model_dir, c.rtol, c.atol, kind)
-                for c in sorted(load_model_tests(kind=kind), key=lambda c: c.name)}
+        return {
+            c.name: Case(c.name, c.model_dir, c.rtol, c.atol, kind)
+            for c in sorted(load_model_tests(kind=kind), key=lambda c: c.name)
+        }
     root = cache_dir()
     if not root.is_dir():
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -190,8 +319,12 @@ def data_sets(case: Case, model: onnx.ModelProto) -> list[tuple[list, list]]:
     for d in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set*"))):
         n_in = len(glob.glob(os.path.join(d, "input_*.pb")))
         n_out = len(glob.glob(os.path.join(d, "output_*.pb")))
-        out.append(([_read_pb(os.path.join(d, f"input_{i}.pb")) for i in range(n_in)],
-                    [_read_pb(os.path.join(d, f"output_{i}.pb")) for i in range(n_out)]))
+        out.append(
+            (
+                [_read_pb(os.path.join(d, f"input_{i}.pb")) for i in range(n_in)],
+                [_read_pb(os.path.join(d, f"output_{i}.pb")) for i in range(n_out)],
+            )
+        )
     return out
 
 

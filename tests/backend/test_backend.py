@@ -42,9 +42,11 @@ def test_unlisted_passes() -> None:
     listed = set(EXPECTED)
     new = sorted(n for n, r in results.items() if r["status"] == "pass" and n not in listed)
     if new:
-        warnings.warn(f"{len(new)} node case(s) pass but are not in expected_pass.txt "
-                      f"(run `python -m tests.backend.run_suite --update`): {new[:20]}",
-                      stacklevel=1)
+        warnings.warn(
+            f"{len(new)} node case(s) pass but are not in expected_pass.txt "
+            f"(run `python -m tests.backend.run_suite --update`): {new[:20]}",
+            stacklevel=1,
+        )
 
 
 # --------------------------------------------------------------------------- the backend API
@@ -99,8 +101,9 @@ def test_shape_determining_inputs_are_bound_per_value() -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
-    g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
-                          "rs", [x, axes], [y])
+    g = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "rs", [x, axes], [y]
+    )
     rep = backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
     for axis in (0, 1, 0):

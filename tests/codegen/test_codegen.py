@@ -86,9 +86,15 @@ def test_stencil_runs_in_order():
 def test_integer_division_by_zero_does_not_trap(dtype):
     i = Aff.var("i")
     body = binary("div", Load("x", (i,), dtype), Load("y", (i,), dtype))
-    k = Kernel("div", (Buffer("x", dtype, (4,), "input"), Buffer("y", dtype, (4,), "input"),
-                       Buffer("z", dtype, (4,), "output")),
-               (Loop("i", 0, 4, (Stmt("S0", Access("z", (i,)), body),)),))
+    k = Kernel(
+        "div",
+        (
+            Buffer("x", dtype, (4,), "input"),
+            Buffer("y", dtype, (4,), "input"),
+            Buffer("z", dtype, (4,), "output"),
+        ),
+        (Loop("i", 0, 4, (Stmt("S0", Access("z", (i,)), body),)),),
+    )
     x = np.array([7, 8, 9, 10], dtype)
     y = np.array([2, 0, 3, 0], dtype)
     z = np.full(4, 99, dtype)
@@ -99,10 +105,15 @@ def test_integer_division_by_zero_does_not_trap(dtype):
 def test_computed_index_out_of_range_is_reported():
     i = Aff.var("i")
     gather = Load("x", (Cast(Load("idx", (i,), "int64"), "int64"),), "float32")
-    k = Kernel("gather", (Buffer("x", "float32", (3,), "input"),
-                          Buffer("idx", "int64", (2,), "input"),
-                          Buffer("y", "float32", (2,), "output")),
-               (Loop("i", 0, 2, (Stmt("S0", Access("y", (i,)), gather),)),))
+    k = Kernel(
+        "gather",
+        (
+            Buffer("x", "float32", (3,), "input"),
+            Buffer("idx", "int64", (2,), "input"),
+            Buffer("y", "float32", (2,), "output"),
+        ),
+        (Loop("i", 0, 2, (Stmt("S0", Access("y", (i,)), gather),)),),
+    )
     run = kernel_callable(k, la.from_isl(build_ast(default_schedule(k).schedule)))
     x = np.array([1, 2, 3], np.float32)
     y = np.zeros(2, np.float32)
@@ -115,8 +126,11 @@ def test_computed_index_out_of_range_is_reported():
 def test_bool_buffers_round_trip():
     i = Aff.var("i")
     body = binary("lt", Load("x", (i,), "float32"), Const(0.5, "float32"))
-    k = Kernel("lt", (Buffer("x", "float32", (3,), "input"), Buffer("y", "bool", (3,), "output")),
-               (Loop("i", 0, 3, (Stmt("S0", Access("y", (i,)), body),)),))
+    k = Kernel(
+        "lt",
+        (Buffer("x", "float32", (3,), "input"), Buffer("y", "bool", (3,), "output")),
+        (Loop("i", 0, 3, (Stmt("S0", Access("y", (i,)), body),)),),
+    )
     y = np.zeros(3, bool)
     _run(k, default_schedule(k).schedule, {"x": np.array([0.1, 0.9, 0.4], np.float32), "y": y})
     assert list(y) == [True, False, True]

@@ -22,17 +22,32 @@ from polyonnx.codegen.elf import undefined_symbols
 from polyonnx.codegen.parallel_runtime import ENTRY
 
 T = onnx.TensorProto
-_ONNX = {"float16": T.FLOAT16, "float32": T.FLOAT, "float64": T.DOUBLE, "int8": T.INT8,
-         "uint8": T.UINT8, "int16": T.INT16, "uint16": T.UINT16, "int32": T.INT32,
-         "uint32": T.UINT32, "int64": T.INT64, "uint64": T.UINT64, "bool": T.BOOL}
+_ONNX = {
+    "float16": T.FLOAT16,
+    "float32": T.FLOAT,
+    "float64": T.DOUBLE,
+    "int8": T.INT8,
+    "uint8": T.UINT8,
+    "int16": T.INT16,
+    "uint16": T.UINT16,
+    "int32": T.INT32,
+    "uint32": T.UINT32,
+    "int64": T.INT64,
+    "uint64": T.UINT64,
+    "bool": T.BOOL,
+}
 
 
 def _cast_model(src: str, dst: str, n: int) -> onnx.ModelProto:
-    return oh.make_model(oh.make_graph(
-        [oh.make_node("Cast", ["x"], ["y"], to=_ONNX[dst])], f"cast_{src}_{dst}",
-        [oh.make_tensor_value_info("x", _ONNX[src], [n])],
-        [oh.make_tensor_value_info("y", _ONNX[dst], [n])]),
-        opset_imports=[oh.make_opsetid("", 19)])
+    return oh.make_model(
+        oh.make_graph(
+            [oh.make_node("Cast", ["x"], ["y"], to=_ONNX[dst])],
+            f"cast_{src}_{dst}",
+            [oh.make_tensor_value_info("x", _ONNX[src], [n])],
+            [oh.make_tensor_value_info("y", _ONNX[dst], [n])],
+        ),
+        opset_imports=[oh.make_opsetid("", 19)],
+    )
 
 
 def _half_edges(dtype: type) -> np.ndarray:
@@ -41,11 +56,30 @@ def _half_edges(dtype: type) -> np.ndarray:
     halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     finite = np.sort(halves[np.isfinite(halves)].astype(dtype))
     mid = (finite[:-1] + finite[1:]) / 2
-    around = np.concatenate([mid, np.nextafter(mid, dtype(np.inf)),
-                             np.nextafter(mid, dtype(-np.inf))])
-    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.99, 65520, 1e6,
-                         -1e30, 5.96e-8, 2.98e-8, 2.99e-8, 1e-10, np.finfo(dtype).tiny,
-                         np.finfo(dtype).max], dtype=dtype)
+    around = np.concatenate(
+        [mid, np.nextafter(mid, dtype(np.inf)), np.nextafter(mid, dtype(-np.inf))]
+    )
+    specials = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            65504,
+            65519.99,
+            65520,
+            1e6,
+            -1e30,
+            5.96e-8,
+            2.98e-8,
+            2.99e-8,
+            1e-10,
+            np.finfo(dtype).tiny,
+            np.finfo(dtype).max,
+        ],
+        dtype=dtype,
+    )
     rng = np.random.default_rng(0)
     spread = (rng.standard_normal(20000) * 10.0 ** rng.integers(-9, 6, 20000)).astype(dtype)
     return np.concatenate([finite, around, specials, spread])
@@ -54,12 +88,14 @@ def _half_edges(dtype: type) -> np.ndarray:
 def _same(got: np.ndarray, want: np.ndarray) -> None:
     nan = np.isnan(want)
     np.testing.assert_array_equal(np.isnan(got), nan)
-    np.testing.assert_array_equal(got[~nan].view(np.uint16 if got.itemsize == 2 else
-                                                 np.uint32 if got.itemsize == 4 else
-                                                 np.uint64),
-                                  want[~nan].view(np.uint16 if want.itemsize == 2 else
-                                                  np.uint32 if want.itemsize == 4 else
-                                                  np.uint64))
+    np.testing.assert_array_equal(
+        got[~nan].view(
+            np.uint16 if got.itemsize == 2 else np.uint32 if got.itemsize == 4 else np.uint64
+        ),
+        want[~nan].view(
+            np.uint16 if want.itemsize == 2 else np.uint32 if want.itemsize == 4 else np.uint64
+        ),
+    )
 
 
 # x86-64 has no F16C: every half conversion is one of polyonnx's functions.
@@ -70,8 +106,10 @@ CPUS = ("x86-64", None)
 @pytest.mark.parametrize("src", ["float64", "float32"])
 def test_narrowing_to_half_rounds_like_numpy(src: str, cpu: str | None) -> None:
     x = _half_edges(np.dtype(src).type)
-    sess = polyonnx.InferenceSession(_cast_model(src, "float16", x.size), options=polyonnx.Options(
-        cpu=cpu, num_threads=1, cache=False))
+    sess = polyonnx.InferenceSession(
+        _cast_model(src, "float16", x.size),
+        options=polyonnx.Options(cpu=cpu, num_threads=1, cache=False),
+    )
     with np.errstate(over="ignore"):
         _same(sess.run(None, {"x": x})[0], x.astype(np.float16))
 
@@ -80,8 +118,10 @@ def test_narrowing_to_half_rounds_like_numpy(src: str, cpu: str | None) -> None:
 @pytest.mark.parametrize("dst", ["float64", "float32"])
 def test_every_half_widens_exactly(dst: str, cpu: str | None) -> None:
     x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-    sess = polyonnx.InferenceSession(_cast_model("float16", dst, x.size), options=polyonnx.Options(
-        cpu=cpu, num_threads=1, cache=False))
+    sess = polyonnx.InferenceSession(
+        _cast_model("float16", dst, x.size),
+        options=polyonnx.Options(cpu=cpu, num_threads=1, cache=False),
+    )
     _same(sess.run(None, {"x": x})[0], x.astype(dst))
 
 
@@ -100,8 +140,7 @@ def test_double_to_half_alone_in_a_fresh_process() -> None:
         assert (s.run(None, {"x": x})[0] == x.astype(np.float16)).all()
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 
@@ -116,9 +155,32 @@ def _dtype_paths_model() -> onnx.ModelProto:
         for dst in _ONNX:
             nodes.append(oh.make_node("Cast", [f"x_{src}"], [f"c_{src}_{dst}"], to=_ONNX[dst]))
             outputs.append(oh.make_tensor_value_info(f"c_{src}_{dst}", _ONNX[dst], [19]))
-    unary = ("Exp", "Log", "Sqrt", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
-             "Tanh", "Asinh", "Acosh", "Atanh", "Erf", "Sigmoid", "Floor", "Ceil", "Round",
-             "Abs", "Neg", "Reciprocal", "Softplus")
+    unary = (
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Sin",
+        "Cos",
+        "Tan",
+        "Asin",
+        "Acos",
+        "Atan",
+        "Sinh",
+        "Cosh",
+        "Tanh",
+        "Asinh",
+        "Acosh",
+        "Atanh",
+        "Erf",
+        "Sigmoid",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Abs",
+        "Neg",
+        "Reciprocal",
+        "Softplus",
+    )
     for t in floats:
         for op in unary:
             nodes.append(oh.make_node(op, [f"x_{t}"], [f"{op}_{t}"]))
@@ -130,21 +192,54 @@ def _dtype_paths_model() -> onnx.ModelProto:
         for op in ("Div", "Mod", "Pow") if t != "uint8" else ("Div", "Mod"):
             nodes.append(oh.make_node(op, [f"x_{t}", f"x_{t}"], [f"{op}_{t}"]))
             outputs.append(oh.make_tensor_value_info(f"{op}_{t}", _ONNX[t], [19]))
-    return oh.make_model(oh.make_graph(nodes, "dtype_paths", inputs, outputs),
-                         opset_imports=[oh.make_opsetid("", 19)])
+    return oh.make_model(
+        oh.make_graph(nodes, "dtype_paths", inputs, outputs),
+        opset_imports=[oh.make_opsetid("", 19)],
+    )
 
 
 #: What generated code may call: libm, libc's memory functions, polyonnx's own functions.
-LIBM = {f + suffix for f in ("exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos",
-                             "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
-                             "floor", "ceil", "roundeven", "fmod", "pow", "fabs", "fmin",
-                             "fmax", "exp2", "log2", "log10", "round", "trunc")
-        for suffix in ("", "f")}
+LIBM = {
+    f + suffix
+    for f in (
+        "exp",
+        "log",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "erf",
+        "floor",
+        "ceil",
+        "roundeven",
+        "fmod",
+        "pow",
+        "fabs",
+        "fmin",
+        "fmax",
+        "exp2",
+        "log2",
+        "log10",
+        "round",
+        "trunc",
+    )
+    for suffix in ("", "f")
+}
 ALLOWED = LIBM | {"memset", "memcpy", "memmove", ENTRY} | set(BUILTINS)
 
 
-@pytest.mark.parametrize("cpu", ["x86-64", "x86-64-v2", "x86-64-v3", "skylake-avx512",
-                                 "znver4", "sapphirerapids"])
+@pytest.mark.parametrize(
+    "cpu", ["x86-64", "x86-64-v2", "x86-64-v3", "skylake-avx512", "znver4", "sapphirerapids"]
+)
 def test_object_code_calls_only_known_functions(cpu: str) -> None:
     options = polyonnx.Options(cpu=cpu, num_threads=2, cache=False)
     obj = polyonnx.emit(_dtype_paths_model(), "obj", options)
@@ -161,10 +256,12 @@ def test_shared_library_defines_what_it_calls(tmp_path) -> None:
 
     x = _half_edges(np.float64)[:5000]
     options = polyonnx.Options(num_threads=1, cache=False)
-    path = write_library(polyonnx.compile(_cast_model("float64", "float16", x.size), options),
-                         tmp_path / "cast.so")
+    path = write_library(
+        polyonnx.compile(_cast_model("float64", "float16", x.size), options), tmp_path / "cast.so"
+    )
     with np.errstate(over="ignore"):
         _same(polyonnx.InferenceSession(str(path)).run(None, {"x": x})[0], x.astype(np.float16))
-    exported = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
-                              text=True).stdout
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True
+    ).stdout
     assert "__truncdfhf2" not in exported

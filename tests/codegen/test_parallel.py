@@ -35,7 +35,9 @@ def test_a_sequential_loop_keeps_the_mark_for_the_named_loops_inside() -> None:
     assert not on_pool and node.body == (la.Mark("parallel c1", (inner,)),)
     # Under a bare mark of several nodes nothing is shared out.
     assert parallel_children(la.Mark("parallel", (CALL, chunks)), 2) == (
-        (CALL, False), (chunks, False))
+        (CALL, False),
+        (chunks, False),
+    )
 
 
 def test_only_loops_counting_up_to_a_bound_are_shared() -> None:

@@ -26,18 +26,55 @@ def _matmul_relu(m: int, n: int, k: int) -> Kernel:
     """``acc = A @ B`` then ``y = max(acc, 0)``: the default schedule fuses the epilogue."""
     i, j, r = Aff.var("i"), Aff.var("j"), Aff.var("r")
     acc = Access("acc", (i, j))
-    update = Stmt("S1", acc, Load("acc", (i, j), "float32")
-                  + Load("a", (i, r), "float32") * Load("b", (r, j), "float32"))
-    return Kernel("k", (Buffer("a", "float32", (m, k), "input"),
-                        Buffer("b", "float32", (k, n), "input"),
-                        Buffer("acc", "float32", (m, n), "temp"),
-                        Buffer("y", "float32", (m, n), "output")),
-                  (Loop("i", 0, m, (Loop("j", 0, n, (
-                      Stmt("S0", acc, Const(0.0, "float32")),
-                      Loop("r", 0, k, (update,)))),)),
-                   Loop("i", 0, m, (Loop("j", 0, n, (
-                       Stmt("S2", Access("y", (i, j)),
-                            maximum(Load("acc", (i, j), "float32"), 0.0)),)),))))
+    update = Stmt(
+        "S1",
+        acc,
+        Load("acc", (i, j), "float32")
+        + Load("a", (i, r), "float32") * Load("b", (r, j), "float32"),
+    )
+    return Kernel(
+        "k",
+        (
+            Buffer("a", "float32", (m, k), "input"),
+            Buffer("b", "float32", (k, n), "input"),
+            Buffer("acc", "float32", (m, n), "temp"),
+            Buffer("y", "float32", (m, n), "output"),
+        ),
+        (
+            Loop(
+                "i",
+                0,
+                m,
+                (
+                    Loop(
+                        "j",
+                        0,
+                        n,
+                        (Stmt("S0", acc, Const(0.0, "float32")), Loop("r", 0, k, (update,))),
+                    ),
+                ),
+            ),
+            Loop(
+                "i",
+                0,
+                m,
+                (
+                    Loop(
+                        "j",
+                        0,
+                        n,
+                        (
+                            Stmt(
+                                "S2",
+                                Access("y", (i, j)),
+                                maximum(Load("acc", (i, j), "float32"), 0.0),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 @pytest.mark.parametrize("m, n, k", [(8, 32, 5), (13, 37, 9)])
@@ -51,8 +88,12 @@ def test_accumulators_live_in_slots_and_results_match(m: int, n: int, k: int) ->
     assert "volatile" not in str(module)  # 8 accumulators + 2 vectors + 1 fit 16 registers
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
-    arrays = {"a": a, "b": b, "acc": np.zeros((m, n), np.float32),
-              "y": np.zeros((m, n), np.float32)}
+    arrays = {
+        "a": a,
+        "b": b,
+        "acc": np.zeros((m, n), np.float32),
+        "y": np.zeros((m, n), np.float32),
+    }
     kernel_callable(kernel, loops)(arrays)
     np.testing.assert_allclose(arrays["y"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(arrays["acc"], a @ b, rtol=1e-5, atol=1e-5)
@@ -64,18 +105,72 @@ def test_paired_tile_two_unrolled_loops() -> None:
     nb, nr, no, nk = 4, 7, 32, 5
     b, r, o, k = (Aff.var(n) for n in "brok")
     acc = Access("acc", (b, r, o))
-    update = Stmt("S1", acc, Load("acc", (b, r, o), "float32")
-                  + Load("x", (r, k), "float32") * Load("w", (b, k, o), "float32"))
-    kernel = Kernel("k", (Buffer("x", "float32", (nr, nk), "input"),
-                          Buffer("w", "float32", (nb, nk, no), "input"),
-                          Buffer("acc", "float32", (nb, nr, no), "temp"),
-                          Buffer("y", "float32", (nb, nr, no), "output")),
-                    (Loop("b", 0, nb, (Loop("r", 0, nr, (Loop("o", 0, no, (
-                        Stmt("S0", acc, Const(0.0, "float32")),
-                        Loop("k", 0, nk, (update,)))),)),)),
-                     Loop("b", 0, nb, (Loop("r", 0, nr, (Loop("o", 0, no, (
-                         Stmt("S2", Access("y", (b, r, o)),
-                              maximum(Load("acc", (b, r, o), "float32"), 0.0)),)),)),))))
+    update = Stmt(
+        "S1",
+        acc,
+        Load("acc", (b, r, o), "float32")
+        + Load("x", (r, k), "float32") * Load("w", (b, k, o), "float32"),
+    )
+    kernel = Kernel(
+        "k",
+        (
+            Buffer("x", "float32", (nr, nk), "input"),
+            Buffer("w", "float32", (nb, nk, no), "input"),
+            Buffer("acc", "float32", (nb, nr, no), "temp"),
+            Buffer("y", "float32", (nb, nr, no), "output"),
+        ),
+        (
+            Loop(
+                "b",
+                0,
+                nb,
+                (
+                    Loop(
+                        "r",
+                        0,
+                        nr,
+                        (
+                            Loop(
+                                "o",
+                                0,
+                                no,
+                                (
+                                    Stmt("S0", acc, Const(0.0, "float32")),
+                                    Loop("k", 0, nk, (update,)),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            Loop(
+                "b",
+                0,
+                nb,
+                (
+                    Loop(
+                        "r",
+                        0,
+                        nr,
+                        (
+                            Loop(
+                                "o",
+                                0,
+                                no,
+                                (
+                                    Stmt(
+                                        "S2",
+                                        Access("y", (b, r, o)),
+                                        maximum(Load("acc", (b, r, o), "float32"), 0.0),
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
     tiling = Tiling(unroll=8, vector=32, paired_rows=7)
     ast = build_ast(default_schedule(kernel, tiling).schedule)
     assert ast.to_C_str().count("// unroll") >= 2
@@ -92,15 +187,24 @@ def test_paired_tile_two_unrolled_loops() -> None:
     geps = re.findall(r"getelementptr inbounds float, ptr (\S+), i64 (\d+)\n", str(module))
     assert len({base for base, _ in geps}) == 1
     assert sorted(int(off) for _, off in geps) == sorted(
-        r * 32 + blk * 7 * 32 + j * 16 for r in range(nr) for blk in range(2) for j in range(2)
-        if (r, blk, j) != (0, 0, 0))
+        r * 32 + blk * 7 * 32 + j * 16
+        for r in range(nr)
+        for blk in range(2)
+        for j in range(2)
+        if (r, blk, j) != (0, 0, 0)
+    )
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((nr, nk), np.float32), rng.standard_normal((nb, nk, no), np.float32)
-    arrays = {"x": x, "w": w, "acc": np.zeros((nb, nr, no), np.float32),
-              "y": np.zeros((nb, nr, no), np.float32)}
+    arrays = {
+        "x": x,
+        "w": w,
+        "acc": np.zeros((nb, nr, no), np.float32),
+        "y": np.zeros((nb, nr, no), np.float32),
+    }
     kernel_callable(kernel, loops)(arrays)
-    np.testing.assert_allclose(arrays["y"], np.maximum(np.einsum("rk,bko->bro", x, w), 0),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        arrays["y"], np.maximum(np.einsum("rk,bko->bro", x, w), 0), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("above, prefetches", [(0, 0), (64 * 1024, 0), (1024, 2)])
@@ -112,19 +216,27 @@ def test_streamed_weights_are_prefetched_once_per_vector(above: int, prefetches:
     loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
     module = ir.Module()
     name = f"prefetching_matmul_{above}"  # (one JIT engine per process: a name of its own)
-    emit_kernel(module, dataclasses.replace(kernel, name=name), loops,
-                CodegenConfig(prefetch_above=above))
+    emit_kernel(
+        module, dataclasses.replace(kernel, name=name), loops, CodegenConfig(prefetch_above=above)
+    )
     text = str(module)
     calls = re.findall(r'call void @"llvm.prefetch.p0"\(ptr (\S+), i32 0, i32 3, i32 1\)', text)
     assert len(calls) == prefetches
     for ahead in calls:  # PREFETCH_BYTES after a load's address
-        assert re.search(rf"{re.escape(ahead)} = getelementptr i8, ptr \S+, i64 "
-                         rf"{PREFETCH_BYTES}\n", text)
+        assert re.search(
+            rf"{re.escape(ahead)} = getelementptr i8, ptr \S+, i64 "
+            rf"{PREFETCH_BYTES}\n",
+            text,
+        )
     # The prefetching code runs, with the same results.
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((8, 64), np.float32), rng.standard_normal((64, 32), np.float32)
-    arrays = {"a": a, "b": b, "acc": np.zeros((8, 32), np.float32),
-              "y": np.zeros((8, 32), np.float32)}
+    arrays = {
+        "a": a,
+        "b": b,
+        "acc": np.zeros((8, 32), np.float32),
+        "y": np.zeros((8, 32), np.float32),
+    }
     address, _ = jit(module, name, polyonnx.Options())
     run = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(kernel.buffers))(address)
     assert run(*(arrays[buf.name].ctypes.data for buf in kernel.buffers)) == 0
@@ -147,17 +259,52 @@ def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int, residual:
     init = Load("bias", (j,), "float32")
     if residual:
         init = init + Load("y", (i, j), "float32")
-    kernel = Kernel("k", (Buffer("a", "float32", (m, k), "input"),
-                          Buffer("b", "float32", (k, n), "input"),
-                          Buffer("bias", "float32", (n,), "input"),
-                          Buffer("y", "float32", (m, n), "output")),
-                    (Loop("i", 0, m, (Loop("j", 0, n, (
-                        Stmt("S0", y, init),
-                        Loop("r", 0, k, (Stmt("S1", y, Load("y", (i, j), "float32")
-                                              + Load("a", (i, r), "float32")
-                                              * Load("b", (r, j), "float32")),)))),)),
-                     Loop("i", 0, m, (Loop("j", 0, n, (
-                         Stmt("S2", y, maximum(Load("y", (i, j), "float32"), 0.0)),)),))))
+    kernel = Kernel(
+        "k",
+        (
+            Buffer("a", "float32", (m, k), "input"),
+            Buffer("b", "float32", (k, n), "input"),
+            Buffer("bias", "float32", (n,), "input"),
+            Buffer("y", "float32", (m, n), "output"),
+        ),
+        (
+            Loop(
+                "i",
+                0,
+                m,
+                (
+                    Loop(
+                        "j",
+                        0,
+                        n,
+                        (
+                            Stmt("S0", y, init),
+                            Loop(
+                                "r",
+                                0,
+                                k,
+                                (
+                                    Stmt(
+                                        "S1",
+                                        y,
+                                        Load("y", (i, j), "float32")
+                                        + Load("a", (i, r), "float32")
+                                        * Load("b", (r, j), "float32"),
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            Loop(
+                "i",
+                0,
+                m,
+                (Loop("j", 0, n, (Stmt("S2", y, maximum(Load("y", (i, j), "float32"), 0.0)),)),),
+            ),
+        ),
+    )
     ast = build_ast(default_schedule(kernel).schedule)
     assert ("if (" in ast.to_C_str()) == (stores == 2)
     loops = la.from_isl(ast)
@@ -170,8 +317,11 @@ def test_bias_and_relu_stay_in_the_tile_registers(k: int, stores: int, residual:
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    start = rng.standard_normal((m, n)).astype(np.float32) if residual else \
-        np.full((m, n), np.nan, np.float32)
+    start = (
+        rng.standard_normal((m, n)).astype(np.float32)
+        if residual
+        else np.full((m, n), np.nan, np.float32)
+    )
     arrays = {"a": a, "b": b, "bias": bias, "y": start.copy()}
     kernel_callable(kernel, loops)(arrays)
     want = np.maximum(a @ b + bias + (start if residual else 0), 0)
@@ -187,14 +337,42 @@ def test_a_register_tile_inside_an_unrolled_loop():
     nb, m, n, nk = 2, 8, 32, 5
     b, i, j, r = (Aff.var(v) for v in "bijr")
     y = Access("y", (b, i, j))
-    update = Stmt("S1", y, Load("y", (b, i, j), "float32")
-                  + Load("a", (b, i, r), "float32") * Load("w", (r, j), "float32"))
-    kernel = Kernel("k", (Buffer("a", "float32", (nb, m, nk), "input"),
-                          Buffer("w", "float32", (nk, n), "input"),
-                          Buffer("y", "float32", (nb, m, n), "output")),
-                    (Loop("b", 0, nb, (Loop("i", 0, m, (Loop("j", 0, n, (
-                        Stmt("S0", y, Const(0.0, "float32")),
-                        Loop("r", 0, nk, (update,)))),)),)),))
+    update = Stmt(
+        "S1",
+        y,
+        Load("y", (b, i, j), "float32")
+        + Load("a", (b, i, r), "float32") * Load("w", (r, j), "float32"),
+    )
+    kernel = Kernel(
+        "k",
+        (
+            Buffer("a", "float32", (nb, m, nk), "input"),
+            Buffer("w", "float32", (nk, n), "input"),
+            Buffer("y", "float32", (nb, m, n), "output"),
+        ),
+        (
+            Loop(
+                "b",
+                0,
+                nb,
+                (
+                    Loop(
+                        "i",
+                        0,
+                        m,
+                        (
+                            Loop(
+                                "j",
+                                0,
+                                n,
+                                (Stmt("S0", y, Const(0.0, "float32")), Loop("r", 0, nk, (update,))),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
     s = Schedule.from_kernel(kernel).apply_all(default_schedule(kernel).trace.directives)
     s = s.apply(Unroll("b", mark=True))
     text = s.ast_text()
@@ -205,5 +383,4 @@ def test_a_register_tile_inside_an_unrolled_loop():
     w = rng.standard_normal((nk, n)).astype(np.float32)
     arrays = {"a": a, "w": w, "y": np.full((nb, m, n), np.nan, np.float32)}
     kernel_callable(kernel, loops)(arrays)
-    np.testing.assert_allclose(arrays["y"], np.einsum("bik,kj->bij", a, w), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(arrays["y"], np.einsum("bik,kj->bij", a, w), rtol=1e-5, atol=1e-5)

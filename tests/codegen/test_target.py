@@ -20,8 +20,10 @@ def test_the_host_l1_sizes_the_cache_chunks() -> None:
 
 
 def test_another_target_gets_the_default_l1() -> None:
-    for options in (polyonnx.Options(target="aarch64-unknown-linux-gnu"),
-                    polyonnx.Options(cpu="x86-64-v2")):
+    for options in (
+        polyonnx.Options(target="aarch64-unknown-linux-gnu"),
+        polyonnx.Options(cpu="x86-64-v2"),
+    ):
         assert l1_data_bytes(options) == L1_DATA_BYTES
 
 

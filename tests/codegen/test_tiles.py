@@ -18,8 +18,9 @@ F32 = "float32"
 ZERO = la.IConst(0)
 
 
-def _groups(nodes: tuple[la.LNode, ...], accesses: Accesses, config: CodegenConfig
-            ) -> list[TileGroup]:
+def _groups(
+    nodes: tuple[la.LNode, ...], accesses: Accesses, config: CodegenConfig
+) -> list[TileGroup]:
     """The tile groups of a loop AST, found as emission looks for them (one thread)."""
     out, i = [], 0
     while i < len(nodes):
@@ -36,8 +37,7 @@ def _groups(nodes: tuple[la.LNode, ...], accesses: Accesses, config: CodegenConf
     return out
 
 
-def _plan(kernel: Kernel, config: CodegenConfig, tiling: Tiling | None = None
-          ) -> list[TileGroup]:
+def _plan(kernel: Kernel, config: CodegenConfig, tiling: Tiling | None = None) -> list[TileGroup]:
     ast = la.from_isl(build_ast(default_schedule(kernel, tiling).schedule))
     return _groups(ast, Accesses.of(kernel), config)
 
@@ -50,16 +50,17 @@ def test_a_matmul_tile_and_its_accumulators(bits: int, width: int) -> None:
     tile = group.tile
     assert tile.width == width and tile.call.stmt == "S1"
     assert [(a.position, a.step) for a in tile.accumulators] == [
-        ((r,), j) for r in range(4) for j in range(16 // width)]
+        ((r,), j) for r in range(4) for j in range(16 // width)
+    ]
     assert [a.offset for a in tile.accumulators] == [
-        r * 64 + j * width for r in range(4) for j in range(16 // width)]
+        r * 64 + j * width for r in range(4) for j in range(16 // width)
+    ]
     assert tile.rereads == frozenset()  # 8 accumulators + 2 vectors of B + 1 fit 16
     assert group.init is not None and group.epilogue is None  # C = 0 goes into the slots
 
 
 @pytest.mark.parametrize("above, streamed", [(0, False), (1024, True), (4096, False)])
-def test_streams_are_the_operands_above_the_prefetch_threshold(above: int,
-                                                               streamed: bool) -> None:
+def test_streams_are_the_operands_above_the_prefetch_threshold(above: int, streamed: bool) -> None:
     # B (8 x 64 floats, 2 KiB) moves with the reduction loop along k; A's element is a
     # broadcast, not a vector stream.
     [group] = _plan(kernels.matmul(16, 64, 8), CodegenConfig(prefetch_above=above))
@@ -71,31 +72,83 @@ def _paired() -> Kernel:
     nb, nr, no, nk = 4, 7, 32, 5
     b, r, o, k = (Aff.var(n) for n in "brok")
     acc = Access("acc", (b, r, o))
-    update = Stmt("S1", acc, Load("acc", (b, r, o), F32)
-                  + Load("x", (r, k), F32) * Load("w", (b, k, o), F32))
-    return Kernel("k", (Buffer("x", F32, (nr, nk), "input"),
-                        Buffer("w", F32, (nb, nk, no), "input"),
-                        Buffer("acc", F32, (nb, nr, no), "temp"),
-                        Buffer("y", F32, (nb, nr, no), "output")),
-                  (Loop("b", 0, nb, (Loop("r", 0, nr, (Loop("o", 0, no, (
-                      Stmt("S0", acc, Const(0.0, F32)), Loop("k", 0, nk, (update,)))),)),)),
-                   Loop("b", 0, nb, (Loop("r", 0, nr, (Loop("o", 0, no, (
-                       Stmt("S2", Access("y", (b, r, o)),
-                            maximum(Load("acc", (b, r, o), F32), 0.0)),)),)),))))
+    update = Stmt(
+        "S1", acc, Load("acc", (b, r, o), F32) + Load("x", (r, k), F32) * Load("w", (b, k, o), F32)
+    )
+    return Kernel(
+        "k",
+        (
+            Buffer("x", F32, (nr, nk), "input"),
+            Buffer("w", F32, (nb, nk, no), "input"),
+            Buffer("acc", F32, (nb, nr, no), "temp"),
+            Buffer("y", F32, (nb, nr, no), "output"),
+        ),
+        (
+            Loop(
+                "b",
+                0,
+                nb,
+                (
+                    Loop(
+                        "r",
+                        0,
+                        nr,
+                        (
+                            Loop(
+                                "o",
+                                0,
+                                no,
+                                (Stmt("S0", acc, Const(0.0, F32)), Loop("k", 0, nk, (update,))),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            Loop(
+                "b",
+                0,
+                nb,
+                (
+                    Loop(
+                        "r",
+                        0,
+                        nr,
+                        (
+                            Loop(
+                                "o",
+                                0,
+                                no,
+                                (
+                                    Stmt(
+                                        "S2",
+                                        Access("y", (b, r, o)),
+                                        maximum(Load("acc", (b, r, o), F32), 0.0),
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 def test_a_paired_tile_over_the_register_file_rereads_its_last_weight_vector() -> None:
     # 7 rows x 2 channel blocks x 2 vectors of 16 lanes: 28 accumulators + 4 weight vectors
     # + 1 broadcast is one more than AVX-512's 32 registers, so the last weight vector (block
     # 1, vector step 1) is read from memory at each of its 7 uses, one per row.
-    [group] = _plan(_paired(), CodegenConfig(vector_bits=512),
-                    Tiling(unroll=8, vector=32, paired_rows=7))
+    [group] = _plan(
+        _paired(), CodegenConfig(vector_bits=512), Tiling(unroll=8, vector=32, paired_rows=7)
+    )
     tile = group.tile
     assert len(tile.unrolled) == 2 and len(tile.accumulators) == 28
     assert sorted(a.offset for a in tile.accumulators) == sorted(
-        r * 32 + blk * 7 * 32 + j * 16 for r in range(7) for blk in range(2) for j in range(2))
+        r * 32 + blk * 7 * 32 + j * 16 for r in range(7) for blk in range(2) for j in range(2)
+    )
     assert {(str(ld), position, step) for ld, position, step in tile.rereads} == {
-        ("w[b, k, o]", (r, 1), 1) for r in range(7)}
+        ("w[b, k, o]", (r, 1), 1) for r in range(7)
+    }
 
 
 def _bias_matmul_relu(k: int) -> Kernel:
@@ -103,15 +156,51 @@ def _bias_matmul_relu(k: int) -> Kernel:
     m, n = 8, 32
     i, j, r = Aff.var("i"), Aff.var("j"), Aff.var("r")
     y = Access("y", (i, j))
-    return Kernel("k", (Buffer("a", F32, (m, k), "input"), Buffer("b", F32, (k, n), "input"),
-                        Buffer("bias", F32, (n,), "input"), Buffer("y", F32, (m, n), "output")),
-                  (Loop("i", 0, m, (Loop("j", 0, n, (
-                      Stmt("S0", y, Load("bias", (j,), F32)),
-                      Loop("r", 0, k, (Stmt("S1", y, Load("y", (i, j), F32)
-                                            + Load("a", (i, r), F32)
-                                            * Load("b", (r, j), F32)),)))),)),
-                   Loop("i", 0, m, (Loop("j", 0, n, (
-                       Stmt("S2", y, maximum(Load("y", (i, j), F32), 0.0)),)),))))
+    return Kernel(
+        "k",
+        (
+            Buffer("a", F32, (m, k), "input"),
+            Buffer("b", F32, (k, n), "input"),
+            Buffer("bias", F32, (n,), "input"),
+            Buffer("y", F32, (m, n), "output"),
+        ),
+        (
+            Loop(
+                "i",
+                0,
+                m,
+                (
+                    Loop(
+                        "j",
+                        0,
+                        n,
+                        (
+                            Stmt("S0", y, Load("bias", (j,), F32)),
+                            Loop(
+                                "r",
+                                0,
+                                k,
+                                (
+                                    Stmt(
+                                        "S1",
+                                        y,
+                                        Load("y", (i, j), F32)
+                                        + Load("a", (i, r), F32) * Load("b", (r, j), F32),
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            Loop(
+                "i",
+                0,
+                m,
+                (Loop("j", 0, n, (Stmt("S2", y, maximum(Load("y", (i, j), F32), 0.0)),)),),
+            ),
+        ),
+    )
 
 
 @pytest.mark.parametrize("k, chunked", [(9, False), (600, True)])
@@ -130,45 +219,91 @@ def test_the_bias_and_relu_join_the_tile_group(k: int, chunked: bool) -> None:
 
 def _reduction_kernel(rows: int, lanes: int, dtype: str = F32) -> Kernel:
     r, m, i = Aff.var("r"), Aff.var("m"), Aff.var("i")
-    total = Binary("or" if dtype == "bool" else "add", Load("y", (m, i), dtype),
-                   Load("a", (r, m, i), dtype))
-    return Kernel("k", (Buffer("a", dtype, (3, rows, lanes), "input"),
-                        Buffer("y", dtype, (rows, lanes), "output")),
-                  (Loop("r", 0, 3, (Loop("m", 0, rows, (Loop("i", 0, lanes, (
-                      Stmt("S0", Access("y", (m, i)), total),)),)),)),))
+    total = Binary(
+        "or" if dtype == "bool" else "add", Load("y", (m, i), dtype), Load("a", (r, m, i), dtype)
+    )
+    return Kernel(
+        "k",
+        (
+            Buffer("a", dtype, (3, rows, lanes), "input"),
+            Buffer("y", dtype, (rows, lanes), "output"),
+        ),
+        (
+            Loop(
+                "r",
+                0,
+                3,
+                (
+                    Loop(
+                        "m",
+                        0,
+                        rows,
+                        (Loop("i", 0, lanes, (Stmt("S0", Access("y", (m, i)), total),)),),
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
-def _loop(var: str, trip: int, body: tuple[la.LNode, ...], start: la.IExpr = ZERO
-          ) -> la.For:
+def _loop(var: str, trip: int, body: tuple[la.LNode, ...], start: la.IExpr = ZERO) -> la.For:
     last = la.IOp("add", (start, la.IConst(trip - 1)))
     return la.For(var, start, la.IOp("le", (la.IVar(var), last)), 1, body)
 
 
-def _tile_ast(rows: int, lanes: int, args: tuple[str, ...] = ("c0", "c1", "c2"),
-              row_start: la.IExpr = ZERO) -> la.For:
+def _tile_ast(
+    rows: int, lanes: int, args: tuple[str, ...] = ("c0", "c1", "c2"), row_start: la.IExpr = ZERO
+) -> la.For:
     call = la.Call("S0", tuple(la.IVar(a) for a in args))
-    return _loop("c0", 3, (la.Mark("unroll", (_loop("c1", rows, (la.Mark("vector", (
-        _loop("c2", lanes, (call,)),)),), row_start),)),))
+    return _loop(
+        "c0",
+        3,
+        (
+            la.Mark(
+                "unroll",
+                (
+                    _loop(
+                        "c1", rows, (la.Mark("vector", (_loop("c2", lanes, (call,)),)),), row_start
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 def test_a_hand_built_tile() -> None:
-    tile = register_tile(_tile_ast(3, 16), Accesses.of(_reduction_kernel(3, 16)),
-                         CodegenConfig())
+    tile = register_tile(_tile_ast(3, 16), Accesses.of(_reduction_kernel(3, 16)), CodegenConfig())
     assert tile is not None
     assert [(a.position, a.step, a.offset) for a in tile.accumulators] == [
-        ((m,), j, m * 16 + j * 8) for m in range(3) for j in range(2)]
+        ((m,), j, m * 16 + j * 8) for m in range(3) for j in range(2)
+    ]
 
 
-@pytest.mark.parametrize("why, ast, kernel", [
-    ("a vector trip count that is no multiple of the width", _tile_ast(3, 12),
-     _reduction_kernel(3, 12)),
-    ("more vector steps than straight-line code takes", _tile_ast(1, 72),
-     _reduction_kernel(1, 72)),
-    ("rows that start where the reduction is (a skewed tile)",
-     _tile_ast(3, 16, row_start=la.IVar("c0")), _reduction_kernel(3, 16)),
-    ("an accumulator the reduction moves", _tile_ast(3, 16, args=("c1", "c0", "c2")),
-     _reduction_kernel(3, 16)),
-    ("bool accumulators", _tile_ast(3, 16), _reduction_kernel(3, 16, "bool")),
-])
+@pytest.mark.parametrize(
+    "why, ast, kernel",
+    [
+        (
+            "a vector trip count that is no multiple of the width",
+            _tile_ast(3, 12),
+            _reduction_kernel(3, 12),
+        ),
+        (
+            "more vector steps than straight-line code takes",
+            _tile_ast(1, 72),
+            _reduction_kernel(1, 72),
+        ),
+        (
+            "rows that start where the reduction is (a skewed tile)",
+            _tile_ast(3, 16, row_start=la.IVar("c0")),
+            _reduction_kernel(3, 16),
+        ),
+        (
+            "an accumulator the reduction moves",
+            _tile_ast(3, 16, args=("c1", "c0", "c2")),
+            _reduction_kernel(3, 16),
+        ),
+        ("bool accumulators", _tile_ast(3, 16), _reduction_kernel(3, 16, "bool")),
+    ],
+)
 def test_no_register_tile(why: str, ast: la.For, kernel: Kernel) -> None:
     assert register_tile(ast, Accesses.of(kernel), CodegenConfig()) is None, why

@@ -58,8 +58,11 @@ def _compile(kernel, vector=True):
 def _unary_kernel(n: int, dtype: str, body) -> Kernel:
     i = Aff.var("i")
     stmt = Stmt("S0", Access("y", (i,)), body(Load("x", (i,), dtype)))
-    return Kernel("k", (Buffer("x", dtype, (n,), "input"), Buffer("y", dtype, (n,), "output")),
-                  (Loop("i", 0, n, (stmt,)),))
+    return Kernel(
+        "k",
+        (Buffer("x", dtype, (n,), "input"), Buffer("y", dtype, (n,), "output")),
+        (Loop("i", 0, n, (stmt,)),),
+    )
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 37, 64])
@@ -88,8 +91,11 @@ def test_vector_libm_calls_and_iterators():
     n = 21
     i = Aff.var("i")
     body = Unary("tanh", Load("x", (i,), "float32")) + Cast(Iter("i"), "float32")
-    k = Kernel("k", (Buffer("x", "float32", (n,), "input"), Buffer("y", "float32", (n,), "output")),
-               (Loop("i", 0, n, (Stmt("S0", Access("y", (i,)), body),)),))
+    k = Kernel(
+        "k",
+        (Buffer("x", "float32", (n,), "input"), Buffer("y", "float32", (n,), "output")),
+        (Loop("i", 0, n, (Stmt("S0", Access("y", (i,)), body),)),),
+    )
     run, text = _compile(k)
     assert "<8 x float>" in text
     x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
@@ -103,9 +109,15 @@ def test_broadcast_and_strided_loads_in_a_vector_loop():
     m, n = 5, 19
     i, j = Aff.var("i"), Aff.var("j")
     body = Load("x", (j, i), "float32") * Load("s", (i,), "float32")
-    k = Kernel("k", (Buffer("x", "float32", (n, m), "input"), Buffer("s", "float32", (m,), "input"),
-                     Buffer("y", "float32", (m, n), "output")),
-               (Loop("i", 0, m, (Loop("j", 0, n, (Stmt("S0", Access("y", (i, j)), body),)),)),))
+    k = Kernel(
+        "k",
+        (
+            Buffer("x", "float32", (n, m), "input"),
+            Buffer("s", "float32", (m,), "input"),
+            Buffer("y", "float32", (m, n), "output"),
+        ),
+        (Loop("i", 0, m, (Loop("j", 0, n, (Stmt("S0", Access("y", (i, j)), body),)),)),),
+    )
     run, text = _compile(k)
     assert "<8 x float>" in text
     rng = np.random.default_rng(4)
@@ -119,11 +131,25 @@ def test_reduction_across_lanes_falls_back_to_scalar():
     # s = sum_i x[i]: the write does not move with the vector loop, so codegen stays scalar.
     n = 20
     i = Aff.var("i")
-    k = Kernel("k", (Buffer("x", "float32", (n,), "input"), Buffer("s", "float32", (1,), "output")),
-               (Stmt("S0", Access("s", (0,)), Const(0.0, "float32")),
-                Loop("i", 0, n, (Stmt("S1", Access("s", (0,)),
-                                      Load("s", (Aff.lift(0),), "float32")
-                                      + Load("x", (i,), "float32")),))))
+    k = Kernel(
+        "k",
+        (Buffer("x", "float32", (n,), "input"), Buffer("s", "float32", (1,), "output")),
+        (
+            Stmt("S0", Access("s", (0,)), Const(0.0, "float32")),
+            Loop(
+                "i",
+                0,
+                n,
+                (
+                    Stmt(
+                        "S1",
+                        Access("s", (0,)),
+                        Load("s", (Aff.lift(0),), "float32") + Load("x", (i,), "float32"),
+                    ),
+                ),
+            ),
+        ),
+    )
     run, _ = _compile(k)
     x = np.random.default_rng(5).random(n, np.float32)
     s = np.zeros(1, np.float32)
@@ -135,8 +161,11 @@ def test_vector_bool_compare():
     n = 13
     i = Aff.var("i")
     body = binary("lt", Load("x", (i,), "float32"), Const(0.0, "float32"))
-    k = Kernel("k", (Buffer("x", "float32", (n,), "input"), Buffer("y", "bool", (n,), "output")),
-               (Loop("i", 0, n, (Stmt("S0", Access("y", (i,)), body),)),))
+    k = Kernel(
+        "k",
+        (Buffer("x", "float32", (n,), "input"), Buffer("y", "bool", (n,), "output")),
+        (Loop("i", 0, n, (Stmt("S0", Access("y", (i,)), body),)),),
+    )
     run, _ = _compile(k)
     x = np.random.default_rng(6).standard_normal(n).astype(np.float32)
     y = np.zeros(n, bool)

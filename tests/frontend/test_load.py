@@ -169,15 +169,17 @@ def test_bad_input_shapes():
 
 
 def test_constants_attributes_and_names():
-    c = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
-        np.array([1.0, 2.0, 3.0], np.float32)))
+    c = helper.make_node(
+        "Constant", [], ["c"], value=numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32))
+    )
     t = helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0])
     a = helper.make_node("Add", ["t", "c"], ["a"])
     cl = helper.make_node("Cast", ["a"], ["y"], to=TensorProto.INT64)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])
     y = helper.make_tensor_value_info("y", TensorProto.INT64, [2, 3])
-    m = helper.make_model(helper.make_graph([c, t, a, cl], "g", [x], [y]),
-                          opset_imports=[helper.make_opsetid("", 13)])
+    m = helper.make_model(
+        helper.make_graph([c, t, a, cl], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 13)]
+    )
     g = import_model(m)
     assert [n.op_type for n in g.nodes] == ["Transpose", "Add", "Cast"]
     assert [n.name for n in g.nodes] == ["Transpose_1", "Add_2", "Cast_3"]
@@ -191,8 +193,10 @@ def test_constants_attributes_and_names():
 def test_duplicate_node_names_are_made_unique():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="n"),
-             helper.make_node("Neg", ["a"], ["y"], name="n")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="n"),
+        helper.make_node("Neg", ["a"], ["y"], name="n"),
+    ]
     g = import_model(helper.make_model(helper.make_graph(nodes, "g", [x], [y])))
     assert len({n.name for n in g.nodes}) == 2
 
@@ -205,8 +209,7 @@ def test_nodes_out_of_order_are_sorted_or_rejected():
     b = Node("b", "Neg", ("t",), ("y",))
     assert [n.name for n in _toposort([b, a], {"x"})] == ["a", "b"]
     with pytest.raises(ModelError, match="cycle"):
-        _toposort([Node("a", "Add", ("x", "u"), ("t",)), Node("b", "Neg", ("t",), ("u",))],
-                  {"x"})
+        _toposort([Node("a", "Add", ("x", "u"), ("t",)), Node("b", "Neg", ("t",), ("u",))], {"x"})
     with pytest.raises(ModelError, match="'b'.*'q'"):
         _toposort([a, Node("b", "Neg", ("q",), ("y",))], {"x"})
     with pytest.raises(ModelError, match="defined twice"):
@@ -217,11 +220,14 @@ def test_fallback_shape_rule_for_untyped_values():
     # A custom-domain op has no ONNX inference; the broadcast rule does not apply to it.
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
-    nodes = [helper.make_node("Mystery", ["x"], ["t"], domain="my.ops"),
-             helper.make_node("Relu", ["t"], ["y"])]
-    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
-                          opset_imports=[helper.make_opsetid("", 13),
-                                         helper.make_opsetid("my.ops", 1)])
+    nodes = [
+        helper.make_node("Mystery", ["x"], ["t"], domain="my.ops"),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("my.ops", 1)],
+    )
     with pytest.raises(ShapeError, match="Mystery"):
         import_model(m)
 
@@ -246,6 +252,7 @@ def test_model_local_functions_are_inlined():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     g = helper.make_graph([helper.make_node("Twice", ["x"], ["y"], domain="my")], "g", [x], [y])
-    m = helper.make_model(g, functions=[f], opset_imports=[helper.make_opsetid("", 13),
-                                                          helper.make_opsetid("my", 1)])
+    m = helper.make_model(
+        g, functions=[f], opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("my", 1)]
+    )
     assert [n.op_type for n in import_model(m).nodes] == ["Add"]

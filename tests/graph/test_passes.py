@@ -29,9 +29,11 @@ ONNX_DTYPE = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64, "bool": 
 
 def _model(nodes, inputs, outputs, inits=(), opset=13) -> onnx.ModelProto:
     """inputs/outputs: (name, shape) float32 (or (name, shape, elem_type)); inits: name→array."""
+
     def vi(spec):
         name, shape, *t = spec
         return helper.make_tensor_value_info(name, t[0] if t else TensorProto.FLOAT, shape)
+
     inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in dict(inits).items()]
     g = helper.make_graph(nodes, "t", [vi(s) for s in inputs], [vi(s) for s in outputs], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
@@ -39,16 +41,19 @@ def _model(nodes, inputs, outputs, inits=(), opset=13) -> onnx.ModelProto:
 
 def _to_onnx(g: Graph) -> onnx.ModelProto:
     """Write a Graph back as ONNX so onnxruntime can run what the passes produced."""
+
     def vi(v: Value):
         return helper.make_tensor_value_info(v.name, ONNX_DTYPE[v.dtype], list(v.shape))
+
     nodes = []
     for n in g.nodes:
         p = helper.make_node(n.op_type, list(n.inputs), list(n.outputs), name=n.name)
         p.attribute.extend(to_attribute(k, v) for k, v in n.attrs)
         nodes.append(p)
     inits = [numpy_helper.from_array(np.asarray(a), k) for k, a in g.constants.items()]
-    graph = helper.make_graph(nodes, g.name, [vi(v) for v in g.inputs], [vi(v) for v in g.outputs],
-                              inits)
+    graph = helper.make_graph(
+        nodes, g.name, [vi(v) for v in g.inputs], [vi(v) for v in g.outputs], inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
 
 
@@ -57,8 +62,13 @@ def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarra
     return onnxruntime_outputs(model, feeds, optimize=False)
 
 
-def _check_same(model: onnx.ModelProto, g: Graph, feeds: dict[str, np.ndarray],
-                rtol: float = 1e-5, atol: float = 1e-5) -> None:
+def _check_same(
+    model: onnx.ModelProto,
+    g: Graph,
+    feeds: dict[str, np.ndarray],
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+) -> None:
     verify(g)
     for want, got in zip(_run(model, feeds), _run(_to_onnx(g), feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
@@ -83,14 +93,26 @@ def test_fold_shape_arithmetic_and_constant_of_shape():
         helper.make_node("Reshape", ["x", "newshape"], ["r"]),
         helper.make_node("Size", ["x"], ["n"]),
         helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
-        helper.make_node("ConstantOfShape", ["wshape"], ["w"],
-                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node(
+            "ConstantOfShape",
+            ["wshape"],
+            ["w"],
+            value=numpy_helper.from_array(np.array([0.5], np.float32)),
+        ),
         helper.make_node("Mul", ["r", "w"], ["m"]),
         helper.make_node("Add", ["m", "nf"], ["y"]),
     ]
-    m = _model(nodes, [("x", [2, 3, 4])], [("y", [2, 12])],
-               {"zero": np.array(0), "axes": np.array([0]), "minus1": np.array([-1]),
-                "wshape": np.array([2, 12])})
+    m = _model(
+        nodes,
+        [("x", [2, 3, 4])],
+        [("y", [2, 12])],
+        {
+            "zero": np.array(0),
+            "axes": np.array([0]),
+            "minus1": np.array([-1]),
+            "wshape": np.array([2, 12]),
+        },
+    )
     g = eliminate_dead_code(fold_constants(import_model(m)))
     assert _ops(g) == ["Reshape", "Mul", "Add"]
     np.testing.assert_array_equal(g.constants["newshape"], [2, -1])
@@ -102,10 +124,11 @@ def test_fold_shape_arithmetic_and_constant_of_shape():
 def test_fold_general_op_through_reference_and_batchnorm_numpy():
     c = RNG.standard_normal((1, 3, 2, 2)).astype(np.float32)
     p = {k: RNG.uniform(0.5, 1.5, 3).astype(np.float32) for k in ("s", "b", "mu", "var")}
-    nodes = [helper.make_node("Transpose", ["c"], ["ct"], perm=[0, 1, 3, 2]),
-             helper.make_node("BatchNormalization", ["ct", "s", "b", "mu", "var"], ["bn"],
-                              epsilon=1e-3),
-             helper.make_node("Add", ["x", "bn"], ["y"])]
+    nodes = [
+        helper.make_node("Transpose", ["c"], ["ct"], perm=[0, 1, 3, 2]),
+        helper.make_node("BatchNormalization", ["ct", "s", "b", "mu", "var"], ["bn"], epsilon=1e-3),
+        helper.make_node("Add", ["x", "bn"], ["y"]),
+    ]
     m = _model(nodes, [("x", [1, 3, 2, 2])], [("y", [1, 3, 2, 2])], {"c": c, **p}, opset=9)
     g = eliminate_dead_code(fold_constants(import_model(m)))
     assert _ops(g) == ["Add"]
@@ -113,21 +136,28 @@ def test_fold_general_op_through_reference_and_batchnorm_numpy():
 
 
 def test_fold_size_cap_spares_constant_of_shape_only():
-    nodes = [helper.make_node("Tile", ["c", "reps"], ["t"]),
-             helper.make_node("ConstantOfShape", ["shape"], ["z"]),
-             helper.make_node("Add", ["t", "z"], ["u"]),
-             helper.make_node("Add", ["x", "u"], ["y"])]
-    m = _model(nodes, [("x", [64, 64])], [("y", [64, 64])],
-               {"c": np.ones((1, 64), np.float32), "reps": np.array([64, 1]),
-                "shape": np.array([64, 64])})
+    nodes = [
+        helper.make_node("Tile", ["c", "reps"], ["t"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["z"]),
+        helper.make_node("Add", ["t", "z"], ["u"]),
+        helper.make_node("Add", ["x", "u"], ["y"]),
+    ]
+    m = _model(
+        nodes,
+        [("x", [64, 64])],
+        [("y", [64, 64])],
+        {"c": np.ones((1, 64), np.float32), "reps": np.array([64, 1]), "shape": np.array([64, 64])},
+    )
     g = fold_constants(import_model(m), max_bytes=1024)
     assert _ops(g) == ["Tile", "Add", "Add"] and "z" in g.constants
     assert _ops(fold_constants(import_model(m))) == ["Add"]
 
 
 def test_fold_leaves_random_ops():
-    nodes = [helper.make_node("RandomUniform", [], ["r"], shape=[2], dtype=TensorProto.FLOAT),
-             helper.make_node("Add", ["x", "r"], ["y"])]
+    nodes = [
+        helper.make_node("RandomUniform", [], ["r"], shape=[2], dtype=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "r"], ["y"]),
+    ]
     g = fold_constants(import_model(_model(nodes, [("x", [2])], [("y", [2])])))
     assert _ops(g) == ["RandomUniform", "Add"]
 
@@ -142,14 +172,17 @@ def test_to_attribute_round_trips_importer_values():
 
 
 def test_identity_and_dropout_removed_and_output_names_kept():
-    nodes = [helper.make_node("Identity", ["x"], ["i1"]),
-             helper.make_node("Relu", ["i1"], ["r"]),
-             helper.make_node("Dropout", ["r", "ratio"], ["d", "mask"]),
-             helper.make_node("Identity", ["d"], ["y"]),
-             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["y", "maskf"], ["z"])]
-    m = _model(nodes, [("x", [2, 3])], [("y", [2, 3]), ("z", [2, 3])],
-               {"ratio": np.array(0.5, np.float32)})
+    nodes = [
+        helper.make_node("Identity", ["x"], ["i1"]),
+        helper.make_node("Relu", ["i1"], ["r"]),
+        helper.make_node("Dropout", ["r", "ratio"], ["d", "mask"]),
+        helper.make_node("Identity", ["d"], ["y"]),
+        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["y", "maskf"], ["z"]),
+    ]
+    m = _model(
+        nodes, [("x", [2, 3])], [("y", [2, 3]), ("z", [2, 3])], {"ratio": np.array(0.5, np.float32)}
+    )
     g = eliminate_dead_code(fold_constants(remove_identities(import_model(m))))
     assert _ops(g) == ["Relu", "Mul"]
     assert g.nodes[0].inputs == ("x",) and g.nodes[0].outputs == ("y",)
@@ -158,8 +191,7 @@ def test_identity_and_dropout_removed_and_output_names_kept():
 
 
 def test_identity_of_graph_input_or_constant_is_kept():
-    nodes = [helper.make_node("Identity", ["x"], ["y"]),
-             helper.make_node("Identity", ["c"], ["z"])]
+    nodes = [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["c"], ["z"])]
     m = _model(nodes, [("x", [2])], [("y", [2]), ("z", [2])], {"c": np.ones(2, np.float32)})
     g = remove_identities(import_model(m))
     assert _ops(g) == ["Identity", "Identity"]
@@ -167,9 +199,11 @@ def test_identity_of_graph_input_or_constant_is_kept():
 
 
 def test_identity_to_two_graph_outputs():
-    nodes = [helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("Identity", ["r"], ["y"]),
-             helper.make_node("Identity", ["r"], ["z"])]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Identity", ["r"], ["y"]),
+        helper.make_node("Identity", ["r"], ["z"]),
+    ]
     m = _model(nodes, [("x", [2])], [("y", [2]), ("z", [2])])
     g = remove_identities(import_model(m))
     assert [str(n).split(": ", 1)[1] for n in g.nodes] == ["y = Relu(x)", "z = Identity(y)"]
@@ -188,17 +222,25 @@ def test_training_dropout_is_not_removed():
 def _conv_bn_model(group: int = 1, bias: bool = True, extra_use: bool = False):
     cin, cout = 4, 6
     w = RNG.standard_normal((cout, cin // group, 3, 3)).astype(np.float32)
-    inits = {"w": w, "s": RNG.uniform(0.5, 2, cout), "beta": RNG.standard_normal(cout),
-             "mu": RNG.standard_normal(cout), "var": RNG.uniform(0.1, 2, cout)}
+    inits = {
+        "w": w,
+        "s": RNG.uniform(0.5, 2, cout),
+        "beta": RNG.standard_normal(cout),
+        "mu": RNG.standard_normal(cout),
+        "var": RNG.uniform(0.1, 2, cout),
+    }
     inits = {k: np.asarray(v, np.float32) for k, v in inits.items()}
     conv_in = ["x", "w"]
     if bias:
         inits["b"] = RNG.standard_normal(cout).astype(np.float32)
         conv_in.append("b")
-    nodes = [helper.make_node("Conv", conv_in, ["c"], pads=[1, 1, 1, 1], group=group),
-             helper.make_node("BatchNormalization", ["c", "s", "beta", "mu", "var"], ["bn"],
-                              epsilon=1e-4),
-             helper.make_node("Relu", ["bn"], ["y"])]
+    nodes = [
+        helper.make_node("Conv", conv_in, ["c"], pads=[1, 1, 1, 1], group=group),
+        helper.make_node(
+            "BatchNormalization", ["c", "s", "beta", "mu", "var"], ["bn"], epsilon=1e-4
+        ),
+        helper.make_node("Relu", ["bn"], ["y"]),
+    ]
     outputs = [("y", [1, cout, 5, 5])]
     if extra_use:
         nodes.append(helper.make_node("Neg", ["c"], ["z"]))
@@ -226,10 +268,12 @@ def test_bn_fold_with_shared_weights_gives_each_conv_its_own():
     nodes = []
     for k in ("1", "2"):
         nodes.append(helper.make_node("Conv", ["x", "w"], ["c" + k]))
-        nodes.append(helper.make_node("BatchNormalization", ["c" + k, "s", "beta", "mu", "var"],
-                                      ["y" + k]))
-    m = _model(nodes, [("x", [1, 2, 3, 3])], [("y1", [1, 2, 3, 3]), ("y2", [1, 2, 3, 3])],
-               {"w": w, **p})
+        nodes.append(
+            helper.make_node("BatchNormalization", ["c" + k, "s", "beta", "mu", "var"], ["y" + k])
+        )
+    m = _model(
+        nodes, [("x", [1, 2, 3, 3])], [("y1", [1, 2, 3, 3]), ("y2", [1, 2, 3, 3])], {"w": w, **p}
+    )
     g = eliminate_dead_code(fold_batchnorm(import_model(m)))
     assert _ops(g) == ["Conv", "Conv"]
     assert g.nodes[0].inputs[1] != g.nodes[1].inputs[1] and "w" not in g.constants
@@ -240,10 +284,16 @@ def test_bn_fold_with_shared_weights_gives_each_conv_its_own():
 
 
 def test_dce_drops_dead_nodes_and_constants_keeps_inputs():
-    nodes = [helper.make_node("Relu", ["x"], ["y"]),
-             helper.make_node("Add", ["unused_in", "c"], ["dead"])]
-    m = _model(nodes, [("x", [2]), ("unused_in", [2])], [("y", [2])],
-               {"c": np.ones(2, np.float32), "never": np.zeros(1, np.float32)})
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("Add", ["unused_in", "c"], ["dead"]),
+    ]
+    m = _model(
+        nodes,
+        [("x", [2]), ("unused_in", [2])],
+        [("y", [2])],
+        {"c": np.ones(2, np.float32), "never": np.zeros(1, np.float32)},
+    )
     g = eliminate_dead_code(import_model(m))
     assert _ops(g) == ["Relu"] and not g.constants
     assert [v.name for v in g.inputs] == ["x", "unused_in"] and "dead" not in g.values
@@ -256,19 +306,24 @@ def test_dce_drops_dead_nodes_and_constants_keeps_inputs():
 def _fusion_graph() -> Graph:
     """x → convA → Add(·, convB(x)) → Relu → Reshape → Relu, plus a Sigmoid with two users."""
     w = RNG.standard_normal((2, 2, 1, 1)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="convA"),
-             helper.make_node("Conv", ["x", "w"], ["b"], name="convB"),
-             helper.make_node("Add", ["a", "b"], ["s"], name="add"),
-             helper.make_node("Relu", ["s"], ["r"], name="relu"),
-             helper.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
-             helper.make_node("Relu", ["f"], ["y"], name="relu2"),
-             helper.make_node("Sigmoid", ["x"], ["sg"], name="sig"),
-             helper.make_node("Neg", ["sg"], ["z1"], name="neg"),
-             helper.make_node("Mul", ["sg", "sg"], ["z2"], name="sq"),
-             helper.make_node("Mul", ["z2", "big"], ["z3"], name="bcast")]
-    m = _model(nodes, [("x", [1, 2, 3, 3])],
-               [("y", [1, 18]), ("z1", [1, 2, 3, 3]), ("z3", [2, 1, 2, 3, 3])],
-               {"w": w, "shape": np.array([1, -1]), "big": np.ones((2, 1, 1, 1, 1), np.float32)})
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], name="convA"),
+        helper.make_node("Conv", ["x", "w"], ["b"], name="convB"),
+        helper.make_node("Add", ["a", "b"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
+        helper.make_node("Relu", ["f"], ["y"], name="relu2"),
+        helper.make_node("Sigmoid", ["x"], ["sg"], name="sig"),
+        helper.make_node("Neg", ["sg"], ["z1"], name="neg"),
+        helper.make_node("Mul", ["sg", "sg"], ["z2"], name="sq"),
+        helper.make_node("Mul", ["z2", "big"], ["z3"], name="bcast"),
+    ]
+    m = _model(
+        nodes,
+        [("x", [1, 2, 3, 3])],
+        [("y", [1, 18]), ("z1", [1, 2, 3, 3]), ("z3", [2, 1, 2, 3, 3])],
+        {"w": w, "shape": np.array([1, -1]), "big": np.ones((2, 1, 1, 1, 1), np.float32)},
+    )
     return optimize(import_model(m))
 
 
@@ -279,8 +334,16 @@ def _names(groups):
 def test_fuse_chains_and_views():
     g = _fusion_graph()
     groups = fuse(g)
-    assert _names(groups) == [["convB"], ["convA", "add", "relu"], ["flat"], ["relu2"],
-                              ["sig"], ["neg"], ["sq"], ["bcast"]]
+    assert _names(groups) == [
+        ["convB"],
+        ["convA", "add", "relu"],
+        ["flat"],
+        ["relu2"],
+        ["sig"],
+        ["neg"],
+        ["sq"],
+        ["bcast"],
+    ]
     assert [grp.name for grp in groups][:2] == ["convB", "convA"]
 
 
@@ -298,8 +361,9 @@ def test_fuse_groups_execute_in_order_and_boundaries():
 
 
 def test_fuse_light_squeezenet_groups_run_in_order():
-    path = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light",
-                        "light_squeezenet.onnx")
+    path = os.path.join(
+        os.path.dirname(onnx.__file__), "backend/test/data/light", "light_squeezenet.onnx"
+    )
     g = optimize(import_model(path))
     groups = fuse(g)
     ready = {v.name for v in g.inputs} | set(g.constants)

@@ -50,12 +50,27 @@ def graph_from_model(model: onnx.ModelProto) -> Graph:
         arr = numpy_helper.to_array(init)
         constants[init.name] = arr
         values[init.name] = Value(init.name, arr.dtype.name, tuple(arr.shape))
-    nodes = tuple(Node(n.name or f"{n.op_type.lower()}{k}", n.op_type, tuple(n.input),
-                       tuple(n.output), {a.name: _attr_value(a) for a in n.attribute}, n.domain)
-                  for k, n in enumerate(g.node))
+    nodes = tuple(
+        Node(
+            n.name or f"{n.op_type.lower()}{k}",
+            n.op_type,
+            tuple(n.input),
+            tuple(n.output),
+            {a.name: _attr_value(a) for a in n.attribute},
+            n.domain,
+        )
+        for k, n in enumerate(g.node)
+    )
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    return Graph(g.name, tuple(values[i.name] for i in g.input if i.name not in constants),
-                 tuple(values[o.name] for o in g.output), nodes, values, constants, opset)
+    return Graph(
+        g.name,
+        tuple(values[i.name] for i in g.input if i.name not in constants),
+        tuple(values[o.name] for o in g.output),
+        nodes,
+        values,
+        constants,
+        opset,
+    )
 
 
 def renumber(nodes: tuple[ir.Node, ...], start: int = 0) -> tuple[tuple[ir.Node, ...], int]:
@@ -114,20 +129,27 @@ def run_krnl(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     return {o.name: arrays[o.name] for o in graph.outputs}
 
 
-def make_model(op_type: str, inputs: Sequence[tuple[str, np.ndarray | None]],
-               attrs: Mapping[str, Any] | None = None, opset: int = 17,
-               constants: Mapping[str, np.ndarray] | None = None, n_outputs: int = 1
-               ) -> onnx.ModelProto:
+def make_model(
+    op_type: str,
+    inputs: Sequence[tuple[str, np.ndarray | None]],
+    attrs: Mapping[str, Any] | None = None,
+    opset: int = 17,
+    constants: Mapping[str, np.ndarray] | None = None,
+    n_outputs: int = 1,
+) -> onnx.ModelProto:
     """A one-node model. ``inputs``: (name, example array) pairs; ``""`` names skip an optional
     input; names in ``constants`` become initializers. Output types come from shape inference."""
     constants = dict(constants or {})
     names = [n for n, _ in inputs]
     outputs = [f"y{k}" if n_outputs > 1 else "y" for k in range(n_outputs)]
-    node = helper.make_node(op_type, names, outputs, name=f"{op_type.lower()}_0",
-                            **dict(attrs or {}))
-    graph_inputs = [helper.make_tensor_value_info(
-        n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-        for n, a in inputs if n and n not in constants]
+    node = helper.make_node(
+        op_type, names, outputs, name=f"{op_type.lower()}_0", **dict(attrs or {})
+    )
+    graph_inputs = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in inputs
+        if n and n not in constants
+    ]
     inits = [numpy_helper.from_array(a, n) for n, a in constants.items()]
     untyped = [helper.make_value_info(o, onnx.TypeProto()) for o in outputs]
     graph = helper.make_graph([node], "g", graph_inputs, untyped, inits)
@@ -141,28 +163,42 @@ def make_model(op_type: str, inputs: Sequence[tuple[str, np.ndarray | None]],
     return model
 
 
-def check(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], rtol: float = 1e-4,
-          atol: float = 1e-5) -> None:
+def check(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-5
+) -> None:
     """The lowered model's outputs equal onnxruntime's."""
     got = run_krnl(graph_from_model(model), feeds)
     names = [out.name for out in model.graph.output]
-    assert_close([got[n] for n in names], onnxruntime_outputs(model, feeds), rtol=rtol,
-                 atol=atol, names=names)
+    assert_close(
+        [got[n] for n in names],
+        onnxruntime_outputs(model, feeds),
+        rtol=rtol,
+        atol=atol,
+        names=names,
+    )
 
 
-def check_op(op_type: str, inputs: Sequence[tuple[str, np.ndarray | None]],
-             attrs: Mapping[str, Any] | None = None, opset: int = 17,
-             constants: Sequence[str] = (), **tol: float) -> None:
+def check_op(
+    op_type: str,
+    inputs: Sequence[tuple[str, np.ndarray | None]],
+    attrs: Mapping[str, Any] | None = None,
+    opset: int = 17,
+    constants: Sequence[str] = (),
+    **tol: float,
+) -> None:
     """Build a one-node model from example arrays, lower, interpret and compare to onnxruntime.
 
     Inputs named in ``constants`` become initializers (weights), the rest are fed.
     """
-    model = make_model(op_type, inputs, attrs, opset,
-                       {n: a for n, a in inputs if n in constants and a is not None})
-    check(model, {n: a for n, a in inputs if n and n not in constants and a is not None},
-          **tol)
+    model = make_model(
+        op_type, inputs, attrs, opset, {n: a for n, a in inputs if n in constants and a is not None}
+    )
+    check(model, {n: a for n, a in inputs if n and n not in constants and a is not None}, **tol)
 
 
 def rand(*shape: int, seed: int = 0, dtype: str = "float32") -> np.ndarray:
-    return np.random.default_rng(seed + 17 * len(shape) + sum(shape)).standard_normal(
-        shape).astype(dtype)
+    return (
+        np.random.default_rng(seed + 17 * len(shape) + sum(shape))
+        .standard_normal(shape)
+        .astype(dtype)
+    )

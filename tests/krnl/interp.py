@@ -30,17 +30,22 @@ def interpret(kernel: ir.Kernel, arrays: dict[str, np.ndarray]) -> None:
             arrays[b.name] = np.zeros(b.shape, b.dtype)
         a = arrays[b.name]
         if a.shape != b.shape or a.dtype != np.dtype(b.dtype):
-            raise ValueError(f"buffer {b.name}: array is {a.dtype}{list(a.shape)}, kernel "
-                             f"expects {b.dtype}{list(b.shape)}")
+            raise ValueError(
+                f"buffer {b.name}: array is {a.dtype}{list(a.shape)}, kernel "
+                f"expects {b.dtype}{list(b.shape)}"
+            )
     run = _compile_nodes(kernel.body, arrays)
     with np.errstate(all="ignore"):
         run({})
 
 
-def _compile_nodes(nodes: tuple[ir.Node, ...], arrays: dict[str, np.ndarray]
-                   ) -> Callable[[Env], None]:
-    parts = [_compile_loop(n, arrays) if isinstance(n, ir.Loop) else _compile_stmt(n, arrays)
-             for n in nodes]
+def _compile_nodes(
+    nodes: tuple[ir.Node, ...], arrays: dict[str, np.ndarray]
+) -> Callable[[Env], None]:
+    parts = [
+        _compile_loop(n, arrays) if isinstance(n, ir.Loop) else _compile_stmt(n, arrays)
+        for n in nodes
+    ]
 
     def run(env: Env) -> None:
         for p in parts:
@@ -85,8 +90,9 @@ def _aff(a: ir.Aff) -> Callable[[Env], int]:
     return lambda env: const + sum(c * env[n] for n, c in terms)
 
 
-def _index(buffer: str, index: tuple[ir.Index, ...], arrays: dict[str, np.ndarray]
-           ) -> Callable[[Env], tuple[int, ...]]:
+def _index(
+    buffer: str, index: tuple[ir.Index, ...], arrays: dict[str, np.ndarray]
+) -> Callable[[Env], tuple[int, ...]]:
     shape = arrays[buffer].shape
     parts: list[Callable[[Env], int]] = []
     for i in index:
@@ -100,8 +106,9 @@ def _index(buffer: str, index: tuple[ir.Index, ...], arrays: dict[str, np.ndarra
         idx = tuple(p(env) for p in parts)
         for k, (i, n) in enumerate(zip(idx, shape, strict=True)):
             if not 0 <= i < n:
-                raise IndexError(f"{buffer}{list(idx)}: index {i} out of [0, {n}) on axis {k} "
-                                 f"at {env}")
+                raise IndexError(
+                    f"{buffer}{list(idx)}: index {i} out of [0, {n}) on axis {k} at {env}"
+                )
         return idx
 
     return at
@@ -120,22 +127,60 @@ def _c_div(a: Scalar, b: Scalar) -> Scalar:
 
 
 _UNARY: dict[str, Callable[[Scalar], object]] = {
-    "neg": lambda x: -x, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-    "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
-    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
-    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "floor": np.floor,
-    "ceil": np.ceil, "round": np.rint, "not": np.logical_not, "isnan": np.isnan,
-    "isinf": np.isinf, "isposinf": np.isposinf, "isneginf": np.isneginf, "sign": np.sign,
-    "bitnot": np.invert, "sigmoid": _sigmoid,
+    "neg": lambda x: -x,
+    "abs": np.abs,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.rint,
+    "not": np.logical_not,
+    "isnan": np.isnan,
+    "isinf": np.isinf,
+    "isposinf": np.isposinf,
+    "isneginf": np.isneginf,
+    "sign": np.sign,
+    "bitnot": np.invert,
+    "sigmoid": _sigmoid,
     "erf": lambda x: type(x)(math.erf(float(x))),
 }
 _BINARY: dict[str, Callable[[Scalar, Scalar], object]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": _c_div, "max": np.maximum, "min": np.minimum, "pow": np.power, "mod": np.mod,
-    "fmod": np.fmod, "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-    "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or,
-    "xor": np.logical_xor, "shl": np.left_shift, "shr": np.right_shift,
-    "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": _c_div,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+    "mod": np.mod,
+    "fmod": np.fmod,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "xor": np.logical_xor,
+    "shl": np.left_shift,
+    "shr": np.right_shift,
+    "bitand": np.bitwise_and,
+    "bitor": np.bitwise_or,
+    "bitxor": np.bitwise_xor,
 }
 
 

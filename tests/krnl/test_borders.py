@@ -17,17 +17,27 @@ F = TensorProto.FLOAT
 C = 64  # a multiple of every host's channel block
 
 
-def _model(nodes: list[onnx.NodeProto], outputs: list[str], channels: int = C,
-           weights: dict[str, tuple[int, ...]] | None = None) -> onnx.ModelProto:
+def _model(
+    nodes: list[onnx.NodeProto],
+    outputs: list[str],
+    channels: int = C,
+    weights: dict[str, tuple[int, ...]] | None = None,
+) -> onnx.ModelProto:
     """A model over ``x: [1, channels, 9, 9]`` with random weights of the given shapes."""
     rng = np.random.default_rng(len(nodes))
-    inits = [numpy_helper.from_array(
-        (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
-        for name, shape in (weights or {}).items()]
-    graph = helper.make_graph(nodes, "borders",
-                              [helper.make_tensor_value_info("x", F, [1, channels, 9, 9])],
-                              [helper.make_tensor_value_info(o, F, None) for o in outputs],
-                              inits)
+    inits = [
+        numpy_helper.from_array(
+            (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name
+        )
+        for name, shape in (weights or {}).items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "borders",
+        [helper.make_tensor_value_info("x", F, [1, channels, 9, 9])],
+        [helper.make_tensor_value_info(o, F, None) for o in outputs],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return onnx.shape_inference.infer_shapes(model)
 
@@ -36,13 +46,16 @@ def _conv(x: str, w: str, y: str, **attrs: object) -> onnx.NodeProto:
     return helper.make_node("Conv", [x, w], [y], **attrs)
 
 
-def _bottleneck(x: str, tag: str, pads: list[int], strides: list[int] | None = None
-                ) -> tuple[list[onnx.NodeProto], dict[str, tuple[int, ...]]]:
+def _bottleneck(
+    x: str, tag: str, pads: list[int], strides: list[int] | None = None
+) -> tuple[list[onnx.NodeProto], dict[str, tuple[int, ...]]]:
     """``x`` -> 1x1 conv -> relu -> 3x3 conv (pads, strides) -> relu: ``r2{tag}``."""
-    nodes = [_conv(x, f"w1{tag}", f"c1{tag}"),
-             helper.make_node("Relu", [f"c1{tag}"], [f"r1{tag}"]),
-             _conv(f"r1{tag}", f"w2{tag}", f"c2{tag}", pads=pads, strides=strides or [1, 1]),
-             helper.make_node("Relu", [f"c2{tag}"], [f"r2{tag}"])]
+    nodes = [
+        _conv(x, f"w1{tag}", f"c1{tag}"),
+        helper.make_node("Relu", [f"c1{tag}"], [f"r1{tag}"]),
+        _conv(f"r1{tag}", f"w2{tag}", f"c2{tag}", pads=pads, strides=strides or [1, 1]),
+        helper.make_node("Relu", [f"c2{tag}"], [f"r2{tag}"]),
+    ]
     return nodes, {f"w1{tag}": (C, C, 1, 1), f"w2{tag}": (C, C, 3, 3)}
 
 
@@ -51,8 +64,9 @@ def _program(model: onnx.ModelProto) -> pipeline.Program:
 
 
 def _run_against_onnxruntime(model: onnx.ModelProto, threads: int, runs: int = 2) -> None:
-    sess = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads,
-                                                                     cache=False))
+    sess = polyonnx.InferenceSession(
+        model, options=polyonnx.Options(num_threads=threads, cache=False)
+    )
     ref = onnxruntime_session(model)
     rng = np.random.default_rng(threads)
     for _ in range(runs):  # a border the first run wrote would show in the second
@@ -76,11 +90,15 @@ def test_a_padded_convs_input_is_written_into_its_border_by_the_producer() -> No
 
 
 def test_a_border_is_as_wide_as_the_widest_padding_read() -> None:
-    nodes = [_conv("x", "w1", "c1"), helper.make_node("Relu", ["c1"], ["r1"]),
-             _conv("r1", "w2", "ya", pads=[1, 0, 1, 2]),
-             _conv("r1", "w2", "yb", pads=[2, 1, 0, 0])]
-    program = _program(_model(nodes, ["ya", "yb"],
-                              weights={"w1": (C, C, 1, 1), "w2": (C, C, 3, 3)}))
+    nodes = [
+        _conv("x", "w1", "c1"),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        _conv("r1", "w2", "ya", pads=[1, 0, 1, 2]),
+        _conv("r1", "w2", "yb", pads=[2, 1, 0, 0]),
+    ]
+    program = _program(
+        _model(nodes, ["ya", "yb"], weights={"w1": (C, C, 1, 1), "w2": (C, C, 3, 3)})
+    )
     [border] = program.borders.values()
     assert (border.begin, border.end) == ((0, 0, 2, 1, 0), (0, 0, 1, 2, 0))
 
@@ -99,14 +117,21 @@ def test_values_read_otherwise_keep_their_own_buffers(case: str) -> None:
         nodes = [_conv("x", "w3", "y", pads=[1, 1, 1, 1])]
     else:
         nodes[-1] = _conv("r1", "w1", "y")
-    program = _program(_model(nodes, outputs, 3 if case == "graph_input" else C,
-                              {"w1": (C, C, 1, 1), "w2": (C, C, 3, 3), "w3": (C, 3, 3, 3)}))
+    program = _program(
+        _model(
+            nodes,
+            outputs,
+            3 if case == "graph_input" else C,
+            {"w1": (C, C, 1, 1), "w2": (C, C, 3, 3), "w3": (C, 3, 3, 3)},
+        )
+    )
     assert not program.borders
 
 
 def test_a_layout_change_writes_the_border_of_a_blocked_input() -> None:
-    program = _program(_model([_conv("x", "w", "y", pads=[1, 1, 1, 1])], ["y"],
-                              weights={"w": (C, C, 3, 3)}))
+    program = _program(
+        _model([_conv("x", "w", "y", pads=[1, 1, 1, 1])], ["y"], weights={"w": (C, C, 3, 3)})
+    )
     [border] = program.borders.values()
     assert border.value == "x__blk"
     assert not [b for k in program.kernels for b in k.buffers if b.name.endswith("__pad")]
@@ -121,8 +146,11 @@ def test_the_plan_keeps_borders_apart_from_every_other_buffer() -> None:
     bordered = {plan.slots[name].where for name in program.borders}
     # One shape and border, never live at once: the two share their bytes.
     assert bordered == {0}
-    others = [s.where for name, s in plan.slots.items()
-              if s.region == "workspace" and name not in program.borders]
+    others = [
+        s.where
+        for name, s in plan.slots.items()
+        if s.region == "workspace" and name not in program.borders
+    ]
     assert others and min(others) >= plan.zeroed_size
 
 
@@ -142,15 +170,26 @@ def _random_chain(seed: int) -> onnx.ModelProto:
     weights: dict[str, tuple[int, ...]] = {}
     value, size = "x", 9
     for k in range(int(rng.integers(2, 5))):
-        kernel, stride, dilation = (int(rng.choice([1, 3])), int(rng.integers(1, 3)),
-                                    int(rng.integers(1, 3)))
+        kernel, stride, dilation = (
+            int(rng.choice([1, 3])),
+            int(rng.integers(1, 3)),
+            int(rng.integers(1, 3)),
+        )
         begin, end = (int(p) for p in rng.integers(0, kernel, 2))
         pads = [begin, begin, end, end]  # (square outputs)
         if size + pads[0] + pads[2] < (kernel - 1) * dilation + 1:
             kernel, pads = 1, [0] * 4  # (the window would not fit)
         weights[f"w{k}"] = (C, C, kernel, kernel)
-        nodes.append(_conv(value, f"w{k}", f"c{k}", pads=pads, strides=[stride, stride],
-                           dilations=[dilation, dilation]))
+        nodes.append(
+            _conv(
+                value,
+                f"w{k}",
+                f"c{k}",
+                pads=pads,
+                strides=[stride, stride],
+                dilations=[dilation, dilation],
+            )
+        )
         new = (size + pads[0] + pads[2] - (kernel - 1) * dilation - 1) // stride + 1
         after = str(rng.choice(["Relu", "Add", "none"]))
         if after == "Relu":

@@ -15,14 +15,22 @@ I, K = Aff.var("i"), Aff.var("k")
 def _matvec_relu(extra: tuple[Stmt, ...] = (), residual: bool = False) -> Kernel:
     """``t = b + W x`` (a reduction into temp ``t``), ``y = relu(t [+ r])``, then ``extra``."""
     init = Stmt("S0", Access("t", (I,)), Load("b", (I,), F32))
-    update = Stmt("S1", Access("t", (I,)), Load("t", (I,), F32)
-                  + Load("w", (I, K), F32) * Load("x", (K,), F32))
+    update = Stmt(
+        "S1",
+        Access("t", (I,)),
+        Load("t", (I,), F32) + Load("w", (I, K), F32) * Load("x", (K,), F32),
+    )
     value = Load("t", (I,), F32) + Load("r", (I,), F32) if residual else Load("t", (I,), F32)
     epilogue = Stmt("S2", Access("y", (I,)), maximum(value, 0.0))
-    buffers = [Buffer("x", F32, (5,), "input"), Buffer("w", F32, (4, 5), "input"),
-               Buffer("b", F32, (4,), "input"), Buffer("r", F32, (4,), "input"),
-               Buffer("t", F32, (4,), "temp"), Buffer("y", F32, (4,), "output"),
-               Buffer("z", F32, (4,), "output")]
+    buffers = [
+        Buffer("x", F32, (5,), "input"),
+        Buffer("w", F32, (4, 5), "input"),
+        Buffer("b", F32, (4,), "input"),
+        Buffer("r", F32, (4,), "input"),
+        Buffer("t", F32, (4,), "temp"),
+        Buffer("y", F32, (4,), "output"),
+        Buffer("z", F32, (4,), "output"),
+    ]
     body = [Loop("i", 0, 4, (init, Loop("k", 0, 5, (update,)))), Loop("i", 0, 4, (epilogue,))]
     body += [Loop("i", 0, 4, (s,)) for s in extra]
     return Kernel("k", tuple(buffers), tuple(body))
@@ -30,8 +38,12 @@ def _matvec_relu(extra: tuple[Stmt, ...] = (), residual: bool = False) -> Kernel
 
 def _run(kernel: Kernel) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    arrays = {"x": rng.standard_normal(5, np.float32), "w": rng.standard_normal((4, 5), np.float32),
-              "b": rng.standard_normal(4, np.float32), "r": rng.standard_normal(4, np.float32)}
+    arrays = {
+        "x": rng.standard_normal(5, np.float32),
+        "w": rng.standard_normal((4, 5), np.float32),
+        "b": rng.standard_normal(4, np.float32),
+        "r": rng.standard_normal(4, np.float32),
+    }
     interpret(kernel, arrays)
     return arrays
 
@@ -57,12 +69,19 @@ def test_the_last_reader_takes_the_temp() -> None:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6)
 
 
-@pytest.mark.parametrize("why, extra", [
-    ("the target is read by another statement",
-     (Stmt("S3", Access("z", (I,)), Load("y", (I,), F32)),)),
-    ("the target is written by another statement",
-     (Stmt("S3", Access("y", (I,)), Load("x", (I,), F32)),)),
-])
+@pytest.mark.parametrize(
+    "why, extra",
+    [
+        (
+            "the target is read by another statement",
+            (Stmt("S3", Access("z", (I,)), Load("y", (I,), F32)),),
+        ),
+        (
+            "the target is written by another statement",
+            (Stmt("S3", Access("y", (I,)), Load("x", (I,), F32)),),
+        ),
+    ],
+)
 def test_other_uses_keep_the_temp(why: str, extra: tuple[Stmt, ...]) -> None:
     kernel = _matvec_relu(extra)
     assert accumulate_in_place(kernel) == kernel, why

@@ -14,9 +14,15 @@ def _nest(a: str, b: str, stmt: Stmt) -> Loop:
 def _transpose_relu(temp_kind: str = "temp", read_index=(I, J)) -> Kernel:
     t = Stmt("S0", Access("t", (I, J)), Load("x", (J, I), F32))
     y = Stmt("S1", Access("y", (I, J)), maximum(Load("t", read_index, F32), 0.0))
-    return Kernel("k", (Buffer("x", F32, (4, 3), "input"), Buffer("t", F32, (3, 4), temp_kind),
-                        Buffer("y", F32, (3, 4), "output")),
-                  (_nest("i", "j", t), _nest("i", "j", y)))
+    return Kernel(
+        "k",
+        (
+            Buffer("x", F32, (4, 3), "input"),
+            Buffer("t", F32, (3, 4), temp_kind),
+            Buffer("y", F32, (3, 4), "output"),
+        ),
+        (_nest("i", "j", t), _nest("i", "j", y)),
+    )
 
 
 def test_transpose_then_relu_becomes_one_nest():
@@ -31,11 +37,21 @@ def test_transpose_then_relu_becomes_one_nest():
 
 
 def test_iterators_are_renamed_to_the_consumers():
-    t = Stmt("S0", Access("t", (Aff.var("a"), Aff.var("b"))),
-             Load("x", (Aff.var("b"), Aff.var("a")), F32))
+    t = Stmt(
+        "S0",
+        Access("t", (Aff.var("a"), Aff.var("b"))),
+        Load("x", (Aff.var("b"), Aff.var("a")), F32),
+    )
     y = Stmt("S1", Access("y", (I, J)), Load("t", (I, J), F32) * 2.0)
-    k = Kernel("k", (Buffer("x", F32, (4, 3), "input"), Buffer("t", F32, (3, 4), "temp"),
-                     Buffer("y", F32, (3, 4), "output")), (_nest("a", "b", t), _nest("i", "j", y)))
+    k = Kernel(
+        "k",
+        (
+            Buffer("x", F32, (4, 3), "input"),
+            Buffer("t", F32, (3, 4), "temp"),
+            Buffer("y", F32, (3, 4), "output"),
+        ),
+        (_nest("a", "b", t), _nest("i", "j", y)),
+    )
     assert "S1: y[i, j] = (x[j, i] * 2.0)" in str(inline_pointwise(k))
 
 

@@ -22,8 +22,10 @@ def test_aligned_empty_is_zeroed_aligned_and_writable(nbytes: int) -> None:
     assert int(a[-1]) == 7
 
 
-@pytest.mark.skipif(not (Path("/proc/self/smaps").exists() and hasattr(mmap, "MADV_HUGEPAGE")),
-                    reason="Linux smaps and MADV_HUGEPAGE")
+@pytest.mark.skipif(
+    not (Path("/proc/self/smaps").exists() and hasattr(mmap, "MADV_HUGEPAGE")),
+    reason="Linux smaps and MADV_HUGEPAGE",
+)
 def test_large_arrays_are_advised_for_huge_pages() -> None:
     a = aligned_empty(3 * HUGE_PAGE)
     start = a.ctypes.data

@@ -30,16 +30,31 @@ def _matvec_add_relu() -> Kernel:
     """As lowered, one nest per node: ``t = b + W x``, ``u = t + r``, ``y = relu(u)``; every
     statement named ``S0`` (lowerings leave placeholders)."""
     init = Stmt("S0", Access("t", (I,)), Load("b", (I,), F32))
-    update = Stmt("S0", Access("t", (I,)), Load("t", (I,), F32)
-                  + Load("w", (I, K), F32) * Load("x", (K,), F32))
+    update = Stmt(
+        "S0",
+        Access("t", (I,)),
+        Load("t", (I,), F32) + Load("w", (I, K), F32) * Load("x", (K,), F32),
+    )
     add = Stmt("S0", Access("u", (I,)), Load("t", (I,), F32) + Load("r", (I,), F32))
     relu = Stmt("S0", Access("y", (I,)), maximum(Load("u", (I,), F32), 0.0))
-    buffers = (Buffer("x", F32, (5,), "input"), Buffer("w", F32, (4, 5), "input"),
-               Buffer("b", F32, (4,), "input"), Buffer("r", F32, (4,), "input"),
-               Buffer("t", F32, (4,), "temp"), Buffer("u", F32, (4,), "temp"),
-               Buffer("y", F32, (4,), "output"))
-    return Kernel("k", buffers, (Loop("i", 0, 4, (init, Loop("k", 0, 5, (update,)))),
-                                 Loop("i", 0, 4, (add,)), Loop("i", 0, 4, (relu,))))
+    buffers = (
+        Buffer("x", F32, (5,), "input"),
+        Buffer("w", F32, (4, 5), "input"),
+        Buffer("b", F32, (4,), "input"),
+        Buffer("r", F32, (4,), "input"),
+        Buffer("t", F32, (4,), "temp"),
+        Buffer("u", F32, (4,), "temp"),
+        Buffer("y", F32, (4,), "output"),
+    )
+    return Kernel(
+        "k",
+        buffers,
+        (
+            Loop("i", 0, 4, (init, Loop("k", 0, 5, (update,)))),
+            Loop("i", 0, 4, (add,)),
+            Loop("i", 0, 4, (relu,)),
+        ),
+    )
 
 
 CONTEXT = KernelContext(live_out=frozenset({"y"}), dying=frozenset({"r"}))
@@ -47,8 +62,12 @@ CONTEXT = KernelContext(live_out=frozenset({"y"}), dying=frozenset({"r"}))
 
 def _y(kernel: Kernel, shared: dict[str, str]) -> np.ndarray:
     rng = np.random.default_rng(0)
-    arrays = {"x": rng.standard_normal(5, np.float32), "w": rng.standard_normal((4, 5), np.float32),
-              "b": rng.standard_normal(4, np.float32), "r": rng.standard_normal(4, np.float32)}
+    arrays = {
+        "x": rng.standard_normal(5, np.float32),
+        "w": rng.standard_normal((4, 5), np.float32),
+        "b": rng.standard_normal(4, np.float32),
+        "r": rng.standard_normal(4, np.float32),
+    }
     for out, value in shared.items():  # the output lives in the value's memory
         arrays[out] = arrays[value].copy()
     interpret(kernel, arrays)
@@ -66,7 +85,8 @@ def test_all_passes_make_one_reduction_that_starts_at_the_residual() -> None:
         "    for k in [0, 5):",
         "      S1: y[i] = (y[i] + (w[i, k] * x[k]))",
         "  for i in [0, 4):",
-        "    S2: y[i] = max(y[i], 0.0)"]
+        "    S2: y[i] = max(y[i], 0.0)",
+    ]
     np.testing.assert_allclose(_y(after.kernel, dict(after.shared)), _y(before, {}), rtol=1e-5)
 
 
@@ -92,8 +112,9 @@ def test_inlining_comes_first_so_that_the_reduction_accumulates_in_the_output() 
 
 
 def test_a_graph_output_keeps_its_memory() -> None:
-    after = run_passes(_matvec_add_relu(), KernelContext(dying=frozenset({"r"}),
-                                                         fixed=frozenset({"y"})))
+    after = run_passes(
+        _matvec_add_relu(), KernelContext(dying=frozenset({"r"}), fixed=frozenset({"y"}))
+    )
     assert after.shared == {} and "r" in {b.name for b in after.kernel.buffers}
 
 

@@ -17,8 +17,9 @@ def kernel(*body: ir.Node, buffers: tuple[ir.Buffer, ...] = (X, Y, XI)) -> ir.Ke
     return ir.Kernel("k", buffers, body)
 
 
-def copy(name: str = "S0", src: str = "x", dst: str = "y",
-         index: tuple[ir.Index, ...] = (I, J)) -> ir.Stmt:
+def copy(
+    name: str = "S0", src: str = "x", dst: str = "y", index: tuple[ir.Index, ...] = (I, J)
+) -> ir.Stmt:
     return ir.Stmt(name, ir.Access(dst, (I, J)), ir.Load(src, index, "float32"))
 
 
@@ -27,42 +28,75 @@ def loops(*body: ir.Node, outer: str = "i", inner: str = "j") -> ir.Loop:
 
 
 def test_valid_kernel_passes() -> None:
-    guarded = ir.Stmt("S1", ir.Access("y", (I, J)),
-                      ir.Load("y", (I, J), "float32") + ir.Load("x", (J, I), "float32"),
-                      (ir.ge(I - 1, 0),))
-    gather = ir.Stmt("S2", ir.Access("y", (I, J)),
-                     ir.Load("x", (I, ir.Load("xi", (J,), "int32")), "float32"))
+    guarded = ir.Stmt(
+        "S1",
+        ir.Access("y", (I, J)),
+        ir.Load("y", (I, J), "float32") + ir.Load("x", (J, I), "float32"),
+        (ir.ge(I - 1, 0),),
+    )
+    gather = ir.Stmt(
+        "S2", ir.Access("y", (I, J)), ir.Load("x", (I, ir.Load("xi", (J,), "int32")), "float32")
+    )
     verify(kernel(loops(copy(), guarded, gather), loops(copy("S3"))))
 
 
-@pytest.mark.parametrize("bad,message", [
-    (kernel(loops(copy(src="z"))), "statement S0: unknown buffer z"),
-    (kernel(loops(copy(dst="z"))), "statement S0: unknown buffer z"),
-    (kernel(loops(copy(index=(I,)))), "indexes x \\(rank 2\\) with 1 subscripts"),
-    (kernel(ir.Loop("i", 0, 4, (copy(),))), "uses iterator j outside its loop"),
-    (kernel(loops(copy(), outer="i", inner="i")), "iterator i is already bound"),
-    (kernel(loops(copy(), copy())), "statement name S0 is used twice"),
-    (kernel(loops(copy(dst="x"))), "statement S0 writes x, an input buffer"),
-    (kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Const(1, "int32")))),
-     "writes a int32 value to y, a float32 buffer"),
-    (kernel(loops(copy()), buffers=(X, Y, X)), "buffer x is declared twice"),
-    (kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Const(0.0, "float32"),
-                          (ir.ge(ir.Aff.var("k"), 0),)))), "guard uses iterator k"),
-    (kernel(ir.Loop("i", 0, J, (ir.Loop("j", 0, 4, (copy(),)),))),
-     "loop i: upper bound uses iterator j"),
-    (kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Cast(ir.Iter("k"), "float32")))),
-     "uses iterator k outside its loop"),
-    (kernel(loops(copy(index=(I, 0)))), "index 0 of x is neither an Aff nor an Expr"),
-    (kernel(loops(copy(index=(I, ir.Load("x", (I, J), "float32"))))),
-     "computed index of x has dtype float32"),
-    (kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Load("x", (I, J), "float64")))),
-     "loads x as float64, the buffer is float32"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (kernel(loops(copy(src="z"))), "statement S0: unknown buffer z"),
+        (kernel(loops(copy(dst="z"))), "statement S0: unknown buffer z"),
+        (kernel(loops(copy(index=(I,)))), "indexes x \\(rank 2\\) with 1 subscripts"),
+        (kernel(ir.Loop("i", 0, 4, (copy(),))), "uses iterator j outside its loop"),
+        (kernel(loops(copy(), outer="i", inner="i")), "iterator i is already bound"),
+        (kernel(loops(copy(), copy())), "statement name S0 is used twice"),
+        (kernel(loops(copy(dst="x"))), "statement S0 writes x, an input buffer"),
+        (
+            kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Const(1, "int32")))),
+            "writes a int32 value to y, a float32 buffer",
+        ),
+        (kernel(loops(copy()), buffers=(X, Y, X)), "buffer x is declared twice"),
+        (
+            kernel(
+                loops(
+                    ir.Stmt(
+                        "S0",
+                        ir.Access("y", (I, J)),
+                        ir.Const(0.0, "float32"),
+                        (ir.ge(ir.Aff.var("k"), 0),),
+                    )
+                )
+            ),
+            "guard uses iterator k",
+        ),
+        (
+            kernel(ir.Loop("i", 0, J, (ir.Loop("j", 0, 4, (copy(),)),))),
+            "loop i: upper bound uses iterator j",
+        ),
+        (
+            kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Cast(ir.Iter("k"), "float32")))),
+            "uses iterator k outside its loop",
+        ),
+        (kernel(loops(copy(index=(I, 0)))), "index 0 of x is neither an Aff nor an Expr"),
+        (
+            kernel(loops(copy(index=(I, ir.Load("x", (I, J), "float32"))))),
+            "computed index of x has dtype float32",
+        ),
+        (
+            kernel(loops(ir.Stmt("S0", ir.Access("y", (I, J)), ir.Load("x", (I, J), "float64")))),
+            "loads x as float64, the buffer is float32",
+        ),
+    ],
+)
 def test_rejects(bad: ir.Kernel, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         verify(bad)
 
 
 def test_iterator_may_repeat_in_sibling_loops() -> None:
-    verify(kernel(ir.Loop("i", 0, 4, (ir.Loop("j", 0, 4, (copy("S0"),)),
-                                      ir.Loop("j", 0, 4, (copy("S1"),))))))
+    verify(
+        kernel(
+            ir.Loop(
+                "i", 0, 4, (ir.Loop("j", 0, 4, (copy("S0"),)), ir.Loop("j", 0, 4, (copy("S1"),)))
+            )
+        )
+    )

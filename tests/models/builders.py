@@ -23,8 +23,17 @@ from onnx import TensorProto, helper, numpy_helper
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
 #: Short names of the nine light models (``light_<file>.onnx`` for the file names below).
-LIGHT_MODELS = ("alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
-                "shufflenet", "squeezenet", "vgg19", "zfnet512")
+LIGHT_MODELS = (
+    "alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 
 _LIGHT_FILES = {"alexnet": "bvlc_alexnet"}
 
@@ -39,8 +48,9 @@ def light_expected_output_path(name: str) -> str:
     return os.path.join(LIGHT_DIR, f"light_{_LIGHT_FILES.get(name, name)}_output_0.pb")
 
 
-def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...],
-          scale: float) -> onnx.TensorProto:
+def _init(
+    rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float
+) -> onnx.TensorProto:
     data = (rng.standard_normal(shape) * scale).astype(np.float32)
     return numpy_helper.from_array(data, name)
 
@@ -66,39 +76,83 @@ def mnist_model(seed: int = 0, opset: int = 8) -> onnx.ModelProto:
     ]
     conv = {"kernel_shape": [5, 5], "strides": [1, 1], "auto_pad": "SAME_UPPER"}
     nodes = [
-        helper.make_node("Reshape", ["Parameter193", "Parameter193_reshape1_shape"],
-                         ["Parameter193_reshape1"], name="Times212_reshape1"),
-        helper.make_node("Conv", ["Input3", "Parameter5"], ["Convolution28_Output_0"],
-                         name="Convolution28", group=1, **conv),
-        helper.make_node("Add", ["Convolution28_Output_0", "Parameter6"], ["Plus30_Output_0"],
-                         name="Plus30"),
+        helper.make_node(
+            "Reshape",
+            ["Parameter193", "Parameter193_reshape1_shape"],
+            ["Parameter193_reshape1"],
+            name="Times212_reshape1",
+        ),
+        helper.make_node(
+            "Conv",
+            ["Input3", "Parameter5"],
+            ["Convolution28_Output_0"],
+            name="Convolution28",
+            group=1,
+            **conv,
+        ),
+        helper.make_node(
+            "Add", ["Convolution28_Output_0", "Parameter6"], ["Plus30_Output_0"], name="Plus30"
+        ),
         helper.make_node("Relu", ["Plus30_Output_0"], ["ReLU32_Output_0"], name="ReLU32"),
-        helper.make_node("MaxPool", ["ReLU32_Output_0"], ["Pooling66_Output_0"],
-                         name="Pooling66", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0]),
-        helper.make_node("Conv", ["Pooling66_Output_0", "Parameter87"],
-                         ["Convolution110_Output_0"], name="Convolution110", group=1, **conv),
-        helper.make_node("Add", ["Convolution110_Output_0", "Parameter88"],
-                         ["Plus112_Output_0"], name="Plus112"),
+        helper.make_node(
+            "MaxPool",
+            ["ReLU32_Output_0"],
+            ["Pooling66_Output_0"],
+            name="Pooling66",
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+            pads=[0, 0, 0, 0],
+        ),
+        helper.make_node(
+            "Conv",
+            ["Pooling66_Output_0", "Parameter87"],
+            ["Convolution110_Output_0"],
+            name="Convolution110",
+            group=1,
+            **conv,
+        ),
+        helper.make_node(
+            "Add", ["Convolution110_Output_0", "Parameter88"], ["Plus112_Output_0"], name="Plus112"
+        ),
         helper.make_node("Relu", ["Plus112_Output_0"], ["ReLU114_Output_0"], name="ReLU114"),
-        helper.make_node("MaxPool", ["ReLU114_Output_0"], ["Pooling160_Output_0"],
-                         name="Pooling160", kernel_shape=[3, 3], strides=[3, 3],
-                         pads=[0, 0, 0, 0]),
-        helper.make_node("Reshape", ["Pooling160_Output_0", "Pooling160_Output_0_reshape0_shape"],
-                         ["Pooling160_Output_0_reshape0"], name="Times212_reshape0"),
-        helper.make_node("MatMul", ["Pooling160_Output_0_reshape0", "Parameter193_reshape1"],
-                         ["Times212_Output_0"], name="Times212"),
-        helper.make_node("Add", ["Times212_Output_0", "Parameter194"], ["Plus214_Output_0"],
-                         name="Plus214"),
+        helper.make_node(
+            "MaxPool",
+            ["ReLU114_Output_0"],
+            ["Pooling160_Output_0"],
+            name="Pooling160",
+            kernel_shape=[3, 3],
+            strides=[3, 3],
+            pads=[0, 0, 0, 0],
+        ),
+        helper.make_node(
+            "Reshape",
+            ["Pooling160_Output_0", "Pooling160_Output_0_reshape0_shape"],
+            ["Pooling160_Output_0_reshape0"],
+            name="Times212_reshape0",
+        ),
+        helper.make_node(
+            "MatMul",
+            ["Pooling160_Output_0_reshape0", "Parameter193_reshape1"],
+            ["Times212_Output_0"],
+            name="Times212",
+        ),
+        helper.make_node(
+            "Add", ["Times212_Output_0", "Parameter194"], ["Plus214_Output_0"], name="Plus214"
+        ),
     ]
     graph = helper.make_graph(
-        nodes, "CNTKGraph",
+        nodes,
+        "CNTKGraph",
         [helper.make_tensor_value_info("Input3", TensorProto.FLOAT, [1, 1, 28, 28])],
         [helper.make_tensor_value_info("Plus214_Output_0", TensorProto.FLOAT, [1, 10])],
-        initializer=inits)
+        initializer=inits,
+    )
     # IR 4 lets initializers be constants rather than graph inputs.
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=max(4, onnx.helper.find_min_ir_version_for(
-                                  [helper.make_opsetid("", opset)])))
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset)],
+        ir_version=max(4, onnx.helper.find_min_ir_version_for([helper.make_opsetid("", opset)])),
+    )
     onnx.checker.check_model(model)
     return model
 
@@ -111,8 +165,9 @@ def _consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, i
     return uses
 
 
-def _through_reshapes(name: str, uses: dict[str, list[tuple[onnx.NodeProto, int]]]
-                      ) -> Iterable[tuple[onnx.NodeProto, int]]:
+def _through_reshapes(
+    name: str, uses: dict[str, list[tuple[onnx.NodeProto, int]]]
+) -> Iterable[tuple[onnx.NodeProto, int]]:
     """The uses of ``name``, looking through Unsqueeze/Reshape/Squeeze of it."""
     for node, i in uses.get(name, []):
         if node.op_type in ("Unsqueeze", "Reshape", "Squeeze") and i == 0:
@@ -121,8 +176,9 @@ def _through_reshapes(name: str, uses: dict[str, list[tuple[onnx.NodeProto, int]
             yield node, i
 
 
-def _random_weight(rng: np.random.Generator, shape: tuple[int, ...],
-                   uses: list[tuple[onnx.NodeProto, int]]) -> np.ndarray:
+def _random_weight(
+    rng: np.random.Generator, shape: tuple[int, ...], uses: list[tuple[onnx.NodeProto, int]]
+) -> np.ndarray:
     """Random data for a weight of ``shape`` that keeps activations O(1) in its consumers.
 
     Multiplicative per-channel factors (BatchNormalization scale and variance, Mul operands)

@@ -23,18 +23,26 @@ def _block_model(c: int, oc: int, size: int, conv_attrs: dict, seed: int) -> onn
     w1 = (rng.standard_normal((oc, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     w2 = (rng.standard_normal((oc, oc, 1, 1)) / np.sqrt(oc)).astype(np.float32)
     b1, b2 = rng.standard_normal(oc).astype(np.float32), rng.standard_normal(oc).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], **conv_attrs),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
-             helper.make_node("Add", ["c2", "r1"], ["s"]),
-             helper.make_node("Relu", ["s"], ["r2"]),
-             helper.make_node("MaxPool", ["r2"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1, 1, 1, 1])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], **conv_attrs),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
+        helper.make_node("Add", ["c2", "r1"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r2"]),
+        helper.make_node(
+            "MaxPool", ["r2"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+        ),
+    ]
     graph = helper.make_graph(
-        nodes, "blocked", [helper.make_tensor_value_info("x", F, [1, c, size, size])],
+        nodes,
+        "blocked",
+        [helper.make_tensor_value_info("x", F, [1, c, size, size])],
         [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("c1", F, None)],
-        [numpy_helper.from_array(a, n) for n, a in
-         (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))])
+        [
+            numpy_helper.from_array(a, n)
+            for n, a in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return onnx.shape_inference.infer_shapes(model)
 

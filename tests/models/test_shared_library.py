@@ -61,8 +61,9 @@ def mnist_library(tmp_path, mnist_model):
 def test_library_loads_back_into_an_inference_session(mnist_library, mnist_model):
     assert mnist_library.with_suffix(".h").exists()
     sess = polyonnx.InferenceSession(mnist_library)
-    assert [(i.name, i.shape, i.type) for i in sess.get_inputs()] == \
-        [("Input3", [1, 1, 28, 28], "tensor(float)")]
+    assert [(i.name, i.shape, i.type) for i in sess.get_inputs()] == [
+        ("Input3", [1, 1, 28, 28], "tensor(float)")
+    ]
     x = np.random.default_rng(3).standard_normal((1, 1, 28, 28)).astype(np.float32)
     got = sess.run(None, {"Input3": x})
     want = onnxruntime_outputs(mnist_model, {"Input3": x})
@@ -82,13 +83,19 @@ def _bordered_model() -> onnx.ModelProto:
     rng = np.random.default_rng(5)
     w1 = (rng.standard_normal((64, 64, 1, 1)) / 8).astype(np.float32)
     w2 = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
     f = onnx.TensorProto.FLOAT
-    graph = helper.make_graph(nodes, "bordered", [helper.make_tensor_value_info(
-        "x", f, [1, 64, 5, 5])], [helper.make_tensor_value_info("y", f, [1, 64, 5, 5])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    graph = helper.make_graph(
+        nodes,
+        "bordered",
+        [helper.make_tensor_value_info("x", f, [1, 64, 5, 5])],
+        [helper.make_tensor_value_info("y", f, [1, 64, 5, 5])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -104,13 +111,28 @@ def test_c_program_links_the_library_and_matches_python(tmp_path, mnist_model, n
     n_in, n_out = (int(np.prod(v.shape)) for v in (x_info, y_info))
     (tmp_path / "main.c").write_text(_C_MAIN)
     exe = tmp_path / "main"
-    subprocess.run(["cc", "-O1", f"-DIN={n_in}", f"-DOUT={n_out}", "-o", str(exe),
-                    str(tmp_path / "main.c"), f"-I{tmp_path}", str(library),
-                    f"-Wl,-rpath,{tmp_path}"], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            "cc",
+            "-O1",
+            f"-DIN={n_in}",
+            f"-DOUT={n_out}",
+            "-o",
+            str(exe),
+            str(tmp_path / "main.c"),
+            f"-I{tmp_path}",
+            str(library),
+            f"-Wl,-rpath,{tmp_path}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     x = np.random.default_rng(4).standard_normal(x_info.shape).astype(np.float32)
     (tmp_path / "x.bin").write_bytes(x.tobytes())
-    proc = subprocess.run([str(exe), str(tmp_path / "x.bin")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [str(exe), str(tmp_path / "x.bin")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     meta, *values = proc.stdout.splitlines()
     assert [i["name"] for i in json.loads(meta)["inputs"]] == [x_info.name]

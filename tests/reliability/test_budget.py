@@ -99,15 +99,15 @@ def test_compile_with_a_small_budget_falls_back_and_stays_correct(capsys):
     m = conv_net()
     program = polyonnx.compile(m).program
     # Enough for every kernel's own loop order, too little for dependence analysis.
-    need = max(_ops_for(lambda k=k: build_ast(own_loop_order(k).schedule))
-               for k in program.kernels)
+    need = max(_ops_for(lambda k=k: build_ast(own_loop_order(k).schedule)) for k in program.kernels)
     # The compile cache would hand back loops scheduled in an earlier run: schedule now.
     options = polyonnx.Options(isl_max_operations=need + need // 4, verbose=True, cache=False)
     sess = polyonnx.InferenceSession(m, options=options)
     assert "falling back to the kernel's own loop order" in capsys.readouterr().err
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], onnxruntime_outputs(m, {"x": x})[0],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        sess.run(None, {"x": x})[0], onnxruntime_outputs(m, {"x": x})[0], rtol=1e-4, atol=1e-6
+    )
 
 
 def test_compile_with_a_tiny_budget_is_a_schedule_error_naming_the_kernel():

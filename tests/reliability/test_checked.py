@@ -25,25 +25,30 @@ def _shift_kernel(n: int = 8) -> Kernel:
     """A deliberately wrong kernel: ``y[i] = x[i + 1]`` for i in [0, n) reads x[n]."""
     i = Aff.var("i")
     stmt = Stmt("S0", Access("y", (i,)), Load("x", (i + 1,), "float32"))
-    return Kernel("shift", (Buffer("x", "float32", (n,), "input"),
-                            Buffer("y", "float32", (n,), "output")),
-                  (Loop("i", 0, n, (stmt,)),))
+    return Kernel(
+        "shift",
+        (Buffer("x", "float32", (n,), "input"), Buffer("y", "float32", (n,), "output")),
+        (Loop("i", 0, n, (stmt,)),),
+    )
 
 
 def _write_past_kernel(n: int = 8) -> Kernel:
     """Another wrong kernel: ``y[2 i] = x[i]`` writes past y's end."""
     i = Aff.var("i")
     stmt = Stmt("S0", Access("y", (i * 2,)), Load("x", (i,), "float32"))
-    return Kernel("stretch", (Buffer("x", "float32", (n,), "input"),
-                              Buffer("y", "float32", (n,), "output")),
-                  (Loop("i", 0, n, (stmt,)),))
+    return Kernel(
+        "stretch",
+        (Buffer("x", "float32", (n,), "input"), Buffer("y", "float32", (n,), "output")),
+        (Loop("i", 0, n, (stmt,)),),
+    )
 
 
 @pytest.mark.parametrize("make", [_shift_kernel, _write_past_kernel])
 def test_an_out_of_bounds_access_is_trapped_in_checked_mode(make):
     kernel = make()
-    run = kernel_callable(kernel, la.from_isl(build_ast(default_schedule(kernel).schedule)),
-                          CHECKED)
+    run = kernel_callable(
+        kernel, la.from_isl(build_ast(default_schedule(kernel).schedule)), CHECKED
+    )
     x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     with pytest.raises(InputError, match=f"kernel {kernel.name}: run-time check failed"):
         run({"x": x, "y": y})
@@ -52,11 +57,14 @@ def test_an_out_of_bounds_access_is_trapped_in_checked_mode(make):
 def test_in_bounds_kernels_run_unchanged_in_checked_mode():
     i = Aff.var("i")
     stmt = Stmt("S0", Access("y", (i,)), Load("x", (i * 0 + 7 - i,), "float32"))
-    kernel = Kernel("reverse", (Buffer("x", "float32", (8,), "input"),
-                                Buffer("y", "float32", (8,), "output")),
-                    (Loop("i", 0, 8, (stmt,)),))
-    run = kernel_callable(kernel, la.from_isl(build_ast(default_schedule(kernel).schedule)),
-                          CHECKED)
+    kernel = Kernel(
+        "reverse",
+        (Buffer("x", "float32", (8,), "input"), Buffer("y", "float32", (8,), "output")),
+        (Loop("i", 0, 8, (stmt,)),),
+    )
+    run = kernel_callable(
+        kernel, la.from_isl(build_ast(default_schedule(kernel).schedule)), CHECKED
+    )
     x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     run({"x": x, "y": y})
     np.testing.assert_array_equal(y, x[::-1])
@@ -72,27 +80,48 @@ def test_checked_mode_adds_range_checks_to_the_module():
 
 def _gather_model() -> onnx.ModelProto:
     idx = helper.make_tensor_value_info("i", TensorProto.INT64, [3])
-    return model([helper.make_node("Gather", ["t", "i"], ["y"], name="lookup", axis=0)],
-                 [idx], [tensor("y", [3, 2])], [const("t", np.arange(8, dtype=np.float32)
-                                                      .reshape(4, 2))])
+    return model(
+        [helper.make_node("Gather", ["t", "i"], ["y"], name="lookup", axis=0)],
+        [idx],
+        [tensor("y", [3, 2])],
+        [const("t", np.arange(8, dtype=np.float32).reshape(4, 2))],
+    )
 
 
 def _pool_model() -> onnx.ModelProto:
-    return model([helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[3, 3],
-                                   pads=[1, 1, 1, 1], strides=[2, 2], ceil_mode=1),
-                  helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[2, 2], strides=[2, 2],
-                                   pads=[0, 0, 1, 1]),
-                  helper.make_node("Concat", ["a", "m"], ["c"], axis=1),
-                  helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1])],
-                 [tensor("x", [1, 2, 7, 7])], [tensor("y", [None] * 4)])
+    return model(
+        [
+            helper.make_node(
+                "AveragePool",
+                ["x"],
+                ["a"],
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+                strides=[2, 2],
+                ceil_mode=1,
+            ),
+            helper.make_node(
+                "MaxPool", ["x"], ["m"], kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1]
+            ),
+            helper.make_node("Concat", ["a", "m"], ["c"], axis=1),
+            helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1]),
+        ],
+        [tensor("x", [1, 2, 7, 7])],
+        [tensor("y", [None] * 4)],
+    )
 
 
 def _broadcast_model() -> onnx.ModelProto:
-    return model([helper.make_node("Mul", ["x", "s"], ["m"]),
-                  helper.make_node("Add", ["m", "b"], ["a"]),
-                  helper.make_node("Sigmoid", ["a"], ["y"])],
-                 [tensor("x", [2, 3, 4]), tensor("s", [3, 1])], [tensor("y", [2, 3, 4])],
-                 [const("b", np.linspace(-1, 1, 4).astype(np.float32))])
+    return model(
+        [
+            helper.make_node("Mul", ["x", "s"], ["m"]),
+            helper.make_node("Add", ["m", "b"], ["a"]),
+            helper.make_node("Sigmoid", ["a"], ["y"]),
+        ],
+        [tensor("x", [2, 3, 4]), tensor("s", [3, 1])],
+        [tensor("y", [2, 3, 4])],
+        [const("b", np.linspace(-1, 1, 4).astype(np.float32))],
+    )
 
 
 REPRESENTATIVE = {
@@ -116,8 +145,9 @@ def test_representative_models_match_onnxruntime_in_checked_mode(name):
 
 def test_a_data_dependent_index_out_of_range_names_the_node():
     sess = polyonnx.InferenceSession(_gather_model())
-    np.testing.assert_array_equal(sess.run(None, {"i": np.array([3, 0, 1])})[0],
-                                  [[6, 7], [0, 1], [2, 3]])
+    np.testing.assert_array_equal(
+        sess.run(None, {"i": np.array([3, 0, 1])})[0], [[6, 7], [0, 1], [2, 3]]
+    )
     with pytest.raises(InputError, match="out of range in lookup"):
         sess.run(None, {"i": np.array([0, 4, 1])})
     with pytest.raises(InputError, match="out of range in lookup"):

@@ -56,8 +56,9 @@ def test_one_session_from_many_threads_gives_each_thread_its_own_answer():
     def work(k: int) -> None:
         for r in range(40):
             j = (k + r) % len(xs)
-            np.testing.assert_allclose(sess.run(None, {"x": xs[j]})[0], want[j], rtol=1e-4,
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                sess.run(None, {"x": xs[j]})[0], want[j], rtol=1e-4, atol=1e-6
+            )
 
     _in_threads(work, 8)
 
@@ -65,8 +66,10 @@ def test_one_session_from_many_threads_gives_each_thread_its_own_answer():
 def test_threads_compiling_and_running_different_models_at_once():
     models = [conv_net(channels=c, size=s, seed=c) for c, s in ((1, 4), (2, 6), (3, 8), (2, 4))]
     rng = np.random.default_rng(1)
-    feeds = [{"x": rng.standard_normal((1, c, s, s)).astype(np.float32)}
-             for c, s in ((1, 4), (2, 6), (3, 8), (2, 4))]
+    feeds = [
+        {"x": rng.standard_normal((1, c, s, s)).astype(np.float32)}
+        for c, s in ((1, 4), (2, 6), (3, 8), (2, 4))
+    ]
 
     def work(k: int) -> None:
         sess = polyonnx.InferenceSession(models[k])
@@ -102,8 +105,11 @@ def test_several_sessions_of_one_model_are_independent():
 @pytest.mark.parametrize("feed_kind", ["good", "bad"])
 def test_memory_stays_flat_over_ten_thousand_runs(feed_kind):
     sess = polyonnx.InferenceSession(relu((2, 3)))
-    feed = {"x": np.ones((2, 3), np.float32)} if feed_kind == "good" \
+    feed = (
+        {"x": np.ones((2, 3), np.float32)}
+        if feed_kind == "good"
         else {"x": np.ones((3, 2), np.float32)}
+    )
 
     def run() -> None:
         try:

@@ -29,23 +29,26 @@ def _x(seed: int = 0, shape=(1, 3, 8, 8)) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("feed, message", [
-    ({}, r"missing input\(s\) \['x'\]"),
-    ({"x": _x(), "extra": _x()}, r"unknown input name\(s\) \['extra'\]"),
-    ({"X": _x()}, "unknown input name"),
-    ({"x": _x().astype(np.float64)}, "'x': expected dtype float32"),
-    ({"x": _x().astype(np.float16)}, "'x': expected dtype float32"),
-    ({"x": _x().astype(np.int32)}, "'x': expected dtype float32"),
-    ({"x": _x().astype(bool)}, "'x': expected dtype float32"),
-    ({"x": _x(shape=(3, 8, 8))}, r"'x': expected shape \[1, 3, 8, 8\], got \[3, 8, 8\]"),
-    ({"x": _x(shape=(1, 1, 3, 8, 8))}, "'x': expected shape"),
-    ({"x": _x(shape=(1, 3, 8, 9))}, "'x': expected shape"),
-    ({"x": _x(shape=(2, 3, 8, 8))}, "'x': expected shape"),
-    ({"x": None}, "'x': expected a numpy array, got NoneType"),
-    ({"x": object()}, "'x': expected a numpy array"),
-    ({"x": np.array(["a"] * 192, dtype=object).reshape(1, 3, 8, 8)}, "'x': expected dtype"),
-    ({"x": [[1.0, 2.0]]}, "'x'"),
-])
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({}, r"missing input\(s\) \['x'\]"),
+        ({"x": _x(), "extra": _x()}, r"unknown input name\(s\) \['extra'\]"),
+        ({"X": _x()}, "unknown input name"),
+        ({"x": _x().astype(np.float64)}, "'x': expected dtype float32"),
+        ({"x": _x().astype(np.float16)}, "'x': expected dtype float32"),
+        ({"x": _x().astype(np.int32)}, "'x': expected dtype float32"),
+        ({"x": _x().astype(bool)}, "'x': expected dtype float32"),
+        ({"x": _x(shape=(3, 8, 8))}, r"'x': expected shape \[1, 3, 8, 8\], got \[3, 8, 8\]"),
+        ({"x": _x(shape=(1, 1, 3, 8, 8))}, "'x': expected shape"),
+        ({"x": _x(shape=(1, 3, 8, 9))}, "'x': expected shape"),
+        ({"x": _x(shape=(2, 3, 8, 8))}, "'x': expected shape"),
+        ({"x": None}, "'x': expected a numpy array, got NoneType"),
+        ({"x": object()}, "'x': expected a numpy array"),
+        ({"x": np.array(["a"] * 192, dtype=object).reshape(1, 3, 8, 8)}, "'x': expected dtype"),
+        ({"x": [[1.0, 2.0]]}, "'x'"),
+    ],
+)
 def test_bad_feed_is_an_input_error_naming_the_input(net, feed, message):
     _, sess = net
     with pytest.raises(InputError, match=message) as info:
@@ -70,8 +73,9 @@ def _misaligned(a: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("layout", ["fortran", "strided", "reversed", "broadcast",
-                                    "misaligned", "readonly"])
+@pytest.mark.parametrize(
+    "layout", ["fortran", "strided", "reversed", "broadcast", "misaligned", "readonly"]
+)
 def test_odd_layouts_are_copied_and_give_the_same_result(net, layout):
     m, sess = net
     x = _x(1)
@@ -97,8 +101,9 @@ def test_odd_layouts_are_copied_and_give_the_same_result(net, layout):
     got = sess.run(None, {"x": feed})[0]
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(feed, before)  # native code never writes a feed
-    np.testing.assert_allclose(got, onnxruntime_outputs(m, {"x": np.ascontiguousarray(feed)})[0],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        got, onnxruntime_outputs(m, {"x": np.ascontiguousarray(feed)})[0], rtol=1e-4, atol=1e-6
+    )
 
 
 def test_outputs_are_fresh_arrays(net):
@@ -109,22 +114,48 @@ def test_outputs_are_fresh_arrays(net):
     assert a.flags.c_contiguous and a.flags.writeable and a.flags.owndata
 
 
-@pytest.mark.parametrize("name, m, feeds", [
-    ("relu batch 0", relu(("n", 3)), {"x": np.ones((0, 3), np.float32)}),
-    ("softmax rows 0", model([helper.make_node("Softmax", ["x"], ["y"], axis=1)],
-                             [tensor("x", ["n", 4])], [tensor("y", ["n", 4])]),
-     {"x": np.ones((0, 4), np.float32)}),
-    ("softmax axis 0 long", model([helper.make_node("Softmax", ["x"], ["y"], axis=1)],
-                                  [tensor("x", [2, "n"])], [tensor("y", [2, "n"])]),
-     {"x": np.ones((2, 0), np.float32)}),
-    ("matmul k=0", model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                         [tensor("a", [2, "k"]), tensor("b", ["k", 3])], [tensor("y", [2, 3])]),
-     {"a": np.ones((2, 0), np.float32), "b": np.ones((0, 3), np.float32)}),
-    ("add broadcast 0", model([helper.make_node("Add", ["a", "b"], ["y"])],
-                              [tensor("a", ["n", 3]), tensor("b", [3])],
-                              [tensor("y", ["n", 3])]),
-     {"a": np.ones((0, 3), np.float32), "b": np.ones(3, np.float32)}),
-])
+@pytest.mark.parametrize(
+    "name, m, feeds",
+    [
+        ("relu batch 0", relu(("n", 3)), {"x": np.ones((0, 3), np.float32)}),
+        (
+            "softmax rows 0",
+            model(
+                [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+                [tensor("x", ["n", 4])],
+                [tensor("y", ["n", 4])],
+            ),
+            {"x": np.ones((0, 4), np.float32)},
+        ),
+        (
+            "softmax axis 0 long",
+            model(
+                [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+                [tensor("x", [2, "n"])],
+                [tensor("y", [2, "n"])],
+            ),
+            {"x": np.ones((2, 0), np.float32)},
+        ),
+        (
+            "matmul k=0",
+            model(
+                [helper.make_node("MatMul", ["a", "b"], ["y"])],
+                [tensor("a", [2, "k"]), tensor("b", ["k", 3])],
+                [tensor("y", [2, 3])],
+            ),
+            {"a": np.ones((2, 0), np.float32), "b": np.ones((0, 3), np.float32)},
+        ),
+        (
+            "add broadcast 0",
+            model(
+                [helper.make_node("Add", ["a", "b"], ["y"])],
+                [tensor("a", ["n", 3]), tensor("b", [3])],
+                [tensor("y", ["n", 3])],
+            ),
+            {"a": np.ones((0, 3), np.float32), "b": np.ones(3, np.float32)},
+        ),
+    ],
+)
 def test_zero_sized_dimensions_run_like_onnxruntime(name, m, feeds):
     got = polyonnx.InferenceSession(m).run(None, feeds)
     want = onnxruntime_outputs(m, feeds)
@@ -133,28 +164,51 @@ def test_zero_sized_dimensions_run_like_onnxruntime(name, m, feeds):
         np.testing.assert_array_equal(a, b)
 
 
-_SPECIAL = np.array([[np.nan, 1, -np.inf, np.inf], [2, np.nan, 3, -1], [0, 0, np.inf, -np.inf],
-                     [-np.inf, np.nan, -2, np.inf]], np.float32).reshape(1, 1, 4, 4)
+_SPECIAL = np.array(
+    [
+        [np.nan, 1, -np.inf, np.inf],
+        [2, np.nan, 3, -1],
+        [0, 0, np.inf, -np.inf],
+        [-np.inf, np.nan, -2, np.inf],
+    ],
+    np.float32,
+).reshape(1, 1, 4, 4)
 
 
 def _unary(op: str, inputs=("x",), inits=(), **attrs):
-    return model([helper.make_node(op, list(inputs), ["y"], **attrs)], [tensor("x", [1, 1, 4, 4])],
-                 [tensor("y", [None] * 4)], list(inits))
+    return model(
+        [helper.make_node(op, list(inputs), ["y"], **attrs)],
+        [tensor("x", [1, 1, 4, 4])],
+        [tensor("y", [None] * 4)],
+        list(inits),
+    )
 
 
 _HALF = const("c", np.full((1, 1, 1, 4), 0.5, np.float32))
 NAN_CASES = {
-    "Relu": _unary("Relu"), "Sigmoid": _unary("Sigmoid"), "Exp": _unary("Exp"),
-    "Tanh": _unary("Tanh"), "Abs": _unary("Abs"), "Sqrt": _unary("Sqrt"), "Log": _unary("Log"),
-    "Reciprocal": _unary("Reciprocal"), "LeakyRelu": _unary("LeakyRelu"),
+    "Relu": _unary("Relu"),
+    "Sigmoid": _unary("Sigmoid"),
+    "Exp": _unary("Exp"),
+    "Tanh": _unary("Tanh"),
+    "Abs": _unary("Abs"),
+    "Sqrt": _unary("Sqrt"),
+    "Log": _unary("Log"),
+    "Reciprocal": _unary("Reciprocal"),
+    "LeakyRelu": _unary("LeakyRelu"),
     "AveragePool": _unary("AveragePool", kernel_shape=[2, 2]),
-    "GlobalAveragePool": _unary("GlobalAveragePool"), "Softmax": _unary("Softmax", axis=-1),
-    "LogSoftmax": _unary("LogSoftmax", axis=-1), "Max": _unary("Max", ("x", "c"), [_HALF]),
+    "GlobalAveragePool": _unary("GlobalAveragePool"),
+    "Softmax": _unary("Softmax", axis=-1),
+    "LogSoftmax": _unary("LogSoftmax", axis=-1),
+    "Max": _unary("Max", ("x", "c"), [_HALF]),
     "Min": _unary("Min", ("x", "c"), [_HALF]),
-    "Clip": _unary("Clip", ("x", "lo", "hi"), [const("lo", np.array(-1, np.float32)),
-                                                const("hi", np.array(1, np.float32))]),
+    "Clip": _unary(
+        "Clip",
+        ("x", "lo", "hi"),
+        [const("lo", np.array(-1, np.float32)), const("hi", np.array(1, np.float32))],
+    ),
     "Conv": _unary("Conv", ("x", "w"), [const("w", np.ones((1, 1, 2, 2), np.float32))]),
-    "Add": _unary("Add", ("x", "x")), "Mul": _unary("Mul", ("x", "x")),
+    "Add": _unary("Add", ("x", "x")),
+    "Mul": _unary("Mul", ("x", "x")),
     "Div": _unary("Div", ("x", "x")),
     "Pow": _unary("Pow", ("x", "p"), [const("p", np.array(2, np.float32))]),
 }
@@ -175,8 +229,11 @@ def test_a_max_window_holding_nan_gives_nan_and_others_match_onnxruntime(op):
     # is IEEE 754-2019 maximum, which always propagates NaN.
     m = _unary(op, kernel_shape=[2, 2]) if op == "MaxPool" else _unary(op)
     got = polyonnx.InferenceSession(m).run(None, {"x": _SPECIAL})[0]
-    windows = np.lib.stride_tricks.sliding_window_view(_SPECIAL, (2, 2), axis=(2, 3)) \
-        if op == "MaxPool" else _SPECIAL[..., None, None, :, :]
+    windows = (
+        np.lib.stride_tricks.sliding_window_view(_SPECIAL, (2, 2), axis=(2, 3))
+        if op == "MaxPool"
+        else _SPECIAL[..., None, None, :, :]
+    )
     has_nan = np.isnan(windows).any(axis=(-2, -1))
     assert np.isnan(got[has_nan]).all()
     want = onnxruntime_outputs(m, {"x": _SPECIAL})[0]

@@ -20,8 +20,7 @@ Y4 = tensor("y", [None] * 4)
 
 def _conv(weight_shape=(2, 2, 3, 3), **attrs) -> onnx.ModelProto:
     w = const("w", np.ones(weight_shape, np.float32))
-    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", **attrs)], [X4], [Y4],
-                 [w])
+    return model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", **attrs)], [X4], [Y4], [w])
 
 
 def _pool(op: str = "MaxPool", **attrs) -> onnx.ModelProto:
@@ -42,51 +41,78 @@ def _with(m: onnx.ModelProto, edit: Callable[[onnx.ModelProto], None]) -> onnx.M
 def _set_ir(version: int) -> Callable[[onnx.ModelProto], None]:
     def edit(m: onnx.ModelProto) -> None:
         m.ir_version = version
+
     return edit
 
 
 def _cycle() -> onnx.ModelProto:
-    return model([helper.make_node("Add", ["x", "b"], ["a"], name="add"),
-                  helper.make_node("Relu", ["a"], ["b"], name="relu"),
-                  helper.make_node("Relu", ["a"], ["y"], name="out")],
-                 [tensor("x", [2])], [tensor("y", [2])])
+    return model(
+        [
+            helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+            helper.make_node("Relu", ["a"], ["b"], name="relu"),
+            helper.make_node("Relu", ["a"], ["y"], name="out"),
+        ],
+        [tensor("x", [2])],
+        [tensor("y", [2])],
+    )
 
 
 def _undefined() -> onnx.ModelProto:
-    return model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
-                 [tensor("x", [2])], [tensor("y", [2])])
+    return model(
+        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
+        [tensor("x", [2])],
+        [tensor("y", [2])],
+    )
 
 
 def _duplicate() -> onnx.ModelProto:
-    return model([helper.make_node("Relu", ["x"], ["y"], name="a"),
-                  helper.make_node("Neg", ["x"], ["y"], name="b")],
-                 [tensor("x", [2])], [tensor("y", [2])])
+    return model(
+        [
+            helper.make_node("Relu", ["x"], ["y"], name="a"),
+            helper.make_node("Neg", ["x"], ["y"], name="b"),
+        ],
+        [tensor("x", [2])],
+        [tensor("y", [2])],
+    )
 
 
 def _missing_initializer() -> onnx.ModelProto:
     # An IR-3 style model lists its weights as graph inputs too; here one initializer is gone
     # and the checker's topological-order check is the one that notices.
-    m = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
-              [tensor("x", [2, 3])], [tensor("y", [2, 4])], [const("w", np.ones((3, 4),
-                                                                              np.float32))])
+    m = model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [tensor("x", [2, 3])],
+        [tensor("y", [2, 4])],
+        [const("w", np.ones((3, 4), np.float32))],
+    )
     del m.graph.initializer[:]
     return m
 
 
 def _huge_constant() -> onnx.ModelProto:
     shape = const("s", np.array([100_000, 100_000, 100], np.int64))
-    return model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")], [],
-                 [tensor("y", [None] * 3)], [shape])
+    return model(
+        [helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")],
+        [],
+        [tensor("y", [None] * 3)],
+        [shape],
+    )
 
 
 def _string_input() -> onnx.ModelProto:
-    return model([helper.make_node("Identity", ["x"], ["y"], name="id")],
-                 [tensor("x", [2], TensorProto.STRING)], [tensor("y", [2], TensorProto.STRING)])
+    return model(
+        [helper.make_node("Identity", ["x"], ["y"], name="id")],
+        [tensor("x", [2], TensorProto.STRING)],
+        [tensor("y", [2], TensorProto.STRING)],
+    )
 
 
 def _mixed_types() -> onnx.ModelProto:
-    return model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-                 [tensor("x", [2]), tensor("w", [2], TensorProto.DOUBLE)], [tensor("y", [2])])
+    return model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor("x", [2]), tensor("w", [2], TensorProto.DOUBLE)],
+        [tensor("y", [2])],
+    )
 
 
 def _bad_utf8() -> bytes:
@@ -95,8 +121,12 @@ def _bad_utf8() -> bytes:
 
 
 def _raw_data_short() -> onnx.ModelProto:
-    m = model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [tensor("x", [2])],
-              [tensor("y", [2])], [const("w", np.ones(5, np.float32))])
+    m = model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor("x", [2])],
+        [tensor("y", [2])],
+        [const("w", np.ones(5, np.float32))],
+    )
     m.graph.initializer[0].dims[:] = [2]  # 5 floats of raw data for 2 declared
     return m
 
@@ -117,52 +147,97 @@ CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...
     "missing initializer": (_missing_initializer, ModelError, ("'w'",)),
     "invalid UTF-8 in a name": (_bad_utf8, ModelError, ("checker",)),
     "mixed element types": (_mixed_types, ModelError, ("'add' (Add)", "same element type")),
-    "declared output type wrong": (lambda: model(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])],
-        [tensor("y", [2], TensorProto.BOOL)]), ModelError, ("'relu' (Relu)", "declared bool")),
+    "declared output type wrong": (
+        lambda: model(
+            [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+            [tensor("x", [2])],
+            [tensor("y", [2], TensorProto.BOOL)],
+        ),
+        ModelError,
+        ("'relu' (Relu)", "declared bool"),
+    ),
     "initializer data and dims disagree": (_raw_data_short, ModelError, ("'w'", "dims [2]")),
-    "no default opset": (lambda: _with(relu(), lambda m: m.ClearField("opset_import")),
-                         ModelError, ("opset_import",)),
+    "no default opset": (
+        lambda: _with(relu(), lambda m: m.ClearField("opset_import")),
+        ModelError,
+        ("opset_import",),
+    ),
     # attributes
-    "zero strides": (lambda: _conv(strides=[0, 1]), ModelError,
-                     ("'c1' (Conv)", "'strides'", "positive")),
-    "zero dilations": (lambda: _conv(dilations=[1, 0]), ModelError,
-                       ("'c1' (Conv)", "'dilations'")),
-    "negative pads": (lambda: _conv(pads=[-1, 0, 0, 0]), ModelError,
-                      ("'c1' (Conv)", "'pads'", "non-negative")),
+    "zero strides": (
+        lambda: _conv(strides=[0, 1]),
+        ModelError,
+        ("'c1' (Conv)", "'strides'", "positive"),
+    ),
+    "zero dilations": (lambda: _conv(dilations=[1, 0]), ModelError, ("'c1' (Conv)", "'dilations'")),
+    "negative pads": (
+        lambda: _conv(pads=[-1, 0, 0, 0]),
+        ModelError,
+        ("'c1' (Conv)", "'pads'", "non-negative"),
+    ),
     "pads length": (lambda: _conv(pads=[1, 1]), ModelError, ("'c1' (Conv)", "'pads'", "4")),
-    "strides length": (lambda: _pool(kernel_shape=[2, 2], strides=[1, 1, 1]), ModelError,
-                       ("'p1' (MaxPool)", "'strides'", "2")),
-    "kernel larger than input": (lambda: _conv(weight_shape=(2, 2, 7, 7)), ModelError,
-                                 ("'c1' (Conv)", "'kernel_shape'", "padded input (5)")),
+    "strides length": (
+        lambda: _pool(kernel_shape=[2, 2], strides=[1, 1, 1]),
+        ModelError,
+        ("'p1' (MaxPool)", "'strides'", "2"),
+    ),
+    "kernel larger than input": (
+        lambda: _conv(weight_shape=(2, 2, 7, 7)),
+        ModelError,
+        ("'c1' (Conv)", "'kernel_shape'", "padded input (5)"),
+    ),
     "pool kernel larger than padded input": (
-        lambda: _pool(kernel_shape=[8, 2], pads=[1, 0, 1, 0]), ModelError,
-        ("'p1' (MaxPool)", "'kernel_shape'", "padded input (7)")),
-    "zero kernel": (lambda: _pool("AveragePool", kernel_shape=[0, 2]), ModelError,
-                    ("'p1' (AveragePool)", "'kernel_shape'")),
-    "unknown auto_pad": (lambda: _pool(kernel_shape=[2, 2], auto_pad="SIDEWAYS"), ModelError,
-                         ("'p1' (MaxPool)", "'auto_pad'", "SIDEWAYS")),
-    "group does not divide": (lambda: _conv(weight_shape=(3, 1, 3, 3), group=3), ModelError,
-                              ("'c1' (Conv)", "'group'")),
-    "softmax axis": (lambda: _one("Softmax", axis=4), ModelError,
-                     ("'n1' (Softmax)", "'axis'", "rank 4")),
-    "concat axis": (lambda: model([helper.make_node("Concat", ["x", "x"], ["y"], name="cat",
-                                                    axis=-5)], [X4], [Y4]),
-                    ModelError, ("'cat' (Concat)", "'axis' = -5")),
+        lambda: _pool(kernel_shape=[8, 2], pads=[1, 0, 1, 0]),
+        ModelError,
+        ("'p1' (MaxPool)", "'kernel_shape'", "padded input (7)"),
+    ),
+    "zero kernel": (
+        lambda: _pool("AveragePool", kernel_shape=[0, 2]),
+        ModelError,
+        ("'p1' (AveragePool)", "'kernel_shape'"),
+    ),
+    "unknown auto_pad": (
+        lambda: _pool(kernel_shape=[2, 2], auto_pad="SIDEWAYS"),
+        ModelError,
+        ("'p1' (MaxPool)", "'auto_pad'", "SIDEWAYS"),
+    ),
+    "group does not divide": (
+        lambda: _conv(weight_shape=(3, 1, 3, 3), group=3),
+        ModelError,
+        ("'c1' (Conv)", "'group'"),
+    ),
+    "softmax axis": (
+        lambda: _one("Softmax", axis=4),
+        ModelError,
+        ("'n1' (Softmax)", "'axis'", "rank 4"),
+    ),
+    "concat axis": (
+        lambda: model(
+            [helper.make_node("Concat", ["x", "x"], ["y"], name="cat", axis=-5)], [X4], [Y4]
+        ),
+        ModelError,
+        ("'cat' (Concat)", "'axis' = -5"),
+    ),
     "flatten axis": (lambda: _one("Flatten", axis=6), ModelError, ("'n1' (Flatten)", "'axis'")),
-    "transpose perm": (lambda: _one("Transpose", perm=[0, 1, 1, 2]), ModelError,
-                       ("'n1' (Transpose)", "'perm'")),
+    "transpose perm": (
+        lambda: _one("Transpose", perm=[0, 1, 1, 2]),
+        ModelError,
+        ("'n1' (Transpose)", "'perm'"),
+    ),
     "LRN size": (lambda: _one("LRN", size=0), ModelError, ("'n1' (LRN)", "'size'")),
-    "gemm shapes": (lambda: model([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc")],
-                                  [tensor("x", [2, 3])], [tensor("y", [None, None])],
-                                  [const("w", np.ones((4, 5), np.float32))]),
-                    ShapeError, ("'fc' (Gemm)", "inner dimension")),
+    "gemm shapes": (
+        lambda: model(
+            [helper.make_node("Gemm", ["x", "w"], ["y"], name="fc")],
+            [tensor("x", [2, 3])],
+            [tensor("y", [None, None])],
+            [const("w", np.ones((4, 5), np.float32))],
+        ),
+        ShapeError,
+        ("'fc' (Gemm)", "inner dimension"),
+    ),
     # shapes and types
     "negative dimension": (lambda: relu((-3, 2)), ShapeError, ("'x'", "negative")),
-    "huge input": (lambda: relu((100_000, 100_000, 10)), ModelError,
-                   ("'x'", "max_tensor_bytes")),
-    "huge constant": (_huge_constant, ModelError, ("'fill' (ConstantOfShape)",
-                                                   "max_tensor_bytes")),
+    "huge input": (lambda: relu((100_000, 100_000, 10)), ModelError, ("'x'", "max_tensor_bytes")),
+    "huge constant": (_huge_constant, ModelError, ("'fill' (ConstantOfShape)", "max_tensor_bytes")),
     "string tensors": (_string_input, UnsupportedOpError, ("'x'", "string", "numeric")),
 }
 
@@ -205,8 +280,9 @@ def test_memory_limit_is_an_option():
 
 
 def test_memory_limit_applies_to_shapes_given_at_run_time():
-    sess = polyonnx.InferenceSession(relu(("n", 3)), options=polyonnx.Options(
-        max_tensor_bytes=4096))
+    sess = polyonnx.InferenceSession(
+        relu(("n", 3)), options=polyonnx.Options(max_tensor_bytes=4096)
+    )
     assert sess.run(None, {"x": np.ones((4, 3), np.float32)})[0].shape == (4, 3)
     with pytest.raises(PolyonnxError, match="max_tensor_bytes"):
         sess.run(None, {"x": np.ones((1000, 3), np.float32)})
@@ -217,10 +293,15 @@ def test_huge_input_shapes_are_refused_before_allocation():
         polyonnx.compile(relu(("n", 3)), input_shapes={"x": (10**12, 3)})
 
 
-def _external(tmp_path, location: str, offset: int = 0, length: int | None = None
-              ) -> onnx.ModelProto:
-    m = model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [tensor("x", [4])],
-              [tensor("y", [4])], [const("w", np.arange(4, dtype=np.float32))])
+def _external(
+    tmp_path, location: str, offset: int = 0, length: int | None = None
+) -> onnx.ModelProto:
+    m = model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor("x", [4])],
+        [tensor("y", [4])],
+        [const("w", np.arange(4, dtype=np.float32))],
+    )
     t = m.graph.initializer[0]
     t.ClearField("raw_data")
     t.data_location = onnx.TensorProto.EXTERNAL
@@ -233,19 +314,21 @@ def _external(tmp_path, location: str, offset: int = 0, length: int | None = Non
     return m
 
 
-@pytest.mark.parametrize("location, offset, length, message", [
-    ("../outside.bin", 0, 16, "inside the model's folder"),
-    ("sub/../../outside.bin", 0, 16, "inside the model's folder"),
-    ("/etc/passwd", 0, 16, "inside the model's folder"),
-    ("link.bin", 0, 16, "outside the model's folder"),
-    ("weights.bin", 8, 16, "past the end"),
-    ("weights.bin", -4, 4, "past the end"),
-    ("weights.bin", 0, 10**15, "past the end"),
-    ("missing.bin", 0, 16, "does not exist"),
-    ("sub", 0, 16, "does not exist"),
-])
-def test_external_data_is_confined_to_the_model_folder(tmp_path, location, offset, length,
-                                                       message):
+@pytest.mark.parametrize(
+    "location, offset, length, message",
+    [
+        ("../outside.bin", 0, 16, "inside the model's folder"),
+        ("sub/../../outside.bin", 0, 16, "inside the model's folder"),
+        ("/etc/passwd", 0, 16, "inside the model's folder"),
+        ("link.bin", 0, 16, "outside the model's folder"),
+        ("weights.bin", 8, 16, "past the end"),
+        ("weights.bin", -4, 4, "past the end"),
+        ("weights.bin", 0, 10**15, "past the end"),
+        ("missing.bin", 0, 16, "does not exist"),
+        ("sub", 0, 16, "does not exist"),
+    ],
+)
+def test_external_data_is_confined_to_the_model_folder(tmp_path, location, offset, length, message):
     folder = tmp_path / "model"
     (folder / "sub").mkdir(parents=True)
     (folder / "weights.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
@@ -268,7 +351,11 @@ def test_external_data_inside_the_folder_runs(tmp_path):
 
 def test_validation_does_not_refuse_valid_edge_cases():
     """Kernel exactly the padded input, SAME padding with a large kernel, negative axes."""
-    for m in (_conv(weight_shape=(2, 2, 5, 5)), _conv(weight_shape=(2, 2, 7, 7), pads=[1] * 4),
-              _pool(kernel_shape=[9, 9], auto_pad="SAME_UPPER"), _one("Softmax", axis=-4),
-              _one("Flatten", axis=4)):
+    for m in (
+        _conv(weight_shape=(2, 2, 5, 5)),
+        _conv(weight_shape=(2, 2, 7, 7), pads=[1] * 4),
+        _pool(kernel_shape=[9, 9], auto_pad="SAME_UPPER"),
+        _one("Softmax", axis=-4),
+        _one("Flatten", axis=4),
+    ):
         polyonnx.compile(m)

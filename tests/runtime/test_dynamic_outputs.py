@@ -14,17 +14,28 @@ import polyonnx
 from polyonnx.codegen.aot import write_library
 from polyonnx.testing import onnxruntime_outputs
 
-_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
-          np.dtype(np.bool_): TensorProto.BOOL}
+_TYPES = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.bool_): TensorProto.BOOL,
+}
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray],
-           outputs: list[tuple[str, int, int]], opset: int = 13) -> onnx.ModelProto:
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, np.ndarray],
+    outputs: list[tuple[str, int, int]],
+    opset: int = 13,
+) -> onnx.ModelProto:
     graph = helper.make_graph(
-        nodes, "dyn", [helper.make_tensor_value_info(k, _TYPES[v.dtype], list(v.shape))
-                       for k, v in inputs.items()],
-        [helper.make_tensor_value_info(name, elem, [None] * rank)
-         for name, elem, rank in outputs])
+        nodes,
+        "dyn",
+        [
+            helper.make_tensor_value_info(k, _TYPES[v.dtype], list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info(name, elem, [None] * rank) for name, elem, rank in outputs],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -38,8 +49,9 @@ def _check(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 
 def _nonzero_model() -> onnx.ModelProto:
     x = np.zeros((3, 4), np.float32)
-    return _model([helper.make_node("NonZero", ["x"], ["y"])], {"x": x},
-                  [("y", TensorProto.INT64, 2)])
+    return _model(
+        [helper.make_node("NonZero", ["x"], ["y"])], {"x": x}, [("y", TensorProto.INT64, 2)]
+    )
 
 
 def test_non_zero_sizes_its_output_per_run() -> None:
@@ -58,8 +70,11 @@ def test_compress(axis: int | None) -> None:
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     cond = np.array([True, False, True], np.bool_)
     attrs = {} if axis is None else {"axis": axis}
-    model = _model([helper.make_node("Compress", ["x", "cond"], ["y"], **attrs)],
-                   {"x": x, "cond": cond}, [("y", TensorProto.FLOAT, 1 if axis is None else 2)])
+    model = _model(
+        [helper.make_node("Compress", ["x", "cond"], ["y"], **attrs)],
+        {"x": x, "cond": cond},
+        [("y", TensorProto.FLOAT, 1 if axis is None else 2)],
+    )
     sess = polyonnx.InferenceSession(model)
     for c in (cond, ~cond, np.ones(3, np.bool_)):
         feeds = {"x": x, "cond": c}
@@ -71,10 +86,17 @@ def test_compress(axis: int | None) -> None:
 def test_unique(sorted_: int, axis: int | None) -> None:
     x = np.array([[2, 1, 2], [0, 5, 0], [2, 1, 2], [7, 7, 7]], np.int64)
     attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
-    model = _model([helper.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], **attrs)],
-                   {"x": x}, [("y", TensorProto.INT64, 1 if axis is None else 2),
-                              ("idx", TensorProto.INT64, 1), ("inv", TensorProto.INT64, 1),
-                              ("cnt", TensorProto.INT64, 1)], opset=11)
+    model = _model(
+        [helper.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], **attrs)],
+        {"x": x},
+        [
+            ("y", TensorProto.INT64, 1 if axis is None else 2),
+            ("idx", TensorProto.INT64, 1),
+            ("inv", TensorProto.INT64, 1),
+            ("cnt", TensorProto.INT64, 1),
+        ],
+        opset=11,
+    )
     sess = polyonnx.InferenceSession(model)
     for feed in (x, x[::-1].copy(), np.zeros_like(x)):
         _check(sess.run(None, {"x": feed}), onnxruntime_outputs(model, {"x": feed}))
@@ -82,9 +104,11 @@ def test_unique(sorted_: int, axis: int | None) -> None:
 
 def test_dynamic_and_static_outputs_together() -> None:
     x = np.array([3.0, 0.0, 1.0, 0.0], np.float32)
-    model = _model([helper.make_node("NonZero", ["x"], ["y"]),
-                    helper.make_node("Relu", ["x"], ["r"])],
-                   {"x": x}, [("y", TensorProto.INT64, 2), ("r", TensorProto.FLOAT, 1)])
+    model = _model(
+        [helper.make_node("NonZero", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["r"])],
+        {"x": x},
+        [("y", TensorProto.INT64, 2), ("r", TensorProto.FLOAT, 1)],
+    )
     got = polyonnx.InferenceSession(model).run(["r", "y"], {"x": x})
     want = onnxruntime_outputs(model, {"x": x})
     _check(got, [want[1], want[0]])
@@ -92,9 +116,14 @@ def test_dynamic_and_static_outputs_together() -> None:
 
 def test_a_node_reading_a_dynamic_value_is_refused() -> None:
     x = np.zeros(4, np.float32)
-    model = _model([helper.make_node("NonZero", ["x"], ["nz"]),
-                    helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT)],
-                   {"x": x}, [("y", TensorProto.FLOAT, 2)])
+    model = _model(
+        [
+            helper.make_node("NonZero", ["x"], ["nz"]),
+            helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT),
+        ],
+        {"x": x},
+        [("y", TensorProto.FLOAT, 2)],
+    )
     with pytest.raises(polyonnx.UnsupportedOpError, match="'nz'.*only as graph outputs"):
         polyonnx.InferenceSession(model)
 
@@ -115,9 +144,11 @@ def test_shared_library_reports_the_extent(tmp_path) -> None:
 
 def test_top_k_with_k_fed_at_run_time() -> None:
     x = np.array([[3.0, 1.0, 4.0, 1.0, 5.0], [9.0, 2.0, 6.0, 5.0, 3.0]], np.float32)
-    model = _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)],
-                   {"x": x, "k": np.array([2], np.int64)},
-                   [("v", TensorProto.FLOAT, 2), ("i", TensorProto.INT64, 2)])
+    model = _model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)],
+        {"x": x, "k": np.array([2], np.int64)},
+        [("v", TensorProto.FLOAT, 2), ("i", TensorProto.INT64, 2)],
+    )
     sess = polyonnx.InferenceSession(model)
     assert sess.get_outputs()[0].shape == [2, "TopK_0_count"]
     for k in (0, 2, 5):

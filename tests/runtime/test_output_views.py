@@ -9,9 +9,11 @@ from tests.reliability.models import model, tensor
 
 def test_a_view_of_an_input_that_is_an_output_and_also_consumed():
     # Regression (fuzz graph seed 194): the output's copy kernel runs before its readers.
-    m = model([helper.make_node("Flatten", ["x"], ["y"], axis=1),
-               helper.make_node("Neg", ["y"], ["z"])],
-              [tensor("x", [2, 3])], [tensor("y", [2, 3]), tensor("z", [2, 3])])
+    m = model(
+        [helper.make_node("Flatten", ["x"], ["y"], axis=1), helper.make_node("Neg", ["y"], ["z"])],
+        [tensor("x", [2, 3])],
+        [tensor("y", [2, 3]), tensor("z", [2, 3])],
+    )
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     y, z = polyonnx.InferenceSession(m).run(None, {"x": x})
     np.testing.assert_array_equal(y, x)

@@ -16,9 +16,16 @@ def _model(shape=(2, 3), dims=None) -> onnx.ModelProto:
     w = helper.make_tensor_value_info("w", TensorProto.FLOAT, dims)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, dims)
-    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["s"]),
-                           helper.make_node("Relu", ["s"], ["y"]),
-                           helper.make_node("Mul", ["x", "w"], ["z"])], "addrelu", [x, w], [y, z])
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "w"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+            helper.make_node("Mul", ["x", "w"], ["z"]),
+        ],
+        "addrelu",
+        [x, w],
+        [y, z],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -29,8 +36,10 @@ def session():
 
 def _feed(shape=(2, 3), seed=0):
     rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal(shape).astype(np.float32),
-            "w": rng.standard_normal(shape).astype(np.float32)}
+    return {
+        "x": rng.standard_normal(shape).astype(np.float32),
+        "w": rng.standard_normal(shape).astype(np.float32),
+    }
 
 
 def test_run_matches_onnxruntime(session):
@@ -42,8 +51,10 @@ def test_run_matches_onnxruntime(session):
 
 def test_inputs_and_outputs_are_described(session):
     ins, outs = session.get_inputs(), session.get_outputs()
-    assert [(a.name, a.shape, a.type) for a in ins] == [("x", [2, 3], "tensor(float)"),
-                                                        ("w", [2, 3], "tensor(float)")]
+    assert [(a.name, a.shape, a.type) for a in ins] == [
+        ("x", [2, 3], "tensor(float)"),
+        ("w", [2, 3], "tensor(float)"),
+    ]
     assert [a.name for a in outs] == ["y", "z"]
 
 
@@ -56,14 +67,17 @@ def test_output_names_select_and_order(session):
         session.run(["nope"], feed)
 
 
-@pytest.mark.parametrize("feed, message", [
-    ({"x": np.zeros((2, 3), np.float32)}, "missing input"),
-    ({**_feed(), "v": np.zeros(1)}, "unknown input"),
-    ({"x": np.zeros((2, 3), np.float64), "w": np.zeros((2, 3), np.float32)}, "'x'.*dtype"),
-    ({"x": np.zeros((3, 2), np.float32), "w": np.zeros((2, 3), np.float32)}, "'x'.*shape"),
-    ({"x": np.zeros((2, 3, 1), np.float32), "w": np.zeros((2, 3), np.float32)}, "'x'.*shape"),
-    ({"x": "hello", "w": np.zeros((2, 3), np.float32)}, "'x'"),
-])
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({"x": np.zeros((2, 3), np.float32)}, "missing input"),
+        ({**_feed(), "v": np.zeros(1)}, "unknown input"),
+        ({"x": np.zeros((2, 3), np.float64), "w": np.zeros((2, 3), np.float32)}, "'x'.*dtype"),
+        ({"x": np.zeros((3, 2), np.float32), "w": np.zeros((2, 3), np.float32)}, "'x'.*shape"),
+        ({"x": np.zeros((2, 3, 1), np.float32), "w": np.zeros((2, 3), np.float32)}, "'x'.*shape"),
+        ({"x": "hello", "w": np.zeros((2, 3), np.float32)}, "'x'"),
+    ],
+)
 def test_bad_feeds_are_refused_by_name(session, feed, message):
     with pytest.raises(InputError, match=message):
         session.run(None, feed)
@@ -142,8 +156,9 @@ def test_output_that_is_an_input_is_copied():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "id", [x], [y])
-    sess = polyonnx.InferenceSession(helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 17)]))
+    sess = polyonnx.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    )
     a = np.arange(3, dtype=np.float32)
     out = sess.run(None, {"x": a})[0]
     np.testing.assert_array_equal(out, a)
@@ -154,9 +169,11 @@ def _conv_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])
     w = onnx.numpy_helper.from_array(
-        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-                          "conv", [x], [y], [w])
+        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w"
+    )
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv", [x], [y], [w]
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -25,8 +25,10 @@ from polyonnx.schedule.strategies import Tiling, default_schedule, parallel
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "data", "default_asts.json")
 # (for the 2-core machine the project is measured on: the thread count shapes parallel tiles)
-TILINGS = {"avx2": Tiling.for_vector_bits(256, threads=2),
-           "avx512": Tiling.for_vector_bits(512, threads=2)}
+TILINGS = {
+    "avx2": Tiling.for_vector_bits(256, threads=2),
+    "avx512": Tiling.for_vector_bits(512, threads=2),
+}
 
 
 @functools.cache

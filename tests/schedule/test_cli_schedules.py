@@ -10,10 +10,14 @@ from polyonnx.cli import main
 
 def _model_file(tmp_path):
     g = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("Mul", ["r", "r"], ["y"], name="square")], "g",
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Mul", ["r", "r"], ["y"], name="square"),
+        ],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 20])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 20])])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 20])],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return str(path)

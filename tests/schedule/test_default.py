@@ -26,8 +26,11 @@ def test_matmul_gets_a_register_tile(monkeypatch):
 
 def test_a_loop_carrying_a_dependence_is_never_parallel(monkeypatch):
     monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
-    marks = [line.split()[2:] for line in _ast(stencil(64, 64)).splitlines()
-             if line.strip().startswith("// parallel")]
+    marks = [
+        line.split()[2:]
+        for line in _ast(stencil(64, 64)).splitlines()
+        if line.strip().startswith("// parallel")
+    ]
     # t (c0) carries the dependence; i (c1) does not, whatever t is.
     assert all("c0" not in names for names in marks)
 
@@ -38,14 +41,20 @@ def test_degenerate_outer_loops_do_not_hide_a_carried_dependence(monkeypatch):
     monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
     n, t, i = Aff.var("n"), Aff.var("t"), Aff.var("i")
     s = Stmt("S0", Access("A", (n, t, i)), Load("A", (n, t - 1, i), "float32") + 1.0)
-    k = Kernel("k", (Buffer("A", "float32", (1, 32, 32), "output"),),
-               (Loop("n", 0, 1, (Loop("t", 1, 32, (Loop("i", 0, 32, (s,)),)),)),))
+    k = Kernel(
+        "k",
+        (Buffer("A", "float32", (1, 32, 32), "output"),),
+        (Loop("n", 0, 1, (Loop("t", 1, 32, (Loop("i", 0, 32, (s,)),)),)),),
+    )
     text = _ast(k)
     # n may be named, but it is no loop (its band is left out of the isl tree): the t loop
     # (c0) that actually iterates is not named.
     assert "for (int c0 = 1; c0 <= 31" in text
-    assert not any("c0" in line.split()[2:] for line in text.splitlines()
-                   if line.strip().startswith("// parallel"))
+    assert not any(
+        "c0" in line.split()[2:]
+        for line in text.splitlines()
+        if line.strip().startswith("// parallel")
+    )
 
 
 def test_default_schedules_compute_the_same_results(monkeypatch):
@@ -76,16 +85,39 @@ def test_reduction_chunks_hold_about_depth_iterations():
     assert split(_reduction(8, 32), 64) == (0, 2)  # 1x1 conv: 2 blocks of 32 channels
     # 3x3 conv: a block of 32 channels has 288 iterations; its kernel rows (96) are the chunk
     assert split(_reduction(8, 3, 3, 32), 64) == (1, 1)
-    assert split(_reduction(1024,), 128) == (0, 128)  # GEMM: chunks of k
+    assert split(
+        _reduction(
+            1024,
+        ),
+        128,
+    ) == (0, 128)  # GEMM: chunks of k
     assert split(_reduction(3, 7, 7), 64) == (0, 1)  # RGB stem: one input channel
 
 
 def _copy(rows: int) -> Kernel:
     i, j = Aff.var("i"), Aff.var("j")
-    return Kernel("copy", (Buffer("x", "float32", (rows, 1024), "input"),
-                           Buffer("y", "float32", (rows, 1024), "output")),
-                  (Loop("i", 0, rows, (Loop("j", 0, 1024, (
-                      Stmt("S0", Access("y", (i, j)), Load("x", (i, j), "float32")),)),)),))
+    return Kernel(
+        "copy",
+        (
+            Buffer("x", "float32", (rows, 1024), "input"),
+            Buffer("y", "float32", (rows, 1024), "output"),
+        ),
+        (
+            Loop(
+                "i",
+                0,
+                rows,
+                (
+                    Loop(
+                        "j",
+                        0,
+                        1024,
+                        (Stmt("S0", Access("y", (i, j)), Load("x", (i, j), "float32")),),
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 def test_a_copy_runs_in_parallel_when_it_moves_enough_memory():

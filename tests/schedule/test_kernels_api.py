@@ -10,15 +10,22 @@ from polyonnx.runtime.session import Executable
 
 
 def _model():
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3))
-                                .astype(np.float32), "W")
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "W"
+    )
     g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-         helper.make_node("Relu", ["c"], ["r"], name="relu"),
-         helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2],
-                          strides=[2, 2])],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], [w])
+        [
+            helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"], name="relu"),
+            helper.make_node(
+                "MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [w],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 

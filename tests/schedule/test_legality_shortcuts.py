@@ -39,9 +39,14 @@ def _carries(s: Schedule, path: tuple[int, ...]) -> bool:
     band = get(s.tree, path)
     assert isinstance(band, Band)
     try:
-        check_not_carried("probe", band.name, s.poly, s.dependences,
-                          prefix_map(s.tree, path, s.poly, inclusive=False),
-                          band_map(band, s.poly))
+        check_not_carried(
+            "probe",
+            band.name,
+            s.poly,
+            s.dependences,
+            prefix_map(s.tree, path, s.poly, inclusive=False),
+            band_map(band, s.poly),
+        )
     except ScheduleError:
         return True
     return False

@@ -8,21 +8,31 @@ from tests.kernels import matmul, stencil
 
 def test_domain_and_accesses_of_matmul():
     poly = PolyKernel.build(matmul(4, 5, 3))
-    assert poly.domain.is_equal(isl.UnionSet(
-        "{ S0[i, j] : 0 <= i < 4 and 0 <= j < 5; S1[i, j, k] : 0 <= i < 4 and 0 <= j < 5 and "
-        "0 <= k < 3 }"))
-    assert poly.reads.is_equal(isl.UnionMap(
-        "{ S1[i, j, k] -> C[i, j]; S1[i, j, k] -> A[i, k]; S1[i, j, k] -> B[k, j] }"
-    ).intersect_domain(poly.domain))
-    assert poly.writes.is_equal(isl.UnionMap(
-        "{ S0[i, j] -> C[i, j]; S1[i, j, k] -> C[i, j] }").intersect_domain(poly.domain))
+    assert poly.domain.is_equal(
+        isl.UnionSet(
+            "{ S0[i, j] : 0 <= i < 4 and 0 <= j < 5; S1[i, j, k] : 0 <= i < 4 and 0 <= j < 5 and "
+            "0 <= k < 3 }"
+        )
+    )
+    assert poly.reads.is_equal(
+        isl.UnionMap(
+            "{ S1[i, j, k] -> C[i, j]; S1[i, j, k] -> A[i, k]; S1[i, j, k] -> B[k, j] }"
+        ).intersect_domain(poly.domain)
+    )
+    assert poly.writes.is_equal(
+        isl.UnionMap("{ S0[i, j] -> C[i, j]; S1[i, j, k] -> C[i, j] }").intersect_domain(
+            poly.domain
+        )
+    )
 
 
 def test_matmul_dependences_are_exact():
     deps = PolyKernel.build(matmul(4, 5, 3)).dependences()
-    expected = isl.UnionMap("{ S0[i, j] -> S1[i, j, 0] : 0 <= i < 4 and 0 <= j < 5; "
-                            "S1[i, j, k] -> S1[i, j, k + 1] : 0 <= i < 4 and 0 <= j < 5 and "
-                            "0 <= k < 2 }")
+    expected = isl.UnionMap(
+        "{ S0[i, j] -> S1[i, j, 0] : 0 <= i < 4 and 0 <= j < 5; "
+        "S1[i, j, k] -> S1[i, j, k + 1] : 0 <= i < 4 and 0 <= j < 5 and "
+        "0 <= k < 2 }"
+    )
     assert deps.raw.is_equal(expected)
     assert deps.waw.is_equal(expected)
 

@@ -26,12 +26,16 @@ def _base(name: str) -> tuple[Schedule, dict, dict]:
 
 def _adjacent_bands(s: Schedule) -> list[tuple[str, str]]:
     """(outer, inner) loop pairs where inner is the outer's whole body."""
-    return [(n.name, n.child.name) for _, n in walk(s.tree)
-            if isinstance(n, Band) and isinstance(n.child, Band)]
+    return [
+        (n.name, n.child.name)
+        for _, n in walk(s.tree)
+        if isinstance(n, Band) and isinstance(n.child, Band)
+    ]
 
 
 def _siblings(s: Schedule) -> list[tuple[str, str]]:
     """(first, second) names of adjacent children of a sequence (loops or statements)."""
+
     def name(n):
         return n.name if isinstance(n, Band) else n.stmt if isinstance(n, Leaf) else None
 
@@ -53,10 +57,28 @@ def _inner_loops(s: Schedule, block: str) -> list[str]:
 @st.composite
 def verb(draw, s: Schedule):
     loops = list(s.loops)
-    kind = draw(st.sampled_from(["split", "tile", "interchange", "fuse", "distribute",
-                                 "compute_at", "reverse_compute_at", "vectorize", "parallel",
-                                 "unroll", "skew", "reverse", "isolate", "cache_read",
-                                 "cache_write", "pack"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "split",
+                "tile",
+                "interchange",
+                "fuse",
+                "distribute",
+                "compute_at",
+                "reverse_compute_at",
+                "vectorize",
+                "parallel",
+                "unroll",
+                "skew",
+                "reverse",
+                "isolate",
+                "cache_read",
+                "cache_write",
+                "pack",
+            ]
+        )
+    )
     loop = draw(st.sampled_from(loops))
     small = st.integers(1, 4)
     if kind == "split":
@@ -120,11 +142,13 @@ def test_scheduled_equals_unscheduled_or_refused(data):
     got = run(s, arrays)
     for b in s.original.buffers:
         if b.kind == "output":
-            np.testing.assert_allclose(got[b.name], expected[b.name], rtol=1e-5, atol=1e-5,
-                                       err_msg=f"{name}: {s.trace}")
+            np.testing.assert_allclose(
+                got[b.name], expected[b.name], rtol=1e-5, atol=1e-5, err_msg=f"{name}: {s.trace}"
+            )
     again = Schedule.from_kernel(s.original).replay(Trace.from_json(s.trace.to_json()))
     # isl prints the pieces of union objects in hash order (ids hash by address), so equal
     # trees may print differently: compare the kernels and schedule maps when the text differs.
     assert again.isl_text() == s.isl_text() or (
         str(again.kernel) == str(s.kernel)
-        and again.isl_schedule.get_map().is_equal(s.isl_schedule.get_map()))
+        and again.isl_schedule.get_map().is_equal(s.isl_schedule.get_map())
+    )

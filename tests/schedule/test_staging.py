@@ -84,14 +84,24 @@ def test_stages_compose_with_later_verbs():
 
 def test_packed_matmul_compiles_and_runs():
     m, k, n = 8, 12, 16
-    model = oh.make_model(oh.make_graph(
-        [oh.make_node("MatMul", ["a", "b"], ["c"])], "mm",
-        [oh.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [m, k]),
-         oh.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [k, n])],
-        [oh.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [m, n])]))
+    model = oh.make_model(
+        oh.make_graph(
+            [oh.make_node("MatMul", ["a", "b"], ["c"])],
+            "mm",
+            [
+                oh.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [m, k]),
+                oh.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [k, n]),
+            ],
+            [oh.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [m, n])],
+        )
+    )
     kernel = polyonnx.compile(model).program.kernels[0]
-    s = (Schedule.from_kernel(kernel).distribute("j").tile(("k", "j_1"), (4, 8))
-         .pack("b", "k_o", (1, 0, 2), (0, 4)))
+    s = (
+        Schedule.from_kernel(kernel)
+        .distribute("j")
+        .tile(("k", "j_1"), (4, 8))
+        .pack("b", "k_o", (1, 0, 2), (0, 4))
+    )
     compiled = polyonnx.compile(model, schedules={kernel.name: s.trace.to_json()})
     assert any(b.name.endswith("_b_pack") for b in compiled.program.kernels[0].buffers)
     sess = Executable.from_compiled(compiled)  # what InferenceSession runs

@@ -31,12 +31,16 @@ def test_a_plan_prints_its_knobs(monkeypatch):
     monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
     s = Schedule.from_kernel(matmul(64, 64, 1024))
     plan = plan_kernel(s, AVX512)
-    assert str(plan) == ("reduction (i, j) over (k): tile i 8 rows x j 32 lanes, vector tiles "
-                         "outermost; chunks: k by 128 after 1 tile loop\nparallel outer loops")
+    assert str(plan) == (
+        "reduction (i, j) over (k): tile i 8 rows x j 32 lanes, vector tiles "
+        "outermost; chunks: k by 128 after 1 tile loop\nparallel outer loops"
+    )
     tiled = apply_kernel_plan(s, dataclasses.replace(plan, parallel=False))
     # (the chunk loop k_o carries the reduction)
-    assert str(plan_parallel(tiled, [("j_1_o", "k_o", "i_1_o")])) == \
-        "parallel(j_1_o, named=(j_1_o, i_1_o))"
+    assert (
+        str(plan_parallel(tiled, [("j_1_o", "k_o", "i_1_o")]))
+        == "parallel(j_1_o, named=(j_1_o, i_1_o))"
+    )
     assert str(KernelPlan((OwnLoops("t"),), parallel=False)) == "own loops from t\none thread"
 
 
@@ -69,15 +73,15 @@ def test_a_changed_plan_is_applied_and_computes_the_same():
     smaller = dataclasses.replace(red, rows=2, vector=8)
     assert "tile oc 2 rows x ow 8 lanes" in str(smaller)
     tuned = apply_kernel_plan(s, dataclasses.replace(plan, nests=(smaller,))).verify()
-    arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32)
-              for b in kernel.buffers}
+    arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
     want, got = run(s, arrays), run(tuned, arrays)
     np.testing.assert_allclose(got["R"], want["R"], rtol=1e-5, atol=1e-5)
 
 
 def test_an_inconsistent_plan_is_refused():
     with pytest.raises(ScheduleError, match="without ragged tiles"):
-        ReductionPlan(("i", "j"), ("k",), (("a", "b"),), 0, 4, None, 16, False, True,
-                      Chunks(0, 8, 1))
+        ReductionPlan(
+            ("i", "j"), ("k",), (("a", "b"),), 0, 4, None, 16, False, True, Chunks(0, 8, 1)
+        )
     with pytest.raises(ScheduleError, match="0 rows"):
         ReductionPlan(("i", "j"), ("k",), (), 0, 0, None, 16, False, False, None)

@@ -29,8 +29,10 @@ def _same_result(s: Schedule) -> None:
 def test_initial_schedule_names_loops_after_iterators():
     s = Schedule.from_kernel(matmul(4, 5, 3))
     assert s.loops == ("i", "j", "k")
-    assert str(s) == ("for i in [0, 4):\n  for j in [0, 5):\n    S0: C[i, j] = 0.0\n"
-                      "    for k in [0, 3):\n      S1: C[i, j] = (C[i, j] + (A[i, k] * B[k, j]))")
+    assert str(s) == (
+        "for i in [0, 4):\n  for j in [0, 5):\n    S0: C[i, j] = 0.0\n"
+        "    for k in [0, 3):\n      S1: C[i, j] = (C[i, j] + (A[i, k] * B[k, j]))"
+    )
     assert Schedule.from_kernel(chain()).loops == ("i", "j", "i_1", "j_1", "i_2", "j_2")
 
 
@@ -88,8 +90,9 @@ def test_interchanging_the_stencil_loops_is_refused_with_its_witness():
     with pytest.raises(ScheduleError) as e:
         Schedule.from_kernel(stencil()).interchange("t", "i")
     msg = str(e.value)
-    assert "RAW dependence S0[t=" in msg and "on A[" in msg and "(distance (1, -1) in (t, i))" \
-        in msg
+    assert (
+        "RAW dependence S0[t=" in msg and "on A[" in msg and "(distance (1, -1) in (t, i))" in msg
+    )
 
 
 def test_skew_makes_the_stencil_interchangeable():

@@ -15,14 +15,53 @@ def conv(relu: bool = False, c: int = 3, oc: int = 4, h: int = 6) -> Kernel:
     n, o, y, x, i, ky, kx = (a(v) for v in ("n", "oc", "oh", "ow", "ic", "kh", "kw"))
     init = Stmt("S0", Access("Y", (n, o, y, x)), Const(0.0, F32))
     guards = (ge(y + ky - 1, 0), lt(y + ky - 1, h), ge(x + kx - 1, 0), lt(x + kx - 1, h))
-    update = Stmt("S1", Access("Y", (n, o, y, x)),
-                  Load("Y", (n, o, y, x), F32)
-                  + Load("X", (n, i, y + ky - 1, x + kx - 1), F32) * Load("W", (o, i, ky, kx), F32),
-                  guards)
-    nest = Loop("n", 0, 1, (Loop("oc", 0, oc, (Loop("oh", 0, h, (Loop("ow", 0, h, (
-        init, Loop("ic", 0, c, (Loop("kh", 0, 3, (Loop("kw", 0, 3, (update,)),)),)))),)),)),))
-    buffers = [Buffer("X", F32, (1, c, h, h), "input"), Buffer("W", F32, (oc, c, 3, 3), "input"),
-               Buffer("Y", F32, (1, oc, h, h), "temp" if relu else "output")]
+    update = Stmt(
+        "S1",
+        Access("Y", (n, o, y, x)),
+        Load("Y", (n, o, y, x), F32)
+        + Load("X", (n, i, y + ky - 1, x + kx - 1), F32) * Load("W", (o, i, ky, kx), F32),
+        guards,
+    )
+    nest = Loop(
+        "n",
+        0,
+        1,
+        (
+            Loop(
+                "oc",
+                0,
+                oc,
+                (
+                    Loop(
+                        "oh",
+                        0,
+                        h,
+                        (
+                            Loop(
+                                "ow",
+                                0,
+                                h,
+                                (
+                                    init,
+                                    Loop(
+                                        "ic",
+                                        0,
+                                        c,
+                                        (Loop("kh", 0, 3, (Loop("kw", 0, 3, (update,)),)),),
+                                    ),
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+    buffers = [
+        Buffer("X", F32, (1, c, h, h), "input"),
+        Buffer("W", F32, (oc, c, 3, 3), "input"),
+        Buffer("Y", F32, (1, oc, h, h), "temp" if relu else "output"),
+    ]
     body: tuple = (nest,)
     if relu:
         idx = tuple(a(f"i{d}") for d in range(4))
@@ -39,12 +78,29 @@ def maxpool(c: int = 2, h: int = 6) -> Kernel:
     """2x2 max pooling, stride 2."""
     ch, y, x, ky, kx = (a(v) for v in ("c", "oh", "ow", "kh", "kw"))
     init = Stmt("S0", Access("Z", (ch, y, x)), Const(-1e30, F32))
-    upd = Stmt("S1", Access("Z", (ch, y, x)),
-               kmax(Load("Z", (ch, y, x), F32), Load("X", (ch, y * 2 + ky, x * 2 + kx), F32)))
-    nest = Loop("c", 0, c, (Loop("oh", 0, h // 2, (Loop("ow", 0, h // 2, (
-        init, Loop("kh", 0, 2, (Loop("kw", 0, 2, (upd,)),)))),)),))
-    return Kernel("maxpool", (Buffer("X", F32, (c, h, h), "input"),
-                              Buffer("Z", F32, (c, h // 2, h // 2), "output")), (nest,))
+    upd = Stmt(
+        "S1",
+        Access("Z", (ch, y, x)),
+        kmax(Load("Z", (ch, y, x), F32), Load("X", (ch, y * 2 + ky, x * 2 + kx), F32)),
+    )
+    nest = Loop(
+        "c",
+        0,
+        c,
+        (
+            Loop(
+                "oh",
+                0,
+                h // 2,
+                (Loop("ow", 0, h // 2, (init, Loop("kh", 0, 2, (Loop("kw", 0, 2, (upd,)),)))),),
+            ),
+        ),
+    )
+    return Kernel(
+        "maxpool",
+        (Buffer("X", F32, (c, h, h), "input"), Buffer("Z", F32, (c, h // 2, h // 2), "output")),
+        (nest,),
+    )
 
 
 def chain(m: int = 5, n: int = 7) -> Kernel:
@@ -57,10 +113,16 @@ def chain(m: int = 5, n: int = 7) -> Kernel:
     def nest(s: Stmt) -> Loop:
         return Loop("i", 0, m, (Loop("j", 0, n, (s,)),))
 
-    return Kernel("chain", (Buffer("A", F32, (m, n), "input"), Buffer("T", F32, (m, n), "temp"),
-                            Buffer("U", F32, (m, n), "temp"),
-                            Buffer("V", F32, (m, n), "output")),
-                  (nest(s0), nest(s1), nest(s2)))
+    return Kernel(
+        "chain",
+        (
+            Buffer("A", F32, (m, n), "input"),
+            Buffer("T", F32, (m, n), "temp"),
+            Buffer("U", F32, (m, n), "temp"),
+            Buffer("V", F32, (m, n), "output"),
+        ),
+        (nest(s0), nest(s1), nest(s2)),
+    )
 
 
 def cumsum(rows: int = 3, n: int = 9) -> Kernel:
@@ -68,24 +130,41 @@ def cumsum(rows: int = 3, n: int = 9) -> Kernel:
     r, i = a("r"), a("i")
     s0 = Stmt("S0", Access("Y", (r, i)), Load("X", (r, i), F32))
     s1 = Stmt("S1", Access("Y", (r, i)), Load("Y", (r, i - 1), F32) + Load("Y", (r, i), F32))
-    return Kernel("cumsum", (Buffer("X", F32, (rows, n), "input"),
-                             Buffer("Y", F32, (rows, n), "output")),
-                  (Loop("r", 0, rows, (Loop("i", 0, n, (s0,)),)),
-                   Loop("r", 0, rows, (Loop("i", 1, n, (s1,)),))))
+    return Kernel(
+        "cumsum",
+        (Buffer("X", F32, (rows, n), "input"), Buffer("Y", F32, (rows, n), "output")),
+        (
+            Loop("r", 0, rows, (Loop("i", 0, n, (s0,)),)),
+            Loop("r", 0, rows, (Loop("i", 1, n, (s1,)),)),
+        ),
+    )
 
 
 def rnn(steps: int = 4, hidden: int = 5) -> Kernel:
     """H[t, j] = tanh(X[t, j] + sum_k W[j, k] * H[t-1, k]): a time loop carrying everything."""
     t, j, k = a("t"), a("j"), a("k")
     s0 = Stmt("S0", Access("H", (t, j)), Load("X", (t, j), F32))
-    s1 = Stmt("S1", Access("H", (t, j)),
-              Load("H", (t, j), F32) + Load("W", (j, k), F32) * Load("H", (t - 1, k), F32))
+    s1 = Stmt(
+        "S1",
+        Access("H", (t, j)),
+        Load("H", (t, j), F32) + Load("W", (j, k), F32) * Load("H", (t - 1, k), F32),
+    )
     s2 = Stmt("S2", Access("H", (t, j)), unary("tanh", Load("H", (t, j), F32)))
-    body = Loop("t", 1, steps, (Loop("j", 0, hidden, (s0, Loop("k", 0, hidden, (s1,)))),
-                                Loop("j", 0, hidden, (s2,))))
-    return Kernel("rnn", (Buffer("X", F32, (steps, hidden), "input"),
-                          Buffer("W", F32, (hidden, hidden), "input"),
-                          Buffer("H", F32, (steps, hidden), "output")), (body,))
+    body = Loop(
+        "t",
+        1,
+        steps,
+        (Loop("j", 0, hidden, (s0, Loop("k", 0, hidden, (s1,)))), Loop("j", 0, hidden, (s2,))),
+    )
+    return Kernel(
+        "rnn",
+        (
+            Buffer("X", F32, (steps, hidden), "input"),
+            Buffer("W", F32, (hidden, hidden), "input"),
+            Buffer("H", F32, (steps, hidden), "output"),
+        ),
+        (body,),
+    )
 
 
 ZOO = {

@@ -24,13 +24,21 @@ PUBLISHED = {
     # 3,157,200 parameters + the exported Detect head's 6,300 anchor/stride constants and
     # Resize's 4 scales; 8.7 GFLOPs at 640 = 4.35 G multiply-adds, a quarter at 320.
     "yolov8n": (3_157_200 + 6_304, 4.35e9 / 4, 0.01),
-    "bert_base_layer": (4 * (768 * 768 + 768) + 2 * 768 * 3072 + 3072 + 768 + 4 * 768,
-                        128 * (4 * 768 * 768 + 2 * 128 * 768 + 2 * 768 * 3072), 0.0),
-    "lstm_speech": (2 * (4 * 256 * (80 + 256 + 2)) + 2 * (4 * 256 * (512 + 256 + 2))
-                    + 512 * 40 + 40, 2 * 100 * 4 * 256 * (80 + 256 + 512 + 256) + 100 * 512 * 40,
-                    0.0),
-    "gru_classifier": (3 * 128 * (64 + 128 + 2) + 128 * 12 + 12, 50 * 3 * 128 * (64 + 128)
-                       + 128 * 12, 0.0),
+    "bert_base_layer": (
+        4 * (768 * 768 + 768) + 2 * 768 * 3072 + 3072 + 768 + 4 * 768,
+        128 * (4 * 768 * 768 + 2 * 128 * 768 + 2 * 768 * 3072),
+        0.0,
+    ),
+    "lstm_speech": (
+        2 * (4 * 256 * (80 + 256 + 2)) + 2 * (4 * 256 * (512 + 256 + 2)) + 512 * 40 + 40,
+        2 * 100 * 4 * 256 * (80 + 256 + 512 + 256) + 100 * 512 * 40,
+        0.0,
+    ),
+    "gru_classifier": (
+        3 * 128 * (64 + 128 + 2) + 128 * 12 + 12,
+        50 * 3 * 128 * (64 + 128) + 128 * 12,
+        0.0,
+    ),
 }
 
 #: Compiling these takes more than a few seconds (polyonnx, cold cache).
@@ -44,8 +52,12 @@ def _model(name: str) -> onnx.ModelProto:
 
 def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
-             .astype(np.float32) for i in model.graph.input}
+    feeds = {
+        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for i in model.graph.input
+    }
     if "attention_mask" in feeds:  # BERT's additive mask: the last 16 positions masked
         mask = np.zeros_like(feeds["attention_mask"])
         mask[..., -16:] = -10000.0
@@ -56,8 +68,7 @@ def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
 def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
 
 
@@ -112,18 +123,24 @@ def test_batch_norm_statistics_are_those_of_the_calibration_input():
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     bns = [n for n in model.graph.node if n.op_type == "BatchNormalization"]
     picked = bns[:: max(1, len(bns) // 6)]
-    model.graph.output.extend([onnx.helper.make_tensor_value_info(n.input[0],
-                                                                  onnx.TensorProto.FLOAT, None)
-                               for n in picked])
+    model.graph.output.extend(
+        [
+            onnx.helper.make_tensor_value_info(n.input[0], onnx.TensorProto.FLOAT, None)
+            for n in picked
+        ]
+    )
     values = _onnxruntime(model, _feeds(model, 1))[1:]
     for node, x in zip(picked, values, strict=True):
-        np.testing.assert_allclose(x.mean(axis=(0, 2, 3)), inits[node.input[3]], atol=1e-3,
-                                   rtol=1e-3)
+        np.testing.assert_allclose(
+            x.mean(axis=(0, 2, 3)), inits[node.input[3]], atol=1e-3, rtol=1e-3
+        )
         np.testing.assert_allclose(x.var(axis=(0, 2, 3)), inits[node.input[4]], rtol=1e-3)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in sorted(ARCHITECTURES)])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(ARCHITECTURES)],
+)
 def test_polyonnx_matches_onnxruntime(name):
     model = _model(name)
     feeds = _feeds(model, 1)

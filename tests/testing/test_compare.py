@@ -11,8 +11,9 @@ F = np.float32
 
 
 def test_max_errors_over_outputs():
-    errors = max_errors([np.array([1, 2], F), np.array([10], F)],
-                        [np.array([1, 2.5], F), np.array([8], F)])
+    errors = max_errors(
+        [np.array([1, 2], F), np.array([10], F)], [np.array([1, 2.5], F), np.array([8], F)]
+    )
     assert (errors.absolute, errors.relative) == (2.0, 0.25)
     assert str(errors) == "max abs err 2, max rel err 0.25"
 
@@ -32,11 +33,14 @@ def test_assert_close_has_the_backend_suites_tolerances():
         assert_close([want * (1 + 2 * RTOL)], [want], names=["y"])
 
 
-@pytest.mark.parametrize("got,message", [
-    ([np.ones((2, 1), F)], "shape"),
-    ([np.ones(2, np.float64)], "dtype"),
-    ([np.ones(2, F), np.ones(2, F)], "2 outputs"),
-])
+@pytest.mark.parametrize(
+    "got,message",
+    [
+        ([np.ones((2, 1), F)], "shape"),
+        ([np.ones(2, np.float64)], "dtype"),
+        ([np.ones(2, F), np.ones(2, F)], "2 outputs"),
+    ],
+)
 def test_assert_close_checks_shape_dtype_and_count(got, message):
     with pytest.raises(AssertionError, match=message):
         assert_close(got, [np.ones(2, F)])

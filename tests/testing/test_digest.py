@@ -9,10 +9,14 @@ from polyonnx.testing.digest import _differences, digest_model
 
 
 def _relu_model(n: int) -> onnx.ModelProto:
-    return oh.make_model(oh.make_graph(
-        [oh.make_node("Relu", ["x"], ["y"])], "g",
-        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n])],
-        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [n])]))
+    return oh.make_model(
+        oh.make_graph(
+            [oh.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n])],
+            [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [n])],
+        )
+    )
 
 
 def test_same_model_same_digest() -> None:

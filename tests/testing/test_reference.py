@@ -23,8 +23,9 @@ def _model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     nodes = [helper.make_node("Add", ["x", "x"], ["s"]), helper.make_node("Mul", ["s", "x"], ["y"])]
-    return helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
-                             opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    )
 
 
 FEEDS = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}

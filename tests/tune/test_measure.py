@@ -10,8 +10,10 @@ from polyonnx.krnl.memory import aligned_array
 from polyonnx.tune.measure import random_arrays
 
 
-@pytest.mark.parametrize("values", [np.arange(10, dtype=np.float32).reshape(2, 5),
-                                    np.zeros((0, 3), np.int64), np.array(True)])
+@pytest.mark.parametrize(
+    "values",
+    [np.arange(10, dtype=np.float32).reshape(2, 5), np.zeros((0, 3), np.int64), np.array(True)],
+)
 def test_aligned_array_is_an_aligned_copy(values: np.ndarray) -> None:
     out = aligned_array(values)
     assert out.ctypes.data % 64 == 0 and out.flags["C_CONTIGUOUS"] and out.flags["WRITEABLE"]
@@ -42,10 +44,14 @@ def test_profile_times_every_kernel() -> None:
     import onnx.helper as oh
     from onnx import TensorProto
 
-    model = oh.make_model(oh.make_graph(
-        [oh.make_node("Relu", ["x"], ["r"]), oh.make_node("Softmax", ["r"], ["y"])], "g",
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
-        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])]))
+    model = oh.make_model(
+        oh.make_graph(
+            [oh.make_node("Relu", ["x"], ["r"]), oh.make_node("Softmax", ["r"], ["y"])],
+            "g",
+            [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+            [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
+        )
+    )
     compiled = polyonnx.compile(model)
     rows = profile(compiled, repeat=3)
     assert sorted(r.name for r in rows) == sorted(k.name for k, _ in compiled.asts)
@@ -57,11 +63,19 @@ def test_profile_in_model_runs_the_model_on_its_own_memory() -> None:
     from onnx import TensorProto, numpy_helper
 
     w = numpy_helper.from_array(np.full((8, 4), 0.5, np.float32), "w")
-    model = oh.make_model(oh.make_graph(
-        [oh.make_node("MatMul", ["x", "w"], ["m"]), oh.make_node("Relu", ["m"], ["r"]),
-         oh.make_node("Softmax", ["r"], ["y"])], "g",
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
-        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [w]))
+    model = oh.make_model(
+        oh.make_graph(
+            [
+                oh.make_node("MatMul", ["x", "w"], ["m"]),
+                oh.make_node("Relu", ["m"], ["r"]),
+                oh.make_node("Softmax", ["r"], ["y"]),
+            ],
+            "g",
+            [oh.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+            [oh.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+            [w],
+        )
+    )
     compiled = polyonnx.compile(model)
     rows = profile(compiled, repeat=3, in_model=True)
     assert sorted(r.name for r in rows) == sorted(k.name for k, _ in compiled.asts)
@@ -73,7 +87,8 @@ def test_profile_in_model_runs_the_model_on_its_own_memory() -> None:
     place = _model_memory(compiled, np.random.default_rng(0))
     for k, loops in compiled.asts:
         kernel_callable(k, loops, compiled.options)(
-            {b.name: place(b.name, b.shape, b.dtype) for b in k.buffers})
+            {b.name: place(b.name, b.shape, b.dtype) for b in k.buffers}
+        )
     x = place("x", (3, 8), "float32")
     assert x.min() > 0  # (random feeds)
     logits = np.maximum(x @ np.full((8, 4), 0.5, np.float32), 0)

@@ -16,8 +16,16 @@ from polyonnx.graph.passes.fuse import Group, fuse
 from polyonnx.graph.passes.simplify import remove_identities
 from polyonnx.graph.passes.verify import verify
 
-__all__ = ["Group", "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse",
-           "optimize", "remove_identities", "verify"]
+__all__ = [
+    "Group",
+    "eliminate_dead_code",
+    "fold_batchnorm",
+    "fold_constants",
+    "fuse",
+    "optimize",
+    "remove_identities",
+    "verify",
+]
 
 
 def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:

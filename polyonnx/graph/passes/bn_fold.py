@@ -28,7 +28,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
     consumers = graph.consumers()
     graph_outputs = {v.name for v in graph.outputs}
     replaced: dict[str, Node] = {}  # conv name -> folded conv
-    dropped: set[str] = set()       # BN node names
+    dropped: set[str] = set()  # BN node names
     taken = set(consts) | set(values)
     for bn in graph.nodes:
         conv = _foldable_conv(bn, producers, consumers, consts, graph_outputs)
@@ -49,15 +49,21 @@ def fold_batchnorm(graph: Graph) -> Graph:
             consts[name] = arr
             values[name] = Value(name, arr.dtype.name, tuple(arr.shape))
         replaced[conv.name] = dataclasses.replace(
-            conv, inputs=(conv.inputs[0], w_name, b_name), outputs=(bn.outputs[0],))
+            conv, inputs=(conv.inputs[0], w_name, b_name), outputs=(bn.outputs[0],)
+        )
         del values[conv.outputs[0]]
         dropped.add(bn.name)
     nodes = tuple(replaced.get(n.name, n) for n in graph.nodes if n.name not in dropped)
     return dataclasses.replace(graph, nodes=nodes, values=values, constants=consts)
 
 
-def _foldable_conv(bn: Node, producers: dict[str, Node], consumers: dict[str, list[Node]],
-                   consts: dict[str, np.ndarray], graph_outputs: set[str]) -> Node | None:
+def _foldable_conv(
+    bn: Node,
+    producers: dict[str, Node],
+    consumers: dict[str, list[Node]],
+    consts: dict[str, np.ndarray],
+    graph_outputs: set[str],
+) -> Node | None:
     """The Conv that ``bn`` can be folded into, or None."""
     if bn.op_type != "BatchNormalization" or bn.domain or bn.attr("training_mode", 0):
         return None

@@ -30,6 +30,8 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     live.update(v.name for v in graph.inputs)
     live.update(o for n in nodes for o in n.outputs if o)
     return dataclasses.replace(
-        graph, nodes=nodes,
+        graph,
+        nodes=nodes,
         values={k: v for k, v in graph.values.items() if k in live},
-        constants={k: c for k, c in graph.constants.items() if k in live})
+        constants={k: c for k, c in graph.constants.items() if k in live},
+    )

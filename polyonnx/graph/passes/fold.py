@@ -36,8 +36,16 @@ from polyonnx.graph.ir import Graph, Node
 DEFAULT_MAX_BYTES = 256 << 20
 
 #: Ops that must not be evaluated once at compile time: their results differ per run.
-_NONDETERMINISTIC = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
-                               "RandomUniformLike", "Multinomial", "Bernoulli"})
+_NONDETERMINISTIC = frozenset(
+    {
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
 
 
 def fold_constants(graph: Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
@@ -57,14 +65,17 @@ def fold_constants(graph: Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
             v = graph.value(name)
             arr = np.asarray(arr)
             if tuple(arr.shape) != v.shape:
-                raise ShapeError(f"node {n.name!r} ({n.op_type}): {name!r} evaluates to shape "
-                                 f"{tuple(arr.shape)} but is typed {v.shape}")
+                raise ShapeError(
+                    f"node {n.name!r} ({n.op_type}): {name!r} evaluates to shape "
+                    f"{tuple(arr.shape)} but is typed {v.shape}"
+                )
             consts[name] = arr.astype(v.dtype, copy=False)
     return dataclasses.replace(graph, nodes=tuple(nodes), constants=consts)
 
 
-def _fold(n: Node, graph: Graph, consts: Mapping[str, np.ndarray],
-          max_bytes: int) -> dict[str, np.ndarray] | None:
+def _fold(
+    n: Node, graph: Graph, consts: Mapping[str, np.ndarray], max_bytes: int
+) -> dict[str, np.ndarray] | None:
     """The outputs of ``n`` by name, or None when it cannot or should not be folded."""
     if n.domain or n.op_type in _NONDETERMINISTIC:
         return None
@@ -75,7 +86,7 @@ def _fold(n: Node, graph: Graph, consts: Mapping[str, np.ndarray],
         if n.op_type == "Size":
             return {n.outputs[0]: np.array(shape.prod(), dtype=np.int64)}
         # Shape-15 start/end clamp like Python slicing.
-        return {n.outputs[0]: shape[n.attr("start", 0):n.attr("end", None)]}
+        return {n.outputs[0]: shape[n.attr("start", 0) : n.attr("end", None)]}
     ins = [i for i in n.inputs if i]
     if not ins or any(i not in consts for i in ins):
         return None
@@ -83,15 +94,19 @@ def _fold(n: Node, graph: Graph, consts: Mapping[str, np.ndarray],
         # Exempt from the size cap: its result (typically weights) is needed in full either way,
         # at compile time or at run time, so folding costs nothing extra.
         return evaluate_node(n, consts, graph.opset)
-    size = sum(int(np.prod(graph.value(o).shape)) * np.dtype(graph.value(o).dtype).itemsize
-               for o in n.outputs if o)
+    size = sum(
+        int(np.prod(graph.value(o).shape)) * np.dtype(graph.value(o).dtype).itemsize
+        for o in n.outputs
+        if o
+    )
     if size > max_bytes:
         return None
     return evaluate_node(n, consts, graph.opset)
 
 
-def evaluate_node(n: Node, consts: Mapping[str, np.ndarray],
-                  opset: int) -> dict[str, np.ndarray] | None:
+def evaluate_node(
+    n: Node, consts: Mapping[str, np.ndarray], opset: int
+) -> dict[str, np.ndarray] | None:
     """The outputs of ``n`` (by name) from constant inputs, or None if it cannot be evaluated.
 
     Example:
@@ -119,8 +134,9 @@ def _batchnorm(n: Node, consts: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
     return {n.outputs[0]: y.astype(x.dtype)}
 
 
-def _evaluate(n: Node, consts: Mapping[str, np.ndarray],
-              opset: int) -> dict[str, np.ndarray] | None:
+def _evaluate(
+    n: Node, consts: Mapping[str, np.ndarray], opset: int
+) -> dict[str, np.ndarray] | None:
     proto = helper.make_node(n.op_type, list(n.inputs), list(n.outputs), name=n.name)
     proto.attribute.extend(to_attribute(k, v) for k, v in n.attrs)
     try:

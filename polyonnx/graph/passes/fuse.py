@@ -26,18 +26,50 @@ from polyonnx.errors import ModelError
 from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node
 
 #: Elementwise ops (one output, shaped like the broadcast of the inputs) that may join a group.
-ELEMENTWISE = frozenset({
-    "Abs", "Add", "Ceil", "Celu", "Clip", "Div", "Elu", "Erf", "Exp", "Floor", "Gelu",
-    "HardSigmoid", "HardSwish", "LeakyRelu", "Log", "Max", "Mean", "Min", "Mish", "Mul", "Neg",
-    "Pow", "PRelu", "Reciprocal", "Relu", "Selu", "Sigmoid", "Softplus", "Softsign", "Sqrt",
-    "Sub", "Sum", "Tanh",
-})
+ELEMENTWISE = frozenset(
+    {
+        "Abs",
+        "Add",
+        "Ceil",
+        "Celu",
+        "Clip",
+        "Div",
+        "Elu",
+        "Erf",
+        "Exp",
+        "Floor",
+        "Gelu",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Log",
+        "Max",
+        "Mean",
+        "Min",
+        "Mish",
+        "Mul",
+        "Neg",
+        "Pow",
+        "PRelu",
+        "Reciprocal",
+        "Relu",
+        "Selu",
+        "Sigmoid",
+        "Softplus",
+        "Softsign",
+        "Sqrt",
+        "Sub",
+        "Sum",
+        "Tanh",
+    }
+)
 
 #: Ops whose group elementwise consumers may join. View ops are in neither set, so they always
 #: form a group of their own.
 ANCHORS = ELEMENTWISE | {"Conv", "Gemm", "MatMul"}
 #: polyonnx's own operators (see :mod:`polyonnx.graph.passes.layout`) that may anchor a group.
 INTERNAL_ANCHORS = frozenset({"ConvBlocked"})
+
 
 @dataclass(frozen=True)
 class Group:
@@ -56,8 +88,7 @@ class Group:
         mine = {n.name for n in self.nodes}
         used_outside = {i for n in graph.nodes if n.name not in mine for i in n.inputs}
         used_outside.update(v.name for v in graph.outputs)
-        outputs = dict.fromkeys(o for n in self.nodes for o in n.outputs
-                                if o and o in used_outside)
+        outputs = dict.fromkeys(o for n in self.nodes for o in n.outputs if o and o in used_outside)
         return tuple(inputs), tuple(outputs)
 
 
@@ -72,8 +103,7 @@ def fuse(graph: Graph) -> list[Group]:
         preds = {group_of[i] for i in n.inputs if i in group_of}
         target = _join_target(n, graph, consumers, graph_outputs, members, group_of)
         # Joining ``target`` is acyclic unless another input's group depends on ``target``.
-        if target is not None and any(h != target and nx.has_path(dag, target, h)
-                                      for h in preds):
+        if target is not None and any(h != target and nx.has_path(dag, target, h) for h in preds):
             target = None
         if target is None:
             target = len(members)
@@ -88,9 +118,14 @@ def fuse(graph: Graph) -> list[Group]:
     return [Group(members[k][0].name, tuple(members[k])) for k in order]
 
 
-def _join_target(n: Node, graph: Graph, consumers: dict[str, list[Node]],
-                 graph_outputs: set[str], members: list[list[Node]],
-                 group_of: dict[str, int]) -> int | None:
+def _join_target(
+    n: Node,
+    graph: Graph,
+    consumers: dict[str, list[Node]],
+    graph_outputs: set[str],
+    members: list[list[Node]],
+    group_of: dict[str, int],
+) -> int | None:
     """The group ``n`` may join, or None."""
     if n.domain or n.op_type not in ELEMENTWISE or len(n.outputs) != 1:
         return None
@@ -102,8 +137,11 @@ def _join_target(n: Node, graph: Graph, consumers: dict[str, list[Node]],
             continue
         k = group_of[i]
         producer, anchor = members[k][-1], members[k][0]
-        anchors = INTERNAL_ANCHORS if producer.domain == INTERNAL_DOMAIN else (
-            ANCHORS if not producer.domain else frozenset())
+        anchors = (
+            INTERNAL_ANCHORS
+            if producer.domain == INTERNAL_DOMAIN
+            else (ANCHORS if not producer.domain else frozenset())
+        )
         if producer.op_type not in anchors or i not in producer.outputs:
             continue
         if graph.value(anchor.outputs[0]).shape == shape:

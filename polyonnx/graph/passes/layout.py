@@ -56,14 +56,30 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
 
     def to_blocked(name: str) -> str:
         if name not in blocked:
-            nodes.append(Node(f"{name}__to_blocked", "ToBlocked", (name,), (twin_of(name),),
-                              {"block": block}, DOMAIN))
+            nodes.append(
+                Node(
+                    f"{name}__to_blocked",
+                    "ToBlocked",
+                    (name,),
+                    (twin_of(name),),
+                    {"block": block},
+                    DOMAIN,
+                )
+            )
         return blocked[name]
 
     def to_plain(name: str) -> str:
         if name not in plain:
-            nodes.append(Node(f"{name}__from_blocked", "FromBlocked", (blocked[name],),
-                              (name,), {"block": block}, DOMAIN))
+            nodes.append(
+                Node(
+                    f"{name}__from_blocked",
+                    "FromBlocked",
+                    (blocked[name],),
+                    (name,),
+                    {"block": block},
+                    DOMAIN,
+                )
+            )
             plain.add(name)
         return name
 
@@ -77,18 +93,35 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
                 constants[packed] = _pack_weights(graph.constants[w], block, plain_input)
                 values[packed] = Value(packed, "float32", constants[packed].shape)
             attrs = {k: v for k, v in node.attrs if k != "group"}
-            source = to_plain(x) if plain_input and x in blocked else (
-                x if plain_input else to_blocked(x))
-            nodes.append(Node(node.name, "ConvBlocked", (source, packed, node.input(2)),
-                              (twin_of(y),), {**attrs, "block": block,
-                                              "plain_input": int(plain_input)}, DOMAIN))
+            source = (
+                to_plain(x)
+                if plain_input and x in blocked
+                else (x if plain_input else to_blocked(x))
+            )
+            nodes.append(
+                Node(
+                    node.name,
+                    "ConvBlocked",
+                    (source, packed, node.input(2)),
+                    (twin_of(y),),
+                    {**attrs, "block": block, "plain_input": int(plain_input)},
+                    DOMAIN,
+                )
+            )
         elif _pool_follows_blocked(node, blocked):
-            nodes.append(Node(node.name, "MaxPoolBlocked", (blocked[node.inputs[0]],),
-                              (twin_of(node.outputs[0]),), node.attrs, DOMAIN))
+            nodes.append(
+                Node(
+                    node.name,
+                    "MaxPoolBlocked",
+                    (blocked[node.inputs[0]],),
+                    (twin_of(node.outputs[0]),),
+                    node.attrs,
+                    DOMAIN,
+                )
+            )
         elif _follows_blocked(graph, node, blocked):
             ins = tuple(blocked.get(i, i) for i in node.inputs)
-            nodes.append(dataclasses.replace(node, inputs=ins,
-                                             outputs=(twin_of(node.outputs[0]),)))
+            nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin_of(node.outputs[0]),)))
         else:
             ins = tuple(to_plain(i) if i in blocked else i for i in node.inputs)
             nodes.append(dataclasses.replace(node, inputs=ins))
@@ -98,8 +131,9 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
             to_plain(v.name)
     used = {i for n in nodes for i in n.inputs} | {o for n in nodes for o in n.outputs}
     values = {k: v for k, v in values.items() if k in used or k in plain}
-    return eliminate_dead_code(dataclasses.replace(graph, nodes=tuple(nodes), values=values,
-                                                   constants=constants))
+    return eliminate_dead_code(
+        dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=constants)
+    )
 
 
 def _eligible(graph: Graph, node: Node, block: int) -> bool:
@@ -118,8 +152,13 @@ def _eligible(graph: Graph, node: Node, block: int) -> bool:
 def _pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
     """A MaxPool of a blocked value, without the Indices output (whose flat NCHW positions
     the blocked layout would have to recompute)."""
-    return (node.op_type == "MaxPool" and not node.domain and len(node.outputs) == 1
-            and bool(node.inputs) and node.inputs[0] in blocked)
+    return (
+        node.op_type == "MaxPool"
+        and not node.domain
+        and len(node.outputs) == 1
+        and bool(node.inputs)
+        and node.inputs[0] in blocked
+    )
 
 
 def _follows_blocked(graph: Graph, node: Node, blocked: dict[str, str]) -> bool:

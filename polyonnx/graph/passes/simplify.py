@@ -29,7 +29,7 @@ def remove_identities(graph: Graph) -> Graph:
     consts = dict(graph.constants)
     graph_outputs = {v.name for v in graph.outputs}
     not_renamable = {v.name for v in graph.inputs} | set(consts) | graph_outputs
-    alias: dict[str, str] = {}      # removed value -> the value that replaces it
+    alias: dict[str, str] = {}  # removed value -> the value that replaces it
     produce_as: dict[str, str] = {}  # producer output -> graph output name it is renamed to
     kept: list[Node] = []
     for n in graph.nodes:
@@ -47,12 +47,18 @@ def remove_identities(graph: Graph) -> Graph:
         elif src not in not_renamable and src not in produce_as:
             produce_as[src] = dst
         else:
-            kept.append(dataclasses.replace(n, op_type="Identity", inputs=(src,),
-                                            outputs=(dst,), attrs=()))
+            kept.append(
+                dataclasses.replace(n, op_type="Identity", inputs=(src,), outputs=(dst,), attrs=())
+            )
     if produce_as:
-        kept = [dataclasses.replace(
-            n, inputs=tuple(produce_as.get(i, i) for i in n.inputs),
-            outputs=tuple(produce_as.get(o, o) for o in n.outputs)) for n in kept]
+        kept = [
+            dataclasses.replace(
+                n,
+                inputs=tuple(produce_as.get(i, i) for i in n.inputs),
+                outputs=tuple(produce_as.get(o, o) for o in n.outputs),
+            )
+            for n in kept
+        ]
     gone = set(alias) | set(produce_as)
     values = {k: v for k, v in graph.values.items() if k not in gone}
     return dataclasses.replace(graph, nodes=tuple(kept), values=values, constants=consts)

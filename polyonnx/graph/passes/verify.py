@@ -50,5 +50,7 @@ def verify(graph: Graph) -> None:
     for name, arr in graph.constants.items():
         v = graph.value(name)
         if (arr.dtype.name, tuple(arr.shape)) != (v.dtype, v.shape):
-            raise ShapeError(f"constant {name!r} is {arr.dtype.name}{list(arr.shape)} but its "
-                             f"value is typed {v.dtype}{list(v.shape)}")
+            raise ShapeError(
+                f"constant {name!r} is {arr.dtype.name}{list(arr.shape)} but its "
+                f"value is typed {v.dtype}{list(v.shape)}"
+            )

@@ -61,8 +61,9 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         batch, hq, sq, dq = qs
         hkv, skv, dv = ks[1], ks[2], vs[3]
     if hq % hkv:
-        raise ShapeError(f"node {node.name!r} (Attention): {hq} query heads are not a "
-                         f"multiple of {hkv} kv heads")
+        raise ShapeError(
+            f"node {node.name!r} (Attention): {hq} query heads are not a multiple of {hkv} kv heads"
+        )
     reps = hq // hkv
     past = ctx.shape(past_k)[2] if past_k else 0
     total = past + skv
@@ -87,18 +88,29 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
     # ---- present caches: past followed by the new tokens.
     nests: list[ir.Node] = []
     caches = []
-    for new, old, out, width, what in ((k, past_k, present_k_out, dq, "key"),
-                                       (v, past_v, present_v_out, dv, "value")):
+    for new, old, out, width, what in (
+        (k, past_k, present_k_out, dq, "key"),
+        (v, past_v, present_v_out, dv, "value"),
+    ):
         name = out or temp(what, (batch, hkv, total, width), dtype)
         caches.append(name)
         iters = [("b", batch), ("hk", hkv)]
         if old:
-            nests += nest(iters + [("j", past), ("d", width)], (ir.Stmt(
-                "S", ir.Access(name, (b_, hk_, j_, d_)),
-                ir.Load(old, (b_, hk_, j_, d_), dtype)),))
+            nests += nest(
+                iters + [("j", past), ("d", width)],
+                (
+                    ir.Stmt(
+                        "S",
+                        ir.Access(name, (b_, hk_, j_, d_)),
+                        ir.Load(old, (b_, hk_, j_, d_), dtype),
+                    ),
+                ),
+            )
         src = (b_, j_, hk_ * width + d_) if three_d else (b_, hk_, j_, d_)
-        nests += nest(iters + [("j", skv), ("d", width)], (ir.Stmt(
-            "S", ir.Access(name, (b_, hk_, j_ + past, d_)), ir.Load(new, src, dtype)),))
+        nests += nest(
+            iters + [("j", skv), ("d", width)],
+            (ir.Stmt("S", ir.Access(name, (b_, hk_, j_ + past, d_)), ir.Load(new, src, dtype)),),
+        )
     key, value = caches
 
     # ---- the bias row.
@@ -119,8 +131,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         names = (b_, h_, i_, j_)
         for pos, size in enumerate(ms):
             axis = 4 - len(ms) + pos
-            idx.append(Aff.lift(0) if size == 1 and full[axis] != 1 and axis != 3
-                       else names[axis])
+            idx.append(Aff.lift(0) if size == 1 and full[axis] != 1 and axis != 3 else names[axis])
         length = ms[-1]
         if length < total:
             conj(ir.Binary("lt", jj, ir.Const(length, I64)))
@@ -129,8 +140,9 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
             m_load = ir.Load(mask, tuple(idx), "bool")
             # Clamp the read so positions past a short mask stay in range.
             if length < total:
-                m_load = ir.Load(mask, (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64))),
-                                 "bool")
+                m_load = ir.Load(
+                    mask, (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64))), "bool"
+                )
             conj(m_load)
         else:
             m_index: tuple[ir.Index, ...] = tuple(idx)
@@ -184,8 +196,12 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
     ]
     if softcap > 0:
         score_body.append(ir.Stmt("S", s_at, ir.unary("tanh", s_load / softcap) * softcap))
-    score_body += [*qk_write(0, s_load), *qk_write(1, s_load),
-                   ir.Stmt("S", s_at, s_load + bias_load), *qk_write(2, s_load)]
+    score_body += [
+        *qk_write(0, s_load),
+        *qk_write(1, s_load),
+        ir.Stmt("S", s_at, s_load + bias_load),
+        *qk_write(2, s_load),
+    ]
     is_neg_inf = ir.Binary("eq", m, neg_inf)
     safe_max = ir.Select(is_neg_inf, zero, m)
     safe_sum = ir.Select(ir.Binary("eq", z, zero), ir.Const(1.0, cdt), z)
@@ -202,13 +218,22 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         ir.Stmt("S", m_at, neg_inf),
         *nest([("j", total)], (ir.Stmt("S", m_at, ir.maximum(m, s_load)),)),
         ir.Stmt("S", z_at, zero),
-        *nest([("j", total)], (ir.Stmt("S", s_at, ir.unary("exp", s_load - safe_max)),
-                               ir.Stmt("S", z_at, z + s_load))),
+        *nest(
+            [("j", total)],
+            (
+                ir.Stmt("S", s_at, ir.unary("exp", s_load - safe_max)),
+                ir.Stmt("S", z_at, z + s_load),
+            ),
+        ),
         *nest([("j", total)], (ir.Stmt("S", s_at, prob), *qk_write(3, s_load))),
-        *nest([("v", dv)], (
-            ir.Stmt("S", acc_at, zero),
-            *nest([("j", total)], (ir.Stmt("S", acc_at, acc_load + s_load * v_load),)),
-            ir.Stmt("S", ir.Access(y, y_index), _cast(acc_load, ctx.dtype(y))))),
+        *nest(
+            [("v", dv)],
+            (
+                ir.Stmt("S", acc_at, zero),
+                *nest([("j", total)], (ir.Stmt("S", acc_at, acc_load + s_load * v_load),)),
+                ir.Stmt("S", ir.Access(y, y_index), _cast(acc_load, ctx.dtype(y))),
+            ),
+        ),
     )
     nests += nest([("b", batch), ("hk", hkv), ("r", reps), ("i", sq)], body)
     return Lowered(tuple(nests), tuple(temps))

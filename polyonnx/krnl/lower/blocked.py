@@ -48,12 +48,19 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
     block, plain = int(node.attr("block")), bool(node.attr("plain_input", 0))
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
     rank = len(xs) - (2 if plain else 3)
-    n_batch, in_channels, in_spatial = xs[0], xs[1], xs[2:2 + rank]
-    out_blocks, kernel, out_spatial = ws[0], ws[2:2 + rank], ys[2:2 + rank]
-    if (ws[1] != in_channels or ws[-1] != block or ys[1] != out_blocks or ys[-1] != block
-            or (not plain and xs[-1] != block)):
-        raise ShapeError(f"node {node.name!r} (ConvBlocked): X {xs}, W {ws} and Y {ys} do "
-                         f"not agree on blocks of {block} channels")
+    n_batch, in_channels, in_spatial = xs[0], xs[1], xs[2 : 2 + rank]
+    out_blocks, kernel, out_spatial = ws[0], ws[2 : 2 + rank], ys[2 : 2 + rank]
+    if (
+        ws[1] != in_channels
+        or ws[-1] != block
+        or ys[1] != out_blocks
+        or ys[-1] != block
+        or (not plain and xs[-1] != block)
+    ):
+        raise ShapeError(
+            f"node {node.name!r} (ConvBlocked): X {xs}, W {ws} and Y {ys} do "
+            f"not agree on blocks of {block} channels"
+        )
     win = window(node, ctx, in_spatial, kernel)
     check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode=False)
     names = spatial_names(rank)
@@ -79,8 +86,10 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
         w_index = (var("ob"), var("ib"), *taps, var("i"), var("o"))
     product = ir.Load(source, x_index, dtype) * load(ctx, w, w_index)
     update = ir.Stmt("S", ir.Access(y, point), ir.Load(y, point, dtype) + product)
-    body = nest([("n", n_batch), ("ob", out_blocks), *pairs(o_names, out_spatial),
-                 ("o", block)], (init, *nest(reduction_iters, (update,))))
+    body = nest(
+        [("n", n_batch), ("ob", out_blocks), *pairs(o_names, out_spatial), ("o", block)],
+        (init, *nest(reduction_iters, (update,))),
+    )
     return Lowered((*prologue, *body), temps)
 
 
@@ -94,22 +103,34 @@ def lower_max_pool_blocked(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
     dtype = ctx.dtype(x)
     kernel = ints_attr(node, "kernel_shape", rank, None)
     ceil_mode = bool(node.attr("ceil_mode", 0))
-    win = window(node, ctx, xs[2:2 + rank], kernel, ceil_mode=ceil_mode)
-    check_out_spatial(node, win, xs[2:2 + rank], ys[2:2 + rank], ceil_mode)
+    win = window(node, ctx, xs[2 : 2 + rank], kernel, ceil_mode=ceil_mode)
+    check_out_spatial(node, win, xs[2 : 2 + rank], ys[2 : 2 + rank], ceil_mode)
     names = spatial_names(rank)
     o_names, k_names = [f"o{s}" for s in names], [f"k{s}" for s in names]
-    guards = tuple(g for k in range(rank)
-                   for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
+    guards = tuple(
+        g
+        for k in range(rank)
+        for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k])
+    )
     point = (var("n"), var("cb"), *(var(o) for o in o_names), var("c"))
-    tap = load(ctx, x, (var("n"), var("cb"),
-                        *(win.position(k, o_names[k], k_names[k]) for k in range(rank)),
-                        var("c")))
-    update = ir.Stmt("S", ir.Access(y, point),
-                     ir.maximum(ir.Load(y, point, dtype), tap), guards)
-    return nest([("n", xs[0]), ("cb", xs[1]), *pairs(o_names, ys[2:2 + rank]),
-                 ("c", xs[-1])],
-                (ir.Stmt("S", ir.Access(y, point), lowest(dtype)),
-                 *nest(pairs(k_names, win.kernel), (update,))))
+    tap = load(
+        ctx,
+        x,
+        (
+            var("n"),
+            var("cb"),
+            *(win.position(k, o_names[k], k_names[k]) for k in range(rank)),
+            var("c"),
+        ),
+    )
+    update = ir.Stmt("S", ir.Access(y, point), ir.maximum(ir.Load(y, point, dtype), tap), guards)
+    return nest(
+        [("n", xs[0]), ("cb", xs[1]), *pairs(o_names, ys[2 : 2 + rank]), ("c", xs[-1])],
+        (
+            ir.Stmt("S", ir.Access(y, point), lowest(dtype)),
+            *nest(pairs(k_names, win.kernel), (update,)),
+        ),
+    )
 
 
 @register("ToBlocked", domain=DOMAIN)
@@ -136,9 +157,7 @@ def _reorder(node: Node, ctx: LowerContext, to_blocked: bool) -> tuple[ir.Node, 
     copy = ir.Stmt("S", ir.Access(y, dst), load(ctx, x, src))
     # Loop order: the destination's own (its innermost axis is contiguous).
     if to_blocked:
-        iters = [("n", n_batch), ("cb", channels // block), *pairs(s_names, spatial),
-                 ("c", block)]
+        iters = [("n", n_batch), ("cb", channels // block), *pairs(s_names, spatial), ("c", block)]
     else:
-        iters = [("n", n_batch), ("cb", channels // block), ("c", block),
-                 *pairs(s_names, spatial)]
+        iters = [("n", n_batch), ("cb", channels // block), ("c", block), *pairs(s_names, spatial)]
     return nest(iters, (copy,))

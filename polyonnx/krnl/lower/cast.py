@@ -26,8 +26,7 @@ def _cast(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     for what, dtype in (("input", src), ("target", dst)):
         if dtype not in ir.DTYPES:
             name = "string" if dtype == "object" else dtype
-            raise unsupported(node, ctx, f"{what} type {name} (supported: "
-                              f"{', '.join(ir.DTYPES)})")
+            raise unsupported(node, ctx, f"{what} type {name} (supported: {', '.join(ir.DTYPES)})")
     return elementwise(node, ctx, (x,), lambda a: a[0] if src == dst else ir.Cast(a[0], dst))
 
 

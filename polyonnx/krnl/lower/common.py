@@ -42,8 +42,9 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def broadcast_index(in_shape: Sequence[int], out_shape: Sequence[int],
-                    iters: Sequence[str]) -> tuple[Aff, ...]:
+def broadcast_index(
+    in_shape: Sequence[int], out_shape: Sequence[int], iters: Sequence[str]
+) -> tuple[Aff, ...]:
     """The index into an input of ``in_shape`` broadcast (ONNX multidirectional) to the output.
 
     Dimensions are right-aligned; a size-1 input dimension under a larger output dimension reads
@@ -183,9 +184,15 @@ class Window:
 
     def guards(self, k: int, o: str, t: str, out: int, lo: int, hi: int) -> tuple[ir.Cond, ...]:
         """``lo <= position < hi`` over ``o < out``, leaving out a side that always holds."""
-        return bound_guards(self.position(k, o, t), -self.pads_begin[k],
-                            (out - 1) * self.strides[k] + (self.kernel[k] - 1) * self.dilations[k]
-                            - self.pads_begin[k], lo, hi)
+        return bound_guards(
+            self.position(k, o, t),
+            -self.pads_begin[k],
+            (out - 1) * self.strides[k]
+            + (self.kernel[k] - 1) * self.dilations[k]
+            - self.pads_begin[k],
+            lo,
+            hi,
+        )
 
 
 def bound_guards(pos: Aff, smallest: int, largest: int, lo: int, hi: int) -> tuple[ir.Cond, ...]:
@@ -198,14 +205,24 @@ def bound_guards(pos: Aff, smallest: int, largest: int, lo: int, hi: int) -> tup
     return tuple(conds)
 
 
-def window(node: Node, ctx: LowerContext, in_spatial: Sequence[int], kernel: Sequence[int],
-           *, ceil_mode: bool = False, dilations_attr: bool = True) -> Window:
+def window(
+    node: Node,
+    ctx: LowerContext,
+    in_spatial: Sequence[int],
+    kernel: Sequence[int],
+    *,
+    ceil_mode: bool = False,
+    dilations_attr: bool = True,
+) -> Window:
     """Read and check strides, dilations, pads and auto_pad of a Conv or pool node."""
     rank = len(in_spatial)
     strides = ints_attr(node, "strides", rank, 1)
     dilations = ints_attr(node, "dilations", rank, 1) if dilations_attr else (1,) * rank
-    for attr, values in (("strides", strides), ("dilations", dilations),
-                         ("kernel_shape", tuple(kernel))):
+    for attr, values in (
+        ("strides", strides),
+        ("dilations", dilations),
+        ("kernel_shape", tuple(kernel)),
+    ):
         if any(v < 1 for v in values):
             raise bad_attr(node, attr, f"must be positive, got {list(values)}")
     auto_pad = str_attr(node, "auto_pad", "NOTSET")
@@ -220,8 +237,9 @@ def window(node: Node, ctx: LowerContext, in_spatial: Sequence[int], kernel: Seq
         begin_l, end_l = [], []
         for k in range(rank):
             out = ceil_div(in_spatial[k], strides[k])
-            total = max((out - 1) * strides[k] + (kernel[k] - 1) * dilations[k] + 1
-                        - in_spatial[k], 0)
+            total = max(
+                (out - 1) * strides[k] + (kernel[k] - 1) * dilations[k] + 1 - in_spatial[k], 0
+            )
             small, large = total // 2, total - total // 2
             # SAME_UPPER puts the odd pad at the end, SAME_LOWER at the beginning.
             b, e = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
@@ -233,12 +251,14 @@ def window(node: Node, ctx: LowerContext, in_spatial: Sequence[int], kernel: Seq
     return Window(tuple(int(k) for k in kernel), strides, dilations, begin, end)
 
 
-def check_out_spatial(node: Node, win: Window, in_spatial: Sequence[int],
-                      out_spatial: Sequence[int], ceil_mode: bool) -> None:
+def check_out_spatial(
+    node: Node, win: Window, in_spatial: Sequence[int], out_spatial: Sequence[int], ceil_mode: bool
+) -> None:
     """Refuse a typed output shape that disagrees with the window (it would give wrong results)."""
     expected = tuple(win.out_size(k, s, ceil_mode) for k, s in enumerate(in_spatial))
     if tuple(out_spatial) != expected:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): output spatial shape "
-                         f"{tuple(out_spatial)} does not match the attributes "
-                         f"(expected {expected})")
-
+        raise ShapeError(
+            f"node {node.name!r} ({node.op_type}): output spatial shape "
+            f"{tuple(out_spatial)} does not match the attributes "
+            f"(expected {expected})"
+        )

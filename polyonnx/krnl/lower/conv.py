@@ -50,8 +50,10 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     dtype = require_float(node, ctx, x)
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
     if len(xs) < 3 or len(ws) != len(xs):
-        raise ShapeError(f"node {node.name!r} (Conv): X {xs} and W {ws} must both be "
-                         "[N, C, spatial...] / [M, C/group, kernel...]")
+        raise ShapeError(
+            f"node {node.name!r} (Conv): X {xs} and W {ws} must both be "
+            "[N, C, spatial...] / [M, C/group, kernel...]"
+        )
     rank = len(xs) - 2
     n_batch, channels, in_spatial = xs[0], xs[1], xs[2:]
     out_channels, out_spatial = ws[0], ys[2:]
@@ -60,8 +62,9 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
         raise bad_attr(node, "group", f"= {group} must divide C={channels} and M={out_channels}")
     cg, mg = channels // group, out_channels // group
     if ws[1] != cg:
-        raise ShapeError(f"node {node.name!r} (Conv): W has {ws[1]} input channels, "
-                         f"expected C/group = {cg}")
+        raise ShapeError(
+            f"node {node.name!r} (Conv): W has {ws[1]} input channels, expected C/group = {cg}"
+        )
     kernel = ws[2:]
     if node.has_attr("kernel_shape") and ints_attr(node, "kernel_shape", rank, None) != kernel:
         raise bad_attr(node, "kernel_shape", f"disagrees with W's shape {ws}")
@@ -82,9 +85,11 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     o_names = [f"o{s}" for s in names]
     k_names = [f"k{s}" for s in names]
     positions = [win.position(k, o_names[k], k_names[k]) for k in range(rank)]
-    guards = tuple(g for k in range(rank)
-                   for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0,
-                                       in_spatial[k]))
+    guards = tuple(
+        g
+        for k in range(rank)
+        for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k])
+    )
 
     source, prologue, temps = x, (), ()
     if guards:
@@ -95,24 +100,41 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     if group == 1 and weights is not None and source == x and all(k == 1 for k in kernel):
         return _pointwise(node, ctx, dtype, weights, out_spatial, win.strides)
     if group == 1 and weights is not None:
-        return _channels_last(node, ctx, source, dtype, weights, positions, o_names, k_names,
-                              out_spatial, prologue, temps)
+        return _channels_last(
+            node,
+            ctx,
+            source,
+            dtype,
+            weights,
+            positions,
+            o_names,
+            k_names,
+            out_spatial,
+            prologue,
+            temps,
+        )
 
     out = ir.Access(y, (var("n"), oc, *(var(o) for o in o_names)))
     init_value = load(ctx, b, (oc,)) if b else zero(dtype)
     init = ir.Stmt("S", out, init_value)
     out_load = ir.Load(y, out.index, dtype)
-    product = ir.Load(source, (var("n"), xc_base + ic, *positions), dtype) \
-        * load(ctx, w, (oc, ic, *(var(k) for k in k_names)))
+    product = ir.Load(source, (var("n"), xc_base + ic, *positions), dtype) * load(
+        ctx, w, (oc, ic, *(var(k) for k in k_names))
+    )
     update = ir.Stmt("S", out, out_load + product, guards)
     reduction = nest(ic_iters + pairs(k_names, kernel), (update,))
-    body = nest([("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)],
-                (init, *reduction))
+    body = nest([("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)], (init, *reduction))
     return Lowered((*prologue, *body), temps)
 
 
-def _pointwise(node: Node, ctx: LowerContext, dtype: str, weights: np.ndarray,
-               out_spatial: tuple[int, ...], strides: tuple[int, ...]) -> Lowered:
+def _pointwise(
+    node: Node,
+    ctx: LowerContext,
+    dtype: str,
+    weights: np.ndarray,
+    out_spatial: tuple[int, ...],
+    strides: tuple[int, ...],
+) -> Lowered:
     """An unpadded 1x1 Conv is a matrix product over the flattened output pixels::
 
         acc[n, oc, p] = B[oc] + sum_ic W[oc, ic] * X[n, ic, p]     (p = row-major pixel)
@@ -139,31 +161,54 @@ def _pointwise(node: Node, ctx: LowerContext, dtype: str, weights: np.ndarray,
         columns = ir.Buffer(f"{node.name}__pixels", dtype, columns.shape, "temp")
         temps.append(columns)
         views = ()
-        gather = ir.Stmt("S", ir.Access(columns.name, (var("n"), var("c"), flat)),
-                         load(ctx, x, (var("n"), var("c"), *(var(o) * st for o, st in
-                                                              zip(o_names, strides,
-                                                                  strict=True)))))
-        prologue = nest([("n", n_batch), ("c", channels), *pairs(o_names, out_spatial)],
-                        (gather,))
+        gather = ir.Stmt(
+            "S",
+            ir.Access(columns.name, (var("n"), var("c"), flat)),
+            load(
+                ctx,
+                x,
+                (
+                    var("n"),
+                    var("c"),
+                    *(var(o) * st for o, st in zip(o_names, strides, strict=True)),
+                ),
+            ),
+        )
+        prologue = nest([("n", n_batch), ("c", channels), *pairs(o_names, out_spatial)], (gather,))
     acc = temps[0].name
     point = (var("n"), var("oc"), var("p"))
     init = ir.Stmt("S", ir.Access(acc, point), load(ctx, b, (var("oc"),)) if b else zero(dtype))
     taps = (Aff.lift(0),) * len(out_spatial)
-    product = load(ctx, node.input(1), (var("oc"), var("ic"), *taps)) \
-        * ir.Load(columns.name, (var("n"), var("ic"), var("p")), dtype)
+    product = load(ctx, node.input(1), (var("oc"), var("ic"), *taps)) * ir.Load(
+        columns.name, (var("n"), var("ic"), var("p")), dtype
+    )
     update = ir.Stmt("S", ir.Access(acc, point), ir.Load(acc, point, dtype) + product)
-    body = nest([("n", n_batch), ("oc", out_channels), ("p", pixels)],
-                (init, *nest([("ic", channels)], (update,))))
-    store = ir.Stmt("S", ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
-                    ir.Load(acc, (var("n"), var("oc"), flat), dtype))
+    body = nest(
+        [("n", n_batch), ("oc", out_channels), ("p", pixels)],
+        (init, *nest([("ic", channels)], (update,))),
+    )
+    store = ir.Stmt(
+        "S",
+        ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
+        ir.Load(acc, (var("n"), var("oc"), flat), dtype),
+    )
     final = nest([("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)], (store,))
     return Lowered((*prologue, *body, *final), tuple(temps), (), views)
 
 
-def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
-                   weights: np.ndarray, positions: list[Aff], o_names: list[str],
-                   k_names: list[str], out_spatial: tuple[int, ...],
-                   prologue: tuple[ir.Node, ...], temps: tuple[ir.Buffer, ...]) -> Lowered:
+def _channels_last(
+    node: Node,
+    ctx: LowerContext,
+    source: str,
+    dtype: str,
+    weights: np.ndarray,
+    positions: list[Aff],
+    o_names: list[str],
+    k_names: list[str],
+    out_spatial: tuple[int, ...],
+    prologue: tuple[ir.Node, ...],
+    temps: tuple[ir.Buffer, ...],
+) -> Lowered:
     """Accumulate into ``acc[n, spatial..., oc]`` against weights repacked at compile time to
     ``[ic, kernel..., oc]``: output channels are contiguous in both, so a register tile of
     output pixels x channels is updated with one weight vector and one broadcast input value per
@@ -178,48 +223,79 @@ def _channels_last(node: Node, ctx: LowerContext, source: str, dtype: str,
     acc = f"{node.name}__acc"
     acc_buffer = ir.Buffer(acc, dtype, (n_batch, *out_spatial, out_channels), "temp")
     point = (var("n"), *(var(o) for o in o_names), var("oc"))
-    init = ir.Stmt("S", ir.Access(acc, point),
-                   load(ctx, b, (var("oc"),)) if b else zero(dtype))
-    product = ir.Load(source, (var("n"), var("ic"), *positions), dtype) \
-        * ir.Load(packed, (var("ic"), *(var(k) for k in k_names), var("oc")), dtype)
+    init = ir.Stmt("S", ir.Access(acc, point), load(ctx, b, (var("oc"),)) if b else zero(dtype))
+    product = ir.Load(source, (var("n"), var("ic"), *positions), dtype) * ir.Load(
+        packed, (var("ic"), *(var(k) for k in k_names), var("oc")), dtype
+    )
     update = ir.Stmt("S", ir.Access(acc, point), ir.Load(acc, point, dtype) + product)
     reduction = nest([("ic", channels), *pairs(k_names, weights.shape[2:])], (update,))
-    body = nest([("n", n_batch), *pairs(o_names, out_spatial), ("oc", out_channels)],
-                (init, *reduction))
-    store = ir.Stmt("S", ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
-                    ir.Load(acc, point, dtype))
+    body = nest(
+        [("n", n_batch), *pairs(o_names, out_spatial), ("oc", out_channels)], (init, *reduction)
+    )
+    store = ir.Stmt(
+        "S",
+        ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
+        ir.Load(acc, point, dtype),
+    )
     final = nest([("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)], (store,))
-    return Lowered((*prologue, *body, *final), (*temps, acc_buffer),
-                   ((packed, packed_value),))
+    return Lowered((*prologue, *body, *final), (*temps, acc_buffer), ((packed, packed_value),))
 
 
-def padded_input(node: Node, ctx: LowerContext, x: str, win: Window, positions: list[Aff]
-                 ) -> tuple[str, tuple[ir.Node, ...], tuple[ir.Buffer, ...], list[Aff]]:
+def padded_input(
+    node: Node, ctx: LowerContext, x: str, win: Window, positions: list[Aff]
+) -> tuple[str, tuple[ir.Node, ...], tuple[ir.Buffer, ...], list[Aff]]:
     """A zero-bordered copy ``<node>__pad`` of the window's input ``x`` (``[N, C, spatial...,
     unpadded trailing axes...]``): (its name, the nests that fill it, its temp buffer, the
     window ``positions`` moved into it). When ``x`` is stored with a zero border at least as
     wide as the padding (:mod:`polyonnx.krnl.borders`), that buffer is read and nothing is
     copied."""
     xs, rank = ctx.shape(x), len(win.kernel)
-    spatial, extra = xs[2:2 + rank], xs[2 + rank:]
+    spatial, extra = xs[2 : 2 + rank], xs[2 + rank :]
     border, unpadded = ctx.border(x), (0,) * len(extra)
-    if border is not None and border.covers((0, 0, *win.pads_begin, *unpadded),
-                                            (0, 0, *win.pads_end, *unpadded)):
-        return border.buffer, (), (), [pos + lo for pos, lo in
-                                       zip(positions, border.begin[2:2 + rank], strict=True)]
-    padded = tuple(size + lo + hi for size, lo, hi in
-                   zip(spatial, win.pads_begin, win.pads_end, strict=True))
+    if border is not None and border.covers(
+        (0, 0, *win.pads_begin, *unpadded), (0, 0, *win.pads_end, *unpadded)
+    ):
+        return (
+            border.buffer,
+            (),
+            (),
+            [pos + lo for pos, lo in zip(positions, border.begin[2 : 2 + rank], strict=True)],
+        )
+    padded = tuple(
+        size + lo + hi for size, lo, hi in zip(spatial, win.pads_begin, win.pads_end, strict=True)
+    )
     source, dtype = f"{node.name}__pad", ctx.dtype(x)
     temp = ir.Buffer(source, dtype, (xs[0], xs[1], *padded, *extra), "temp")
-    prologue = pad_input(ctx, x, source, dtype, xs[0], xs[1], (*spatial, *extra),
-                         (*padded, *extra), (*win.pads_begin, *(0,) * len(extra)))
-    return source, prologue, (temp,), [pos + lo for pos, lo in
-                                       zip(positions, win.pads_begin, strict=True)]
+    prologue = pad_input(
+        ctx,
+        x,
+        source,
+        dtype,
+        xs[0],
+        xs[1],
+        (*spatial, *extra),
+        (*padded, *extra),
+        (*win.pads_begin, *(0,) * len(extra)),
+    )
+    return (
+        source,
+        prologue,
+        (temp,),
+        [pos + lo for pos, lo in zip(positions, win.pads_begin, strict=True)],
+    )
 
 
-def pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: int,
-               channels: int, in_spatial: tuple[int, ...], padded: tuple[int, ...],
-               begin: tuple[int, ...]) -> tuple[ir.Node, ...]:
+def pad_input(
+    ctx: LowerContext,
+    x: str,
+    padded_name: str,
+    dtype: str,
+    n_batch: int,
+    channels: int,
+    in_spatial: tuple[int, ...],
+    padded: tuple[int, ...],
+    begin: tuple[int, ...],
+) -> tuple[ir.Node, ...]:
     """``padded[.., i + begin] = x[.., i]`` inside and 0 on the border, each element written
     once: along each axis ``k`` the slabs before and after the input (with the axes before
     ``k`` inside), then the copy."""
@@ -239,8 +315,10 @@ def pad_input(ctx: LowerContext, x: str, padded_name: str, dtype: str, n_batch: 
     for k in range(len(padded)):
         for slab in ((0, begin[k]), (begin[k] + in_spatial[k], padded[k])):
             if slab[0] < slab[1]:
-                nests.append(box([*inner[:k], slab, *full[k + 1:]], zero_fill))
-    copy = ir.Stmt("S", ir.Access(padded_name, point),
-                   load(ctx, x, (var("n"), var("c"),
-                                 *(var(p) - begin[k] for k, p in enumerate(names)))))
+                nests.append(box([*inner[:k], slab, *full[k + 1 :]], zero_fill))
+    copy = ir.Stmt(
+        "S",
+        ir.Access(padded_name, point),
+        load(ctx, x, (var("n"), var("c"), *(var(p) - begin[k] for k, p in enumerate(names)))),
+    )
     return (*nests, box(inner, copy))

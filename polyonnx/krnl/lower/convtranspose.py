@@ -35,10 +35,15 @@ from polyonnx.krnl.lower.common import (
 from polyonnx.krnl.lower.registry import LowerContext, register
 
 
-def transpose_pads_begin(node: Node, in_spatial: tuple[int, ...], out_spatial: tuple[int, ...],
-                         kernel: tuple[int, ...], strides: tuple[int, ...],
-                         dilations: tuple[int, ...], output_padding: tuple[int, ...]
-                         ) -> tuple[int, ...]:
+def transpose_pads_begin(
+    node: Node,
+    in_spatial: tuple[int, ...],
+    out_spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    output_padding: tuple[int, ...],
+) -> tuple[int, ...]:
     """The begin padding per spatial axis, by the spec's rules (explicit pads, or derived from
     the output shape for ``output_shape`` / ``SAME_*``)."""
     rank = len(in_spatial)
@@ -54,8 +59,13 @@ def transpose_pads_begin(node: Node, in_spatial: tuple[int, ...], out_spatial: t
         return pads[:rank]
     begin = []
     for k in range(rank):
-        total = strides[k] * (in_spatial[k] - 1) + output_padding[k] \
-            + (kernel[k] - 1) * dilations[k] + 1 - out_spatial[k]
+        total = (
+            strides[k] * (in_spatial[k] - 1)
+            + output_padding[k]
+            + (kernel[k] - 1) * dilations[k]
+            + 1
+            - out_spatial[k]
+        )
         begin.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
     return tuple(begin)
 
@@ -67,18 +77,23 @@ def lower_conv_transpose(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     dtype = require_float(node, ctx, x)
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
     if len(xs) < 3 or len(ws) != len(xs):
-        raise ShapeError(f"node {node.name!r} (ConvTranspose): X {xs} and W {ws} must both be "
-                         "[N, C, spatial...] / [C, M/group, kernel...]")
+        raise ShapeError(
+            f"node {node.name!r} (ConvTranspose): X {xs} and W {ws} must both be "
+            "[N, C, spatial...] / [C, M/group, kernel...]"
+        )
     rank = len(xs) - 2
     channels = xs[1]
     group = int(node.attr("group", 1))
     if group < 1 or channels % group or ws[0] != channels:
-        raise bad_attr(node, "group", f"= {group} must divide C={channels} (W has {ws[0]} "
-                                      "input channels)")
+        raise bad_attr(
+            node, "group", f"= {group} must divide C={channels} (W has {ws[0]} input channels)"
+        )
     cg, mg = channels // group, ws[1]
     if ys[1] != mg * group:
-        raise ShapeError(f"node {node.name!r} (ConvTranspose): output has {ys[1]} channels, "
-                         f"expected {mg * group}")
+        raise ShapeError(
+            f"node {node.name!r} (ConvTranspose): output has {ys[1]} channels, "
+            f"expected {mg * group}"
+        )
     kernel = tuple(ws[2:])
     if node.has_attr("kernel_shape") and ints_attr(node, "kernel_shape", rank, None) != kernel:
         raise bad_attr(node, "kernel_shape", f"disagrees with W's shape {ws}")
@@ -89,19 +104,29 @@ def lower_conv_transpose(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         if any(v < 1 for v in values):
             raise bad_attr(node, attr, f"must be positive, got {list(values)}")
     in_spatial, out_spatial = tuple(xs[2:]), tuple(ys[2:])
-    begin = transpose_pads_begin(node, in_spatial, out_spatial, kernel, strides, dilations,
-                                 output_padding)
+    begin = transpose_pads_begin(
+        node, in_spatial, out_spatial, kernel, strides, dilations, output_padding
+    )
 
     names = spatial_names(rank)
     i_names = [f"i{s}" for s in names]
     k_names = [f"k{s}" for s in names]
     o_names = [f"o{s}" for s in names]
-    positions = [var(i_names[k]) * strides[k] + var(k_names[k]) * dilations[k] - begin[k]
-                 for k in range(rank)]
-    guards = tuple(g for k in range(rank) for g in bound_guards(
-        positions[k], -begin[k],
-        (in_spatial[k] - 1) * strides[k] + (kernel[k] - 1) * dilations[k] - begin[k],
-        0, out_spatial[k]))
+    positions = [
+        var(i_names[k]) * strides[k] + var(k_names[k]) * dilations[k] - begin[k]
+        for k in range(rank)
+    ]
+    guards = tuple(
+        g
+        for k in range(rank)
+        for g in bound_guards(
+            positions[k],
+            -begin[k],
+            (in_spatial[k] - 1) * strides[k] + (kernel[k] - 1) * dilations[k] - begin[k],
+            0,
+            out_spatial[k],
+        )
+    )
 
     if group == 1:
         channel_iters, m, c = [("m", mg), ("c", cg)], var("m"), var("c")
@@ -110,13 +135,18 @@ def lower_conv_transpose(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         m, c = var("g") * mg + var("m"), var("g") * cg + var("c")
     init_index = (var("n"), var("m"), *(var(o) for o in o_names))
     init_value = ir.Load(b, (var("m"),), ctx.dtype(b)) if b else zero(dtype)
-    init = nest([("n", xs[0]), ("m", ys[1]), *pairs(o_names, out_spatial)],
-                (ir.Stmt("S", ir.Access(y, init_index), init_value),))
+    init = nest(
+        [("n", xs[0]), ("m", ys[1]), *pairs(o_names, out_spatial)],
+        (ir.Stmt("S", ir.Access(y, init_index), init_value),),
+    )
     out = ir.Access(y, (var("n"), m, *positions))
-    product = load(ctx, x, (var("n"), c, *(var(i) for i in i_names))) \
-        * load(ctx, w, (c, var("m"), *(var(k) for k in k_names)))
+    product = load(ctx, x, (var("n"), c, *(var(i) for i in i_names))) * load(
+        ctx, w, (c, var("m"), *(var(k) for k in k_names))
+    )
     update = ir.Stmt("S", out, ir.Load(y, out.index, dtype) + product, guards)
     if any(e == 0 for e in (*in_spatial, *kernel, cg, mg, xs[0])):
         return init
-    return init + nest([("n", xs[0]), *channel_iters, *pairs(i_names, in_spatial),
-                        *pairs(k_names, kernel)], (update,))
+    return init + nest(
+        [("n", xs[0]), *channel_iters, *pairs(i_names, in_spatial), *pairs(k_names, kernel)],
+        (update,),
+    )

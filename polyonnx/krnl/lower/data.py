@@ -46,8 +46,9 @@ def lower_transpose(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     x_index: list[Aff] = [Aff.lift(0)] * rank
     for d, p in enumerate(perm):
         x_index[p] = var(iters[d][0])
-    stmt = ir.Stmt("S", ir.Access(y, tuple(var(n) for n, _ in iters)),
-                   ir.Load(x, tuple(x_index), ctx.dtype(x)))
+    stmt = ir.Stmt(
+        "S", ir.Access(y, tuple(var(n) for n, _ in iters)), ir.Load(x, tuple(x_index), ctx.dtype(x))
+    )
     return nest(iters, (stmt,))
 
 
@@ -68,12 +69,24 @@ def lower_concat(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         out_index = list(index)
         out_index[axis] = index[axis] + offset
         if shape[axis]:
-            nests.extend(nest(iters, (ir.Stmt("S", ir.Access(y, tuple(out_index)),
-                                               ir.Load(x, tuple(index), ctx.dtype(x))),)))
+            nests.extend(
+                nest(
+                    iters,
+                    (
+                        ir.Stmt(
+                            "S",
+                            ir.Access(y, tuple(out_index)),
+                            ir.Load(x, tuple(index), ctx.dtype(x)),
+                        ),
+                    ),
+                )
+            )
         offset += shape[axis]
     if offset != ctx.shape(y)[axis]:
-        raise ShapeError(f"node {node.name!r} (Concat): inputs add up to {offset} along axis "
-                         f"{axis}, output has {ctx.shape(y)[axis]}")
+        raise ShapeError(
+            f"node {node.name!r} (Concat): inputs add up to {offset} along axis "
+            f"{axis}, output has {ctx.shape(y)[axis]}"
+        )
     return tuple(nests)
 
 
@@ -95,8 +108,9 @@ def lower_constant_of_shape(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...
     except ValueError as e:
         raise bad_attr(node, "value", str(e)) from None
     iters = generic_iters(ctx.shape(y))
-    stmt = ir.Stmt("S", ir.Access(y, tuple(var(n) for n, _ in iters)),
-                   _typed_const(fill, ctx.dtype(y)))
+    stmt = ir.Stmt(
+        "S", ir.Access(y, tuple(var(n) for n, _ in iters)), _typed_const(fill, ctx.dtype(y))
+    )
     return nest(iters, (stmt,))
 
 
@@ -115,19 +129,23 @@ def _pads(node: Node, ctx: LowerContext, rank: int) -> tuple[list[int], list[int
     else:
         pads_value = ctx.constant(node.input(1))
         if pads_value is None:
-            raise unsupported(node, ctx, "pads computed at run time (input 'pads' must be a "
-                                         "constant)")
+            raise unsupported(
+                node, ctx, "pads computed at run time (input 'pads' must be a constant)"
+            )
         pads = [int(p) for p in np.asarray(pads_value).reshape(-1)]
         axes = list(range(rank))
         if node.input(3):
             axes_value = ctx.constant(node.input(3))
             if axes_value is None:
                 raise unsupported(node, ctx, "axes computed at run time")
-            axes = [normalize_axis(node, int(a), rank, "axes")
-                    for a in np.asarray(axes_value).reshape(-1)]
+            axes = [
+                normalize_axis(node, int(a), rank, "axes")
+                for a in np.asarray(axes_value).reshape(-1)
+            ]
     if len(pads) != 2 * len(axes):
-        raise ModelError(f"node {node.name!r} (Pad): pads has {len(pads)} values, expected "
-                         f"{2 * len(axes)}")
+        raise ModelError(
+            f"node {node.name!r} (Pad): pads has {len(pads)} values, expected {2 * len(axes)}"
+        )
     begin, end = [0] * rank, [0] * rank
     for k, a in enumerate(axes):
         begin[a], end[a] = pads[k], pads[len(axes) + k]
@@ -147,21 +165,27 @@ def _pieces(node: Node, mode: str, o: str, size: int, pb: int, pe: int) -> list[
     # mirrors without repeating the border element, wrap goes round at most once.
     limit = {"edge": kept and max(pb, pe), "reflect": kept - 1, "wrap": kept}[mode]
     if max(pb, pe) > 0 and max(pb, pe) > limit:
-        raise ModelError(f"node {node.name!r} (Pad): {mode} padding of {max(pb, pe)} does not "
-                         f"fit an axis of (cropped) size {kept}")
+        raise ModelError(
+            f"node {node.name!r} (Pad): {mode} padding of {max(pb, pe)} does not "
+            f"fit an axis of (cropped) size {kept}"
+        )
     o_var = var(o) + start
-    left = {"edge": Aff.lift(start), "reflect": 2 * start + pb - o_var,
-            "wrap": o_var - pb + kept}[mode]
-    right = {"edge": Aff.lift(start + kept - 1), "reflect": 2 * (start + kept) + pb - 2 - o_var,
-             "wrap": o_var - pb - kept}[mode]
+    left = {"edge": Aff.lift(start), "reflect": 2 * start + pb - o_var, "wrap": o_var - pb + kept}[
+        mode
+    ]
+    right = {
+        "edge": Aff.lift(start + kept - 1),
+        "reflect": 2 * (start + kept) + pb - 2 - o_var,
+        "wrap": o_var - pb - kept,
+    }[mode]
     pieces = [(0, pb, left), (pb, pb + kept, o_var - pb), (pb + kept, pb + kept + pe, right)]
     return [p for p in pieces if p[0] < p[1]]
 
 
-def _piece_nest(y: str, names: Sequence[str], ranges: Sequence[tuple[int, int]],
-                value: ir.Expr) -> ir.Node:
-    nodes: tuple[ir.Node, ...] = (ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)),
-                                          value),)
+def _piece_nest(
+    y: str, names: Sequence[str], ranges: Sequence[tuple[int, int]], value: ir.Expr
+) -> ir.Node:
+    nodes: tuple[ir.Node, ...] = (ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), value),)
     for name, (lo, hi) in reversed(list(zip(names, ranges, strict=True))):
         nodes = (ir.Loop(name, lo, hi, nodes),)
     return nodes[0]
@@ -175,14 +199,15 @@ def lower_pad(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     in_shape, out_shape = ctx.shape(x), ctx.shape(y)
     rank = len(in_shape)
     mode = str_attr(node, "mode", "constant")
-    if mode not in ("constant", "edge", "reflect", "wrap") or (mode == "wrap"
-                                                               and opset(ctx) < 19):
+    if mode not in ("constant", "edge", "reflect", "wrap") or (mode == "wrap" and opset(ctx) < 19):
         raise bad_attr(node, "mode", f"has unknown value {mode!r}")
     begin, end = _pads(node, ctx, rank)
     expected = tuple(s + b + e for s, b, e in zip(in_shape, begin, end, strict=True))
     if expected != tuple(out_shape):
-        raise ShapeError(f"node {node.name!r} (Pad): output shape {tuple(out_shape)} does not "
-                         f"match the pads (expected {expected})")
+        raise ShapeError(
+            f"node {node.name!r} (Pad): output shape {tuple(out_shape)} does not "
+            f"match the pads (expected {expected})"
+        )
     names = [f"i{d}" for d in range(rank)]
     if mode == "constant":
         if opset(ctx) < 11:
@@ -194,14 +219,23 @@ def lower_pad(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
             fill = zero(dtype)
         # Fill everything, then copy the (possibly cropped) input over its region.
         nests = [_piece_nest(y, names, [(0, n) for n in out_shape], fill)]
-        inside = [(max(b, 0), min(b + n, b + n + e)) for n, b, e in zip(in_shape, begin, end,
-                                                                          strict=True)]
+        inside = [
+            (max(b, 0), min(b + n, b + n + e)) for n, b, e in zip(in_shape, begin, end, strict=True)
+        ]
         if all(lo < hi for lo, hi in inside):
-            nests.append(_piece_nest(y, names, inside, ir.Load(
-                x, tuple(var(o) - b for o, b in zip(names, begin, strict=True)), dtype)))
+            nests.append(
+                _piece_nest(
+                    y,
+                    names,
+                    inside,
+                    ir.Load(x, tuple(var(o) - b for o, b in zip(names, begin, strict=True)), dtype),
+                )
+            )
         return tuple(nests) if all(out_shape) else ()
-    per_axis = [_pieces(node, mode, names[d], in_shape[d], begin[d], end[d])
-                for d in range(rank)]
-    return tuple(_piece_nest(y, names, [(p[0], p[1]) for p in combo],
-                             ir.Load(x, tuple(p[2] for p in combo), dtype))
-                 for combo in itertools.product(*per_axis))
+    per_axis = [_pieces(node, mode, names[d], in_shape[d], begin[d], end[d]) for d in range(rank)]
+    return tuple(
+        _piece_nest(
+            y, names, [(p[0], p[1]) for p in combo], ir.Load(x, tuple(p[2] for p in combo), dtype)
+        )
+        for combo in itertools.product(*per_axis)
+    )

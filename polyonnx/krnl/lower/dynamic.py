@@ -64,10 +64,10 @@ def _eq(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return ir.Binary("eq", a, b)
 
 
-def _dynamic(value: str, shape: Sequence[int], dims: Sequence[int], count: str
-             ) -> DynamicOutput:
-    return DynamicOutput(value, tuple(shape),
-                         tuple(count if d in dims else "" for d in range(len(shape))))
+def _dynamic(value: str, shape: Sequence[int], dims: Sequence[int], count: str) -> DynamicOutput:
+    return DynamicOutput(
+        value, tuple(shape), tuple(count if d in dims else "" for d in range(len(shape)))
+    )
 
 
 def _check_dtype(node: Node, ctx: LowerContext, name: str) -> str:
@@ -77,8 +77,9 @@ def _check_dtype(node: Node, ctx: LowerContext, name: str) -> str:
     return dtype
 
 
-def _axis_source(node: Node, ctx: LowerContext, x: str
-                 ) -> tuple[str, tuple[int, ...], int, tuple[tuple[ir.Buffer, str], ...]]:
+def _axis_source(
+    node: Node, ctx: LowerContext, x: str
+) -> tuple[str, tuple[int, ...], int, tuple[tuple[ir.Buffer, str], ...]]:
     """What Compress and Unique select along: ``x`` and its ``axis`` attribute, or without
     one ``x`` read as one flat axis. (Buffer name, shape, axis, the views to declare.)"""
     xs = ctx.shape(x)
@@ -105,22 +106,36 @@ def lower_non_zero(node: Node, ctx: LowerContext) -> Lowered:
     its = [f"i{d}" for d in range(rank)]
     at = tuple(var(i) for i in its)
     nonzero = ir.Binary("ne", ir.Load(x, at, dtype), zero(dtype))
-    scan = (ir.Stmt("S", c_at, NONE),
-            *nest(pairs(its, xs), (ir.Stmt("S", ir.Access(pos.name, at), c_ld),
-                                   ir.Stmt("S", c_at, c_ld + _flag(nonzero)))))
+    scan = (
+        ir.Stmt("S", c_at, NONE),
+        *nest(
+            pairs(its, xs),
+            (
+                ir.Stmt("S", ir.Access(pos.name, at), c_ld),
+                ir.Stmt("S", c_at, c_ld + _flag(nonzero)),
+            ),
+        ),
+    )
     hit = _and(nonzero, _eq(ir.Load(pos.name, at, I64), ir.Iter("p")))
 
     def y_at(d: int) -> tuple[ir.Aff, ...]:
         return (ir.Aff.lift(d), var("p"))
 
-    init = nest([("d", rank), ("p", n)], (ir.Stmt("S", ir.Access(y, (var("d"), var("p"))),
-                                                  NONE),))
-    select = nest([("p", n), *pairs(its, xs)], tuple(
-        ir.Stmt("S", ir.Access(y, y_at(d)),
-                ir.Select(hit, ir.Iter(its[d]), ir.Load(y, y_at(d), I64)))
-        for d in range(rank)))
-    return Lowered(scan + init + select, (count, pos),
-                   dynamic=(_dynamic(y, (rank, n), (1,), count.name),))
+    init = nest([("d", rank), ("p", n)], (ir.Stmt("S", ir.Access(y, (var("d"), var("p"))), NONE),))
+    select = nest(
+        [("p", n), *pairs(its, xs)],
+        tuple(
+            ir.Stmt(
+                "S",
+                ir.Access(y, y_at(d)),
+                ir.Select(hit, ir.Iter(its[d]), ir.Load(y, y_at(d), I64)),
+            )
+            for d in range(rank)
+        ),
+    )
+    return Lowered(
+        scan + init + select, (count, pos), dynamic=(_dynamic(y, (rank, n), (1,), count.name),)
+    )
 
 
 @register("Compress", 9)
@@ -136,9 +151,16 @@ def lower_compress(node: Node, ctx: LowerContext) -> Lowered:
     count, c_at, c_ld = _count(node)
     pos = ir.Buffer(f"{node.name}__pos", I64, (m,), "temp")
     take = ir.Load(cond, (var("i"),), "bool")
-    scan = (ir.Stmt("S", c_at, NONE),
-            *nest([("i", m)], (ir.Stmt("S", ir.Access(pos.name, (var("i"),)), c_ld),
-                               ir.Stmt("S", c_at, c_ld + _flag(take)))))
+    scan = (
+        ir.Stmt("S", c_at, NONE),
+        *nest(
+            [("i", m)],
+            (
+                ir.Stmt("S", ir.Access(pos.name, (var("i"),)), c_ld),
+                ir.Stmt("S", c_at, c_ld + _flag(take)),
+            ),
+        ),
+    )
     out_shape = tuple(m if d == axis else e for d, e in enumerate(shape))
     names = [("p" if d == axis else f"c{d}") for d in range(len(shape))]
 
@@ -147,12 +169,22 @@ def lower_compress(node: Node, ctx: LowerContext) -> Lowered:
 
     y_at, y_ld = ir.Access(y, at("p")), ir.Load(y, at("p"), dtype)
     hit = _and(take, _eq(ir.Load(pos.name, (var("i"),), I64), ir.Iter("p")))
-    select = nest(pairs(names, out_shape), (
-        ir.Stmt("S", y_at, zero(dtype)),
-        *nest([("i", m)], (ir.Stmt("S", y_at, ir.Select(hit, ir.Load(src, at("i"), dtype),
-                                                        y_ld)),))))
-    return Lowered(scan + select, (count, pos), views=views,
-                   dynamic=(_dynamic(y, out_shape, (axis,), count.name),))
+    select = nest(
+        pairs(names, out_shape),
+        (
+            ir.Stmt("S", y_at, zero(dtype)),
+            *nest(
+                [("i", m)],
+                (ir.Stmt("S", y_at, ir.Select(hit, ir.Load(src, at("i"), dtype), y_ld)),),
+            ),
+        ),
+    )
+    return Lowered(
+        scan + select,
+        (count, pos),
+        views=views,
+        dynamic=(_dynamic(y, out_shape, (axis,), count.name),),
+    )
 
 
 @register("Unique", 11)
@@ -173,8 +205,10 @@ def lower_unique(node: Node, ctx: LowerContext) -> Lowered:
     def at(it: str) -> tuple[ir.Aff, ...]:
         return tuple(var(it if d == axis else f"c{d}") for d in range(len(shape)))
 
-    tmp = [ir.Buffer(f"{node.name}__{what}", I64, dims, "temp") for what, dims in (
-        ("cmp", (n, n)), ("dup", (n,)), ("mult", (n,)), ("slot", (n,)))]
+    tmp = [
+        ir.Buffer(f"{node.name}__{what}", I64, dims, "temp")
+        for what, dims in (("cmp", (n, n)), ("dup", (n,)), ("mult", (n,)), ("slot", (n,)))
+    ]
     cmp, dup, mult, slot = (b.name for b in tmp)
     count, c_at, c_ld = _count(node)
 
@@ -188,50 +222,99 @@ def lower_unique(node: Node, ctx: LowerContext) -> Lowered:
     xj, xi = ir.Load(src, at("j"), dtype), ir.Load(src, at("i"), dtype)
     undecided = _and(_eq(ld(cmp, "j", "i"), NONE), ir.Binary("ne", xj, xi))
     sign = ir.Select(ir.Binary("lt", xj, xi), ir.Const(-1, I64), ONE)
-    compare = nest([("j", n), ("i", n)], (
-        ir.Stmt("S", acc(cmp, "j", "i"), NONE),
-        *nest(others, (ir.Stmt("S", acc(cmp, "j", "i"),
-                               ir.Select(undecided, sign, ld(cmp, "j", "i"))),))))
+    compare = nest(
+        [("j", n), ("i", n)],
+        (
+            ir.Stmt("S", acc(cmp, "j", "i"), NONE),
+            *nest(
+                others,
+                (ir.Stmt("S", acc(cmp, "j", "i"), ir.Select(undecided, sign, ld(cmp, "j", "i"))),),
+            ),
+        ),
+    )
     same = _eq(ld(cmp, "j", "i"), NONE)
     earlier = ir.Binary("lt", ir.Iter("j"), ir.Iter("i"))
-    tally = nest([("i", n)], (
-        ir.Stmt("S", acc(dup, "i"), NONE), ir.Stmt("S", acc(mult, "i"), NONE),
-        *nest([("j", n)], (ir.Stmt("S", acc(dup, "i"), ld(dup, "i") + _flag(_and(earlier, same))),
-                           ir.Stmt("S", acc(mult, "i"), ld(mult, "i") + _flag(same))))))
+    tally = nest(
+        [("i", n)],
+        (
+            ir.Stmt("S", acc(dup, "i"), NONE),
+            ir.Stmt("S", acc(mult, "i"), NONE),
+            *nest(
+                [("j", n)],
+                (
+                    ir.Stmt("S", acc(dup, "i"), ld(dup, "i") + _flag(_and(earlier, same))),
+                    ir.Stmt("S", acc(mult, "i"), ld(mult, "i") + _flag(same)),
+                ),
+            ),
+        ),
+    )
     first_i = _eq(ld(dup, "i"), NONE)
     if node.attr("sorted", 1):
         smaller = _and(_eq(ld(dup, "j"), NONE), _eq(ld(cmp, "j", "i"), ir.Const(-1, I64)))
-        place = (ir.Stmt("S", c_at, NONE),
-                 *nest([("i", n)], (
-                     ir.Stmt("S", acc(slot, "i"), NONE),
-                     *nest([("j", n)], (ir.Stmt("S", acc(slot, "i"),
-                                                ld(slot, "i") + _flag(smaller)),)),
-                     ir.Stmt("S", c_at, c_ld + _flag(first_i)))))
+        place = (
+            ir.Stmt("S", c_at, NONE),
+            *nest(
+                [("i", n)],
+                (
+                    ir.Stmt("S", acc(slot, "i"), NONE),
+                    *nest(
+                        [("j", n)], (ir.Stmt("S", acc(slot, "i"), ld(slot, "i") + _flag(smaller)),)
+                    ),
+                    ir.Stmt("S", c_at, c_ld + _flag(first_i)),
+                ),
+            ),
+        )
     else:
-        place = (ir.Stmt("S", c_at, NONE),
-                 *nest([("i", n)], (ir.Stmt("S", acc(slot, "i"), c_ld),
-                                    ir.Stmt("S", c_at, c_ld + _flag(first_i)))))
+        place = (
+            ir.Stmt("S", c_at, NONE),
+            *nest(
+                [("i", n)],
+                (ir.Stmt("S", acc(slot, "i"), c_ld), ir.Stmt("S", c_at, c_ld + _flag(first_i))),
+            ),
+        )
     hit = _and(first_i, _eq(ld(slot, "i"), ir.Iter("p")))
     nests: list[ir.Node] = [*compare, *tally, *place]
     dynamic: list[DynamicOutput] = []
     if y:
         names = [("p" if d == axis else f"c{d}") for d in range(len(shape))]
         y_at, y_ld = ir.Access(y, at("p")), ir.Load(y, at("p"), dtype)
-        nests += nest(pairs(names, shape), (
-            ir.Stmt("S", y_at, zero(dtype)),
-            *nest([("i", n)], (ir.Stmt("S", y_at, ir.Select(hit, xi, y_ld)),))))
+        nests += nest(
+            pairs(names, shape),
+            (
+                ir.Stmt("S", y_at, zero(dtype)),
+                *nest([("i", n)], (ir.Stmt("S", y_at, ir.Select(hit, xi, y_ld)),)),
+            ),
+        )
         dynamic.append(_dynamic(y, shape, (axis,), count.name))
     for out, value in ((first_index, ir.Iter("i")), (counts, ld(mult, "i"))):
         if out:
-            nests += nest([("p", n)], (
-                ir.Stmt("S", acc(out, "p"), NONE),
-                *nest([("i", n)], (ir.Stmt("S", acc(out, "p"),
-                                           ir.Select(hit, value, ld(out, "p"))),))))
+            nests += nest(
+                [("p", n)],
+                (
+                    ir.Stmt("S", acc(out, "p"), NONE),
+                    *nest(
+                        [("i", n)],
+                        (ir.Stmt("S", acc(out, "p"), ir.Select(hit, value, ld(out, "p"))),),
+                    ),
+                ),
+            )
             dynamic.append(_dynamic(out, (n,), (0,), count.name))
     if inverse:
         match = _and(first_i, _eq(ld(cmp, "i", "k"), NONE))
-        nests += nest([("k", n)], (
-            ir.Stmt("S", acc(inverse, "k"), NONE),
-            *nest([("i", n)], (ir.Stmt("S", acc(inverse, "k"),
-                                       ir.Select(match, ld(slot, "i"), ld(inverse, "k"))),))))
+        nests += nest(
+            [("k", n)],
+            (
+                ir.Stmt("S", acc(inverse, "k"), NONE),
+                *nest(
+                    [("i", n)],
+                    (
+                        ir.Stmt(
+                            "S",
+                            acc(inverse, "k"),
+                            ir.Select(match, ld(slot, "i"), ld(inverse, "k")),
+                        ),
+                    ),
+                ),
+            ),
+        )
     return Lowered(tuple(nests), (*tmp, count), views=views, dynamic=tuple(dynamic))

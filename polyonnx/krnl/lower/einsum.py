@@ -30,16 +30,19 @@ def _parse(node: Node, equation: str, ranks: list[int]) -> tuple[list[list[str]]
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks):
-        raise ModelError(f"node {node.name!r} (Einsum): equation {equation!r} has "
-                         f"{len(terms)} operands, the node {len(ranks)} inputs")
+        raise ModelError(
+            f"node {node.name!r} (Einsum): equation {equation!r} has "
+            f"{len(terms)} operands, the node {len(ranks)} inputs"
+        )
     n_ellipsis = 0
     operands: list[list[str]] = []
     for term, rank in zip(terms, ranks, strict=True):
         head, dots, tail = term.partition("...")
         named = len(head) + len(tail)
         if not dots and named != rank or dots and named > rank:
-            raise ShapeError(f"node {node.name!r} (Einsum): term {term!r} does not fit an "
-                             f"operand of rank {rank}")
+            raise ShapeError(
+                f"node {node.name!r} (Einsum): term {term!r} does not fit an operand of rank {rank}"
+            )
         k = rank - named if dots else 0
         n_ellipsis = max(n_ellipsis, k)
         # Ellipsis axes are right-aligned across operands, as numpy broadcasting does.
@@ -49,10 +52,12 @@ def _parse(node: Node, equation: str, ranks: list[int]) -> tuple[list[list[str]]
         head, dots, tail = term.partition("...")
         if dots:
             k = rank - len(head) - len(tail)
-            letters[len(head):len(head) + k] = [f".{n_ellipsis - k + i}" for i in range(k)]
+            letters[len(head) : len(head) + k] = [f".{n_ellipsis - k + i}" for i in range(k)]
     if not all(c.isalpha() for term in terms for c in term.replace("...", "")):
-        raise ModelError(f"node {node.name!r} (Einsum): equation {equation!r} has characters "
-                         "other than letters, ',', '->' and '...'")
+        raise ModelError(
+            f"node {node.name!r} (Einsum): equation {equation!r} has characters "
+            "other than letters, ',', '->' and '...'"
+        )
     ellipsis = [f".{i}" for i in range(n_ellipsis)]
     if arrow:
         head, dots, tail = rhs.partition("...")
@@ -84,32 +89,43 @@ def lower_einsum(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
             elif c.startswith(".") and 1 in (d, extent[c]):
                 extent[c] = max(d, extent[c])  # ellipsis axes broadcast
             else:
-                raise ShapeError(f"node {node.name!r} (Einsum): index {c!r} has sizes "
-                                 f"{extent[c]} and {d}")
+                raise ShapeError(
+                    f"node {node.name!r} (Einsum): index {c!r} has sizes {extent[c]} and {d}"
+                )
     if len(set(out)) != len(out) or any(c not in extent for c in out):
-        raise ModelError(f"node {node.name!r} (Einsum): output {''.join(out)!r} repeats a "
-                         "letter or uses one no operand has")
+        raise ModelError(
+            f"node {node.name!r} (Einsum): output {''.join(out)!r} repeats a "
+            "letter or uses one no operand has"
+        )
 
     def it(c: str) -> str:
         return f"e{c[1:]}" if c.startswith(".") else f"i_{c}"
 
-    contracted = sorted({c for letters in operands for c in letters} - set(out),
-                        key=lambda c: (not c.startswith("."), c))
+    contracted = sorted(
+        {c for letters in operands for c in letters} - set(out),
+        key=lambda c: (not c.startswith("."), c),
+    )
     out_index = tuple(var(it(c)) for c in out)
     if tuple(extent[c] for c in out) != tuple(ctx.shape(y)):
-        raise ShapeError(f"node {node.name!r} (Einsum): output {ctx.shape(y)} does not match "
-                         f"the equation ({tuple(extent[c] for c in out)})")
+        raise ShapeError(
+            f"node {node.name!r} (Einsum): output {ctx.shape(y)} does not match "
+            f"the equation ({tuple(extent[c] for c in out)})"
+        )
     product: ir.Expr | None = None
     for name, letters, shape in zip(inputs, operands, shapes, strict=True):
-        index = tuple(Aff.lift(0) if (d == 1 and extent[c] != 1) else var(it(c))
-                      for c, d in zip(letters, shape, strict=True))
+        index = tuple(
+            Aff.lift(0) if (d == 1 and extent[c] != 1) else var(it(c))
+            for c, d in zip(letters, shape, strict=True)
+        )
         term = ir.Load(name, index, ctx.dtype(name))
         product = term if product is None else product * term
     assert product is not None
     target = ir.Access(y, out_index)
     update = ir.Stmt("S", target, ir.Load(y, out_index, dtype) + product)
-    body = (ir.Stmt("S", target, zero(dtype)),
-            *nest([(it(c), extent[c]) for c in contracted], (update,)))
+    body = (
+        ir.Stmt("S", target, zero(dtype)),
+        *nest([(it(c), extent[c]) for c in contracted], (update,)),
+    )
     if any(extent[c] == 0 for c in out):
         return ()
     return nest([(it(c), extent[c]) for c in out], body)

@@ -40,8 +40,9 @@ NUMERIC = FLOATS + INTS
 ALL = NUMERIC + ("bool",)
 
 
-def elementwise(node: Node, ctx: LowerContext, inputs: Sequence[str], body: Body,
-                upcast_half: bool = False) -> tuple[ir.Node, ...]:
+def elementwise(
+    node: Node, ctx: LowerContext, inputs: Sequence[str], body: Body, upcast_half: bool = False
+) -> tuple[ir.Node, ...]:
     """``Y[i...] = body(loads of inputs broadcast to Y)`` over the shape of the first output.
 
     With ``upcast_half``, float16 loads are widened to float32 before ``body`` and its float32
@@ -53,15 +54,15 @@ def elementwise(node: Node, ctx: LowerContext, inputs: Sequence[str], body: Body
     names = [name for name, _ in iters]
     args: list[ir.Expr] = [
         ir.Load(name, broadcast_index(ctx.shape(name), out_shape, names), ctx.dtype(name))
-        for name in inputs]
+        for name in inputs
+    ]
     if upcast_half:
         args = [ir.Cast(a, "float32") if a.dtype == "float16" else a for a in args]
     value = body(args)
     if upcast_half and value.dtype == "float32" and ctx.dtype(y) == "float16":
         value = ir.Cast(value, "float16")
     if value.dtype != ctx.dtype(y):
-        raise unsupported(node, ctx, f"computes {value.dtype} but output {y!r} is "
-                          f"{ctx.dtype(y)}")
+        raise unsupported(node, ctx, f"computes {value.dtype} but output {y!r} is {ctx.dtype(y)}")
     stmt = ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), value)
     return nest(iters, (stmt,))
 
@@ -70,8 +71,9 @@ def check_dtype(node: Node, ctx: LowerContext, name: str, allowed: Sequence[str]
     """The dtype of input ``name``; UnsupportedOpError naming it when not in ``allowed``."""
     dtype = ctx.dtype(name)
     if dtype not in allowed:
-        raise unsupported(node, ctx, f"input {name!r} has dtype {dtype}; supported: "
-                          f"{', '.join(allowed)}")
+        raise unsupported(
+            node, ctx, f"input {name!r} has dtype {dtype}; supported: {', '.join(allowed)}"
+        )
     return dtype
 
 
@@ -91,12 +93,12 @@ def fattr(node: Node, name: str, default: float) -> float:
 # --------------------------------------------------------------------------- unary ops
 
 
-def _unary(op_type: str, make: Callable[[ir.Expr, Node], ir.Expr],
-           dtypes: Sequence[str] = FLOATS) -> None:
+def _unary(
+    op_type: str, make: Callable[[ir.Expr, Node], ir.Expr], dtypes: Sequence[str] = FLOATS
+) -> None:
     def lower(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         check_dtype(node, ctx, node.input(0), dtypes)
-        return elementwise(node, ctx, node.inputs[:1], lambda a: make(a[0], node),
-                           upcast_half=True)
+        return elementwise(node, ctx, node.inputs[:1], lambda a: make(a[0], node), upcast_half=True)
 
     lower.__name__ = f"lower_{op_type.lower()}"
     lower.__doc__ = f"{op_type}: one elementwise statement."
@@ -159,12 +161,19 @@ def _shrink(x: ir.Expr, node: Node) -> ir.Expr:
         lo, hi, b = const(-lambd, x), const(lambd, x), const(bias, x)
     else:  # integer inputs compare against the real-valued thresholds
         lo, hi, b = const(math.floor(-lambd), x), const(math.ceil(lambd), x), const(bias, x)
-        below = ir.Select(ir.binary("lt", x, lo) if -lambd == math.floor(-lambd)
-                          else ir.binary("le", x, lo), ir.binary("add", x, b), zero(x.dtype))
-        return ir.Select(ir.binary("gt", x, hi) if lambd == math.ceil(lambd)
-                         else ir.binary("ge", x, hi), ir.binary("sub", x, b), below)
-    return ir.Select(ir.binary("lt", x, lo), x + b,
-                     ir.Select(ir.binary("gt", x, hi), x - b, zero(x.dtype)))
+        below = ir.Select(
+            ir.binary("lt", x, lo) if -lambd == math.floor(-lambd) else ir.binary("le", x, lo),
+            ir.binary("add", x, b),
+            zero(x.dtype),
+        )
+        return ir.Select(
+            ir.binary("gt", x, hi) if lambd == math.ceil(lambd) else ir.binary("ge", x, hi),
+            ir.binary("sub", x, b),
+            below,
+        )
+    return ir.Select(
+        ir.binary("lt", x, lo), x + b, ir.Select(ir.binary("gt", x, hi), x - b, zero(x.dtype))
+    )
 
 
 def _thresholded_relu(x: ir.Expr, node: Node) -> ir.Expr:
@@ -190,11 +199,32 @@ def _swish(x: ir.Expr, node: Node) -> ir.Expr:
     return x * ir.unary("sigmoid", x * fattr(node, "alpha", 1.0))
 
 
-_MATH = ("exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-         "asinh", "acosh", "atanh", "tanh", "sigmoid", "erf", "floor", "ceil", "round")
+_MATH = (
+    "exp",
+    "log",
+    "sqrt",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "floor",
+    "ceil",
+    "round",
+)
 for _op in _MATH:
-    _unary(_op.capitalize() if _op != "sigmoid" else "Sigmoid",
-           lambda x, _, op=_op: ir.unary(op, x))
+    _unary(
+        _op.capitalize() if _op != "sigmoid" else "Sigmoid", lambda x, _, op=_op: ir.unary(op, x)
+    )
 
 _unary("Relu", _relu, NUMERIC)
 _unary("Neg", lambda x, _: -x, FLOATS + SIGNED)
@@ -229,10 +259,16 @@ def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         hi = ir.Const(float(node.attr("max")), dtype) if node.has_attr("max") else None
     else:
         # Bounds are scalars read from their buffers at run time (they may be graph inputs).
-        lo = ir.Load(node.input(1), scalar_index(ctx, node.input(1)), dtype) \
-            if node.input(1) else None
-        hi = ir.Load(node.input(2), scalar_index(ctx, node.input(2)), dtype) \
-            if node.input(2) else None
+        lo = (
+            ir.Load(node.input(1), scalar_index(ctx, node.input(1)), dtype)
+            if node.input(1)
+            else None
+        )
+        hi = (
+            ir.Load(node.input(2), scalar_index(ctx, node.input(2)), dtype)
+            if node.input(2)
+            else None
+        )
 
     def body(args: Sequence[ir.Expr]) -> ir.Expr:
         value = args[0]
@@ -293,8 +329,7 @@ def lower_mod(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     check_dtype(node, ctx, a, NUMERIC)
     fmod = int(node.attr("fmod", 0))
     op = "fmod" if fmod else "mod"
-    return elementwise(node, ctx, (a, b), lambda x: ir.binary(op, x[0], x[1]),
-                       upcast_half=True)
+    return elementwise(node, ctx, (a, b), lambda x: ir.binary(op, x[0], x[1]), upcast_half=True)
 
 
 @register("PRelu")
@@ -302,8 +337,9 @@ def lower_prelu(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """PRelu: ``x < 0 ? slope * x : x``, the slope broadcast to X."""
     x, slope = node.input(0), node.input(1)
     check_dtype(node, ctx, x, NUMERIC)
-    return elementwise(node, ctx, (x, slope), lambda a: _select_neg(a[0], a[0] * a[1]),
-                       upcast_half=True)
+    return elementwise(
+        node, ctx, (x, slope), lambda a: _select_neg(a[0], a[0] * a[1]), upcast_half=True
+    )
 
 
 @register("Pow")
@@ -320,7 +356,8 @@ def lower_pow(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
                 exponent = ir.Cast(exponent, base.dtype)
             return ir.binary("pow", base, exponent)
         # Integer powers go through float64 (exact for the results int64 can hold).
-        return ir.Cast(ir.binary("pow", ir.Cast(base, "float64"),
-                                 ir.Cast(exponent, "float64")), dtype)
+        return ir.Cast(
+            ir.binary("pow", ir.Cast(base, "float64"), ir.Cast(exponent, "float64")), dtype
+        )
 
     return elementwise(node, ctx, (x, e), body, upcast_half=True)

@@ -58,8 +58,7 @@ def copy_nest(ctx: LowerContext, src: str, dst: str) -> tuple[ir.Node, ...]:
     """``dst = src`` elementwise (same shape)."""
     iters = generic_iters(ctx.shape(dst))
     index = index_vars([n for n, _ in iters])
-    return nest(iters, (ir.Stmt("S", ir.Access(dst, index), ir.Load(src, index,
-                                                                      ctx.dtype(src))),))
+    return nest(iters, (ir.Stmt("S", ir.Access(dst, index), ir.Load(src, index, ctx.dtype(src))),))
 
 
 def _require_int(node: Node, ctx: LowerContext, name: str) -> None:
@@ -94,8 +93,9 @@ def lower_gather_elements(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     index = index_vars([n for n, _ in iters])
     x_index: list[ir.Index] = list(index)
     x_index[axis] = wrap_negative(ir.Load(idx, index, ctx.dtype(idx)), xs[axis])
-    return nest(iters, (ir.Stmt("S", ir.Access(y, index),
-                                ir.Load(x, tuple(x_index), ctx.dtype(x))),))
+    return nest(
+        iters, (ir.Stmt("S", ir.Access(y, index), ir.Load(x, tuple(x_index), ctx.dtype(x))),)
+    )
 
 
 @register("GatherND")
@@ -106,19 +106,25 @@ def lower_gather_nd(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     xs, js = ctx.shape(x), ctx.shape(idx)
     b = int(node.attr("batch_dims", 0))
     if not js or not 0 <= b < min(len(xs), len(js)):
-        raise bad_attr(node, "batch_dims", f"= {b} is out of range for data rank {len(xs)} "
-                                           f"and indices rank {len(js)}")
+        raise bad_attr(
+            node,
+            "batch_dims",
+            f"= {b} is out of range for data rank {len(xs)} and indices rank {len(js)}",
+        )
     m = js[-1]
     if b + m > len(xs):
-        raise ShapeError(f"node {node.name!r} (GatherND): indices address {m} axes after "
-                         f"{b} batch axes of a rank-{len(xs)} tensor")
+        raise ShapeError(
+            f"node {node.name!r} (GatherND): indices address {m} axes after "
+            f"{b} batch axes of a rank-{len(xs)} tensor"
+        )
     i_names = [f"i{d}" for d in range(len(js) - 1)]
     k_names = [f"k{d}" for d in range(len(xs) - b - m)]
     iters = list(zip(i_names + k_names, ctx.shape(y), strict=True))
-    gathered = [wrap_negative(ir.Load(idx, (*index_vars(i_names), Aff.lift(t)), ctx.dtype(idx)),
-                              xs[b + t]) for t in range(m)]
-    value = ir.Load(x, (*index_vars(i_names[:b]), *gathered, *index_vars(k_names)),
-                    ctx.dtype(x))
+    gathered = [
+        wrap_negative(ir.Load(idx, (*index_vars(i_names), Aff.lift(t)), ctx.dtype(idx)), xs[b + t])
+        for t in range(m)
+    ]
+    value = ir.Load(x, (*index_vars(i_names[:b]), *gathered, *index_vars(k_names)), ctx.dtype(x))
     return nest(iters, (ir.Stmt("S", ir.Access(y, index_vars([n for n, _ in iters])), value),))
 
 
@@ -146,8 +152,10 @@ def lower_scatter_elements(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
     _require_int(node, ctx, idx)
     xs, js = ctx.shape(x), ctx.shape(idx)
     if ctx.shape(upd) != js or len(js) != len(xs):
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): updates {ctx.shape(upd)} and "
-                         f"indices {js} must have the same shape and the rank of data {xs}")
+        raise ShapeError(
+            f"node {node.name!r} ({node.op_type}): updates {ctx.shape(upd)} and "
+            f"indices {js} must have the same shape and the rank of data {xs}"
+        )
     axis = normalize_axis(node, int(node.attr("axis", 0)), len(xs))
     dtype = ctx.dtype(x)
     iters = generic_iters(js)
@@ -156,8 +164,7 @@ def lower_scatter_elements(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
     out_index[axis] = var("j")
     out = ir.Access(y, tuple(out_index))
     old = ir.Load(y, out.index, dtype)
-    hit = ir.Binary("eq", wrap_negative(ir.Load(idx, p, ctx.dtype(idx)), xs[axis]),
-                    ir.Iter("j"))
+    hit = ir.Binary("eq", wrap_negative(ir.Load(idx, p, ctx.dtype(idx)), xs[axis]), ir.Iter("j"))
     value = ir.Select(hit, _combine(node, ctx, old, ir.Load(upd, p, ctx.dtype(upd))), old)
     return copy_nest(ctx, x, y) + nest(iters + [("j", xs[axis])], (ir.Stmt("S", out, value),))
 
@@ -171,8 +178,10 @@ def lower_scatter_nd(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     xs, js = ctx.shape(x), ctx.shape(idx)
     m = js[-1] if js else 0
     if not js or m > len(xs) or ctx.shape(upd) != js[:-1] + xs[m:]:
-        raise ShapeError(f"node {node.name!r} (ScatterND): updates {ctx.shape(upd)} must be "
-                         f"indices.shape[:-1] + data.shape[m:] for indices {js}, data {xs}")
+        raise ShapeError(
+            f"node {node.name!r} (ScatterND): updates {ctx.shape(upd)} must be "
+            f"indices.shape[:-1] + data.shape[m:] for indices {js}, data {xs}"
+        )
     dtype = ctx.dtype(x)
     u_names = [f"u{d}" for d in range(len(js) - 1)]
     o_names = [f"o{d}" for d in range(m)]
@@ -188,8 +197,11 @@ def lower_scatter_nd(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     value = _combine(node, ctx, old, new)
     if hit is not None:
         value = ir.Select(hit, value, old)
-    iters = list(zip(u_names, js[:-1], strict=True)) + list(zip(o_names, xs[:m], strict=True)) \
+    iters = (
+        list(zip(u_names, js[:-1], strict=True))
+        + list(zip(o_names, xs[:m], strict=True))
         + list(zip(k_names, xs[m:], strict=True))
+    )
     return copy_nest(ctx, x, y) + nest(iters, (ir.Stmt("S", out, value),))
 
 
@@ -199,17 +211,17 @@ def lower_one_hot(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     idx, depth_name, values, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     depth_value = ctx.constant(depth_name)
     if depth_value is None:
-        raise unsupported(node, ctx, "depth computed at run time (the output shape depends "
-                                     "on it)")
+        raise unsupported(node, ctx, "depth computed at run time (the output shape depends on it)")
     depth = int(np.asarray(depth_value).reshape(-1)[0])
     ys = ctx.shape(y)
     axis = normalize_axis(node, int(node.attr("axis", -1)), len(ys))
     if ys[axis] != depth:
-        raise ShapeError(f"node {node.name!r} (OneHot): output {ys} does not have depth "
-                         f"{depth} on axis {axis}")
+        raise ShapeError(
+            f"node {node.name!r} (OneHot): output {ys} does not have depth {depth} on axis {axis}"
+        )
     iters = generic_iters(ys)
     index = index_vars([n for n, _ in iters])
-    i_index = index[:axis] + index[axis + 1:]
+    i_index = index[:axis] + index[axis + 1 :]
     # A float index is cast (truncated) to int64, as the spec says.
     raw = ir.Load(idx, i_index, ctx.dtype(idx))
     hit = ir.Binary("eq", wrap_negative(raw, depth), ir.Iter(iters[axis][0]))

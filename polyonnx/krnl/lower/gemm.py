@@ -43,13 +43,13 @@ def lower_gemm(node: Node, ctx: LowerContext) -> Lowered:
         raise ShapeError(f"node {node.name!r} (Gemm): A {a_shape} and B {b_shape} must be 2-D")
     k_extent = a_shape[0] if trans_a else a_shape[1]
     if (b_shape[1] if trans_b else b_shape[0]) != k_extent:
-        raise ShapeError(f"node {node.name!r} (Gemm): inner dimensions of A {a_shape} and "
-                         f"B {b_shape} differ")
+        raise ShapeError(
+            f"node {node.name!r} (Gemm): inner dimensions of A {a_shape} and B {b_shape} differ"
+        )
     i, j, k = var("i"), var("j"), var("k")
     out = ir.Access(y, (i, j))
     if c and beta != 0.0:
-        bias: ir.Expr = ir.Load(c, broadcast_index(ctx.shape(c), y_shape, ("i", "j")),
-                                ctx.dtype(c))
+        bias: ir.Expr = ir.Load(c, broadcast_index(ctx.shape(c), y_shape, ("i", "j")), ctx.dtype(c))
         init_value = bias if beta == 1.0 else bias * beta
     else:
         init_value = zero(dtype)
@@ -67,9 +67,14 @@ def lower_gemm(node: Node, ctx: LowerContext) -> Lowered:
     if alpha != 1.0:
         product = product * alpha
     update = ir.Stmt("S", out, ir.Load(y, out.index, dtype) + product)
-    return Lowered(nest([("i", y_shape[0]), ("j", y_shape[1])],
-                        (ir.Stmt("S", out, init_value), *nest([("k", k_extent)], (update,)))),
-                   (), constants)
+    return Lowered(
+        nest(
+            [("i", y_shape[0]), ("j", y_shape[1])],
+            (ir.Stmt("S", out, init_value), *nest([("k", k_extent)], (update,))),
+        ),
+        (),
+        constants,
+    )
 
 
 @register("MatMul")
@@ -84,8 +89,9 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered
         raise ShapeError(f"node {node.name!r} (MatMul): operands must not be scalars")
     k_extent = a_shape[-1]
     if (b_shape[0] if len(b_shape) == 1 else b_shape[-2]) != k_extent:
-        raise ShapeError(f"node {node.name!r} (MatMul): inner dimensions of A {a_shape} and "
-                         f"B {b_shape} differ")
+        raise ShapeError(
+            f"node {node.name!r} (MatMul): inner dimensions of A {a_shape} and B {b_shape} differ"
+        )
     a_vector, b_vector = len(a_shape) == 1, len(b_shape) == 1
     n_batch = len(y_shape) - (0 if a_vector else 1) - (0 if b_vector else 1)
     batch_shape = y_shape[:n_batch]
@@ -99,16 +105,28 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered
         iters.append(("j", y_shape[-1]))
         out_index.append(var("j"))
     k = var("k")
-    if len(b_shape) == 2 and not a_vector and dtype in ("float32", "float64") \
-            and b_shape[1] >= 2 * PANEL and k_extent >= PANEL:
+    if (
+        len(b_shape) == 2
+        and not a_vector
+        and dtype in ("float32", "float64")
+        and b_shape[1] >= 2 * PANEL
+        and k_extent >= PANEL
+    ):
         return _panelled(node, ctx, dtype, iters, out_index, k_extent)
-    a_index = (k,) if a_vector else (
-        *broadcast_index(a_shape[:-2], batch_shape, batch_names), var("i"), k)
-    b_index = (k,) if b_vector else (
-        *broadcast_index(b_shape[:-2], batch_shape, batch_names), k, var("j"))
+    a_index = (
+        (k,)
+        if a_vector
+        else (*broadcast_index(a_shape[:-2], batch_shape, batch_names), var("i"), k)
+    )
+    b_index = (
+        (k,)
+        if b_vector
+        else (*broadcast_index(b_shape[:-2], batch_shape, batch_names), k, var("j"))
+    )
     out = ir.Access(y, tuple(out_index))
-    update = ir.Stmt("S", out, ir.Load(y, out.index, dtype)
-                     + load(ctx, a, a_index) * load(ctx, b, b_index))
+    update = ir.Stmt(
+        "S", out, ir.Load(y, out.index, dtype) + load(ctx, a, a_index) * load(ctx, b, b_index)
+    )
     return nest(iters, (ir.Stmt("S", out, zero(dtype)), *nest([("k", k_extent)], (update,))))
 
 
@@ -116,8 +134,14 @@ PANEL = 32
 """Columns of B per packed panel: two AVX-512 (four AVX2) float32 vectors."""
 
 
-def _panelled(node: Node, ctx: LowerContext, dtype: str, iters: list[tuple[str, int]],
-              out_index: list[Aff], k_extent: int) -> Lowered:
+def _panelled(
+    node: Node,
+    ctx: LowerContext,
+    dtype: str,
+    iters: list[tuple[str, int]],
+    out_index: list[Aff],
+    k_extent: int,
+) -> Lowered:
     """``Y = A @ B`` for a 2-D ``B`` read through panels ``Bp[jt, k, jj] = B[k, PANEL*jt + jj]``:
     the columns a register tile needs are contiguous for every ``k`` (a row of B is ``N``
     floats apart, and with ``N`` a power of two those rows fight for the same cache sets).
@@ -137,35 +161,52 @@ def _panelled(node: Node, ctx: LowerContext, dtype: str, iters: list[tuple[str, 
     if weights is not None:
         padded = np.zeros((k_extent, panels * PANEL), weights.dtype)
         padded[:, :n_cols] = weights
-        constants = ((packed, np.ascontiguousarray(
-            padded.reshape(k_extent, panels, PANEL).transpose(1, 0, 2))),)
+        constants = (
+            (
+                packed,
+                np.ascontiguousarray(padded.reshape(k_extent, panels, PANEL).transpose(1, 0, 2)),
+            ),
+        )
     else:
         temps.append(ir.Buffer(packed, dtype, (panels, k_extent, PANEL), "temp"))
         point = (var("jt"), var("k"), var("jj"))
-        pack = ir.Stmt("S", ir.Access(packed, point), load(ctx, b, (var("k"), j)),
-                       (ir.lt(j, n_cols),) if n_cols % PANEL else ())
+        pack = ir.Stmt(
+            "S",
+            ir.Access(packed, point),
+            load(ctx, b, (var("k"), j)),
+            (ir.lt(j, n_cols),) if n_cols % PANEL else (),
+        )
         nests = nest([("jt", panels), ("k", k_extent), ("jj", PANEL)], (pack,))
         if n_cols % PANEL:
-            tail = ir.Stmt("S", ir.Access(packed, (Aff.lift(panels - 1), var("k"), var("jj"))),
-                           zero(dtype))
-            nests = (*nests, ir.Loop("k", 0, k_extent, (
-                ir.Loop("jj", n_cols % PANEL, PANEL, (tail,)),)))
+            tail = ir.Stmt(
+                "S", ir.Access(packed, (Aff.lift(panels - 1), var("k"), var("jj"))), zero(dtype)
+            )
+            nests = (
+                *nests,
+                ir.Loop("k", 0, k_extent, (ir.Loop("jj", n_cols % PANEL, PANEL, (tail,)),)),
+            )
     n_batch = len(iters) - 2
     batch = iters[:n_batch]
     acc = f"{node.name}__acc"
-    temps.append(ir.Buffer(acc, dtype, (*(e for _, e in batch), iters[n_batch][1], panels,
-                                        PANEL), "temp"))
+    temps.append(
+        ir.Buffer(acc, dtype, (*(e for _, e in batch), iters[n_batch][1], panels, PANEL), "temp")
+    )
     acc_point = (*(var(n) for n, _ in batch), var("i"), var("jt"), var("jj"))
-    a_index = (*broadcast_index(ctx.shape(a)[:-2], tuple(e for _, e in batch),
-                                [n for n, _ in batch]), var("i"), var("k"))
+    a_index = (
+        *broadcast_index(ctx.shape(a)[:-2], tuple(e for _, e in batch), [n for n, _ in batch]),
+        var("i"),
+        var("k"),
+    )
     product = load(ctx, a, a_index) * ir.Load(packed, (var("jt"), var("k"), var("jj")), dtype)
     init = ir.Stmt("S", ir.Access(acc, acc_point), zero(dtype))
     update = ir.Stmt("S", ir.Access(acc, acc_point), ir.Load(acc, acc_point, dtype) + product)
-    body = nest([*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)],
-                (init, *nest([("k", k_extent)], (update,))))
-    out = ir.Access(y, tuple(j if isinstance(x, Aff) and x == var("j") else x
-                             for x in out_index))
-    copy = ir.Stmt("S", out, ir.Load(acc, acc_point, dtype),
-                   (ir.lt(j, n_cols),) if n_cols % PANEL else ())
+    body = nest(
+        [*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)],
+        (init, *nest([("k", k_extent)], (update,))),
+    )
+    out = ir.Access(y, tuple(j if isinstance(x, Aff) and x == var("j") else x for x in out_index))
+    copy = ir.Stmt(
+        "S", out, ir.Load(acc, acc_point, dtype), (ir.lt(j, n_cols),) if n_cols % PANEL else ()
+    )
     final = nest([*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)], (copy,))
     return Lowered((*nests, *body, *final), tuple(temps), constants)

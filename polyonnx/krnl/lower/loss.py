@@ -27,8 +27,9 @@ def _cast(x: ir.Expr, dtype: str) -> ir.Expr:
     return x if x.dtype == dtype else ir.Cast(x, dtype)
 
 
-def _log_softmax(node: Node, shape: tuple[int, ...], x: str, dtype: str, out: ir.Buffer,
-                 acc: str) -> tuple[tuple[ir.Node, ...], list[ir.Buffer]]:
+def _log_softmax(
+    node: Node, shape: tuple[int, ...], x: str, dtype: str, out: ir.Buffer, acc: str
+) -> tuple[tuple[ir.Node, ...], list[ir.Buffer]]:
     """``out = log_softmax(x)`` over axis 1; returns the nests and the temps they use."""
     names = ["n", "c"] + [f"d{k}" for k in range(len(shape) - 2)]
     row_names = [names[0]] + names[2:]
@@ -46,14 +47,23 @@ def _log_softmax(node: Node, shape: tuple[int, ...], x: str, dtype: str, out: ir
         *nest(c_iter, (ir.Stmt("S", mx_at, ir.maximum(mx_load, xv)),)),
         ir.Stmt("S", tot_at, zero(acc)),
         *nest(c_iter, (ir.Stmt("S", tot_at, tot_load + ir.unary("exp", xv - mx_load)),)),
-        *nest(c_iter, (ir.Stmt("S", ir.Access(out.name, full),
-                               _cast(xv - mx_load - ir.unary("log", tot_load), out.dtype)),)),
+        *nest(
+            c_iter,
+            (
+                ir.Stmt(
+                    "S",
+                    ir.Access(out.name, full),
+                    _cast(xv - mx_load - ir.unary("log", tot_load), out.dtype),
+                ),
+            ),
+        ),
     )
     return nest(list(zip(row_names, row_shape, strict=True)), body), [mx, total]
 
 
-def _nll(node: Node, ctx: LowerContext, logp: ir.Buffer, target: str, weight: str,
-         y: str, acc: str) -> tuple[tuple[ir.Node, ...], list[ir.Buffer]]:
+def _nll(
+    node: Node, ctx: LowerContext, logp: ir.Buffer, target: str, weight: str, y: str, acc: str
+) -> tuple[tuple[ir.Node, ...], list[ir.Buffer]]:
     """The weighted negative log-likelihood of ``logp`` (``[N, C, d...]``) at ``target``."""
     shape = logp.shape
     check_dtype(node, ctx, target, ("int32", "int64"))
@@ -76,8 +86,10 @@ def _nll(node: Node, ctx: LowerContext, logp: ir.Buffer, target: str, weight: st
     loss = -(picked * w)
     dtype = ctx.dtype(y)
     if reduction == "none":
-        return nest(list(zip(names, extents, strict=True)),
-                    (ir.Stmt("S", ir.Access(y, at), _cast(loss, dtype)),)), []
+        return nest(
+            list(zip(names, extents, strict=True)),
+            (ir.Stmt("S", ir.Access(y, at), _cast(loss, dtype)),),
+        ), []
     total = ir.Buffer(f"{node.name}__loss", acc, ())
     tot_at, tot_load = ir.Access(total.name, ()), ir.Load(total.name, (), acc)
     temps = [total]
@@ -91,13 +103,17 @@ def _nll(node: Node, ctx: LowerContext, logp: ir.Buffer, target: str, weight: st
         init.append(ir.Stmt("S", den_at, zero(acc)))
         update.append(ir.Stmt("S", den_at, den_load + w))
         result = tot_load / den_load
-    nests = (*init, *nest(list(zip(names, extents, strict=True)), update),
-             ir.Stmt("S", ir.Access(y, ()), _cast(result, dtype)))
+    nests = (
+        *init,
+        *nest(list(zip(names, extents, strict=True)), update),
+        ir.Stmt("S", ir.Access(y, ()), _cast(result, dtype)),
+    )
     return nests, temps
 
 
-def _loss_inputs(node: Node, ctx: LowerContext, what: str
-                 ) -> tuple[str, str, str, str, str, tuple[int, ...]]:
+def _loss_inputs(
+    node: Node, ctx: LowerContext, what: str
+) -> tuple[str, str, str, str, str, tuple[int, ...]]:
     """(X, target, weight, X's dtype, the accumulation dtype, X's shape) of a loss node,
     X (called ``what`` in errors) checked to be a float ``[N, C, ...]`` tensor."""
     x, target, weight = node.input(0), node.input(1), node.input(2)

@@ -41,8 +41,7 @@ from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 def _channel_iters(node: Node, shape: tuple[int, ...]) -> list[tuple[str, int]]:
     """``n, c`` and then ``h, w`` (``d, h, w`` ...) over an ``[N, C, spatial...]`` tensor."""
     if len(shape) < 2:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): input {shape} must be "
-                         "[N, C, ...]")
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): input {shape} must be [N, C, ...]")
     return [("n", shape[0]), ("c", shape[1]), *pairs(spatial_names(len(shape) - 2), shape[2:])]
 
 
@@ -90,11 +89,21 @@ def lower_lrn(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     tap = load(ctx, x, (index[0], channel, *index[2:]))
     out = ir.Access(y, index)
     out_load = ir.Load(y, index, dtype)
-    update = ir.Stmt("S", out, out_load + tap * tap,
-                     bound_guards(channel, -before, shape[1] - 1 + after, 0, shape[1]))
+    update = ir.Stmt(
+        "S",
+        out,
+        out_load + tap * tap,
+        bound_guards(channel, -before, shape[1] - 1 + after, 0, shape[1]),
+    )
     scale = ir.binary("pow", out_load * (alpha / size) + bias, beta)
-    return nest(iters, (ir.Stmt("S", out, zero(dtype)), *nest([("r0", size)], (update,)),
-                        ir.Stmt("S", out, load(ctx, x, index) / scale)))
+    return nest(
+        iters,
+        (
+            ir.Stmt("S", out, zero(dtype)),
+            *nest([("r0", size)], (update,)),
+            ir.Stmt("S", out, load(ctx, x, index) / scale),
+        ),
+    )
 
 
 def _softmax(node: Node, ctx: LowerContext, log: bool) -> Lowered:
@@ -124,12 +133,15 @@ def _softmax(node: Node, ctx: LowerContext, log: bool) -> Lowered:
     shifted = x_load - mx_load
     if log:
         accumulate: tuple[ir.Node, ...] = (
-            ir.Stmt("S", total_at, total_load + ir.unary("exp", shifted)),)
+            ir.Stmt("S", total_at, total_load + ir.unary("exp", shifted)),
+        )
         finish = ir.Stmt("S", out, shifted - ir.unary("log", total_load))
     else:
         # Y holds exp(x - max) between the two passes, so exp is evaluated once per element.
-        accumulate = (ir.Stmt("S", out, ir.unary("exp", shifted)),
-                      ir.Stmt("S", total_at, total_load + out_load))
+        accumulate = (
+            ir.Stmt("S", out, ir.unary("exp", shifted)),
+            ir.Stmt("S", total_at, total_load + out_load),
+        )
         finish = ir.Stmt("S", out, out_load / total_load)
     body = (
         ir.Stmt("S", mx_at, lowest(dtype)),

@@ -55,12 +55,19 @@ Finish = Callable[[ir.Load, ir.Load], tuple[ir.Node, ...]]
 """Given the loaded mean and (transformed) variance statistic, the statements to emit."""
 
 
-def moments(node: Node, x_value: ir.Expr, outer: Sequence[tuple[str, int]],
-            reduced: Sequence[tuple[str, int]], cdt: str, *, centered: bool = True,
-            with_mean: bool = True,
-            variance: Callable[[ir.Expr], ir.Expr] = lambda v: v,
-            finish: Finish,
-            stats_index: Sequence[ir.AffLike] | None = None) -> Lowered:
+def moments(
+    node: Node,
+    x_value: ir.Expr,
+    outer: Sequence[tuple[str, int]],
+    reduced: Sequence[tuple[str, int]],
+    cdt: str,
+    *,
+    centered: bool = True,
+    with_mean: bool = True,
+    variance: Callable[[ir.Expr], ir.Expr] = lambda v: v,
+    finish: Finish,
+    stats_index: Sequence[ir.AffLike] | None = None,
+) -> Lowered:
     """Mean and variance of ``x_value`` over ``reduced`` per point of ``outer``.
 
     ``variance`` transforms the (biased) variance in place (e.g. into ``1/sqrt(v + eps)``);
@@ -78,13 +85,17 @@ def moments(node: Node, x_value: ir.Expr, outer: Sequence[tuple[str, int]],
     xv = _cast(x_value, cdt)
     body: list[ir.Node] = []
     if with_mean:
-        body += [ir.Stmt("S", m_at, zero(cdt)),
-                 *nest(reduced, (ir.Stmt("S", m_at, m + xv),)),
-                 ir.Stmt("S", m_at, m / count)]
+        body += [
+            ir.Stmt("S", m_at, zero(cdt)),
+            *nest(reduced, (ir.Stmt("S", m_at, m + xv),)),
+            ir.Stmt("S", m_at, m / count),
+        ]
     d = xv - m if centered else xv
-    body += [ir.Stmt("S", v_at, zero(cdt)),
-             *nest(reduced, (ir.Stmt("S", v_at, v + d * d),)),
-             ir.Stmt("S", v_at, variance(v / count))]
+    body += [
+        ir.Stmt("S", v_at, zero(cdt)),
+        *nest(reduced, (ir.Stmt("S", v_at, v + d * d),)),
+        ir.Stmt("S", v_at, variance(v / count)),
+    ]
     body += finish(m, v)
     temps = (mean, var_buf) if with_mean else (var_buf,)
     return Lowered(nest(outer, body), temps)
@@ -93,6 +104,7 @@ def moments(node: Node, x_value: ir.Expr, outer: Sequence[tuple[str, int]],
 def _inv_std(epsilon: float) -> Callable[[ir.Expr], ir.Expr]:
     def f(v: ir.Expr) -> ir.Expr:
         return ir.Const(1.0, v.dtype) / ir.unary("sqrt", v + epsilon)
+
     return f
 
 
@@ -107,8 +119,9 @@ def lower_instance_norm(node: Node, ctx: LowerContext) -> Lowered:
     dtype = require_float(node, ctx, x)
     xs = ctx.shape(x)
     if len(xs) < 3:
-        raise ShapeError(f"node {node.name!r} (InstanceNormalization): X {xs} must be "
-                         "[N, C, spatial...]")
+        raise ShapeError(
+            f"node {node.name!r} (InstanceNormalization): X {xs} must be [N, C, spatial...]"
+        )
     cdt = _compute_dtype(dtype)
     eps = float(node.attr("epsilon", 1e-5))
     names = [f"r_{s}" for s in spatial_names(len(xs) - 2)]
@@ -117,12 +130,14 @@ def lower_instance_norm(node: Node, ctx: LowerContext) -> Lowered:
     xv = ir.Load(x, index, dtype)
 
     def finish(m: ir.Load, v: ir.Load) -> tuple[ir.Node, ...]:
-        out = (_cast(xv, cdt) - m) * v * _param(ctx, scale, (var("c"),), cdt) \
-            + _param(ctx, bias, (var("c"),), cdt)
+        out = (_cast(xv, cdt) - m) * v * _param(ctx, scale, (var("c"),), cdt) + _param(
+            ctx, bias, (var("c"),), cdt
+        )
         return nest(reduced, (ir.Stmt("S", ir.Access(y, index), _cast(out, dtype)),))
 
-    return moments(node, xv, [("n", xs[0]), ("c", xs[1])], reduced, cdt,
-                   variance=_inv_std(eps), finish=finish)
+    return moments(
+        node, xv, [("n", xs[0]), ("c", xs[1])], reduced, cdt, variance=_inv_std(eps), finish=finish
+    )
 
 
 @register("LayerNormalization")
@@ -151,15 +166,14 @@ def lower_layer_norm(node: Node, ctx: LowerContext) -> Lowered:
         s = _param(ctx, scale, broadcast_index(ctx.shape(scale), xs[axis:], r_names), cdt)
         out = (_cast(xv, cdt) - m) * v * s
         if bias:
-            out = out + _param(ctx, bias, broadcast_index(ctx.shape(bias), xs[axis:], r_names),
-                               cdt)
+            out = out + _param(ctx, bias, broadcast_index(ctx.shape(bias), xs[axis:], r_names), cdt)
         stmts: list[ir.Node] = []
         for name, value in zip(stats_out, (m, v), strict=False):
             if name:
-                stmts.append(ir.Stmt("S", ir.Access(name, stats_index),
-                                     _cast(value, ctx.dtype(name))))
-        return (*stmts, *nest(reduced, (ir.Stmt("S", ir.Access(y, index),
-                                                 _cast(out, dtype)),)))
+                stmts.append(
+                    ir.Stmt("S", ir.Access(name, stats_index), _cast(value, ctx.dtype(name)))
+                )
+        return (*stmts, *nest(reduced, (ir.Stmt("S", ir.Access(y, index), _cast(out, dtype)),)))
 
     return moments(node, xv, outer, reduced, cdt, variance=_inv_std(eps), finish=finish)
 
@@ -190,12 +204,14 @@ def lower_group_norm(node: Node, ctx: LowerContext) -> Lowered:
     p_index = (channel,) if per_channel else (var("g"),)
 
     def finish(m: ir.Load, v: ir.Load) -> tuple[ir.Node, ...]:
-        out = (_cast(xv, cdt) - m) * v * _param(ctx, scale, p_index, cdt) \
-            + _param(ctx, bias, p_index, cdt)
+        out = (_cast(xv, cdt) - m) * v * _param(ctx, scale, p_index, cdt) + _param(
+            ctx, bias, p_index, cdt
+        )
         return nest(reduced, (ir.Stmt("S", ir.Access(y, index), _cast(out, dtype)),))
 
-    return moments(node, xv, [("n", xs[0]), ("g", groups)], reduced, cdt,
-                   variance=_inv_std(eps), finish=finish)
+    return moments(
+        node, xv, [("n", xs[0]), ("g", groups)], reduced, cdt, variance=_inv_std(eps), finish=finish
+    )
 
 
 @register("MeanVarianceNormalization")
@@ -255,11 +271,21 @@ def lower_rms_norm(node: Node, ctx: LowerContext) -> Lowered:
 
     def finish(_: ir.Load, v: ir.Load) -> tuple[ir.Node, ...]:
         s = _param(ctx, scale, broadcast_index(ctx.shape(scale), xs[axis:], r_names), cdt)
-        return nest(reduced, (ir.Stmt("S", ir.Access(y, index),
-                                      _cast(_cast(xv, cdt) * v * s, dtype)),))
+        return nest(
+            reduced, (ir.Stmt("S", ir.Access(y, index), _cast(_cast(xv, cdt) * v * s, dtype)),)
+        )
 
-    return moments(node, xv, outer, reduced, cdt, centered=False, with_mean=False,
-                   variance=_inv_std(eps), finish=finish)
+    return moments(
+        node,
+        xv,
+        outer,
+        reduced,
+        cdt,
+        centered=False,
+        with_mean=False,
+        variance=_inv_std(eps),
+        finish=finish,
+    )
 
 
 @register("LpNormalization")
@@ -288,7 +314,9 @@ def lower_lp_norm(node: Node, ctx: LowerContext) -> Lowered:
         ir.Stmt("S", n_at, z),
         *nest(reduced, (ir.Stmt("S", n_at, n + term),)),
         ir.Stmt("S", n_at, total),
-        *nest(reduced, (ir.Stmt("S", ir.Access(y, index),
-                                ir.Select(ir.Binary("eq", n, z), z, xv / n)),)),
+        *nest(
+            reduced,
+            (ir.Stmt("S", ir.Access(y, index), ir.Select(ir.Binary("eq", n, z), z, xv / n)),),
+        ),
     )
     return Lowered(nest(outer, body), (norm,))

@@ -41,15 +41,14 @@ from polyonnx.krnl.lower.common import (
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
-def _pool_setup(node: Node, ctx: LowerContext, *, dilations: bool
-                ) -> tuple[str, str, tuple[int, ...], tuple[int, ...], Window, list[str],
-                           list[str]]:
+def _pool_setup(
+    node: Node, ctx: LowerContext, *, dilations: bool
+) -> tuple[str, str, tuple[int, ...], tuple[int, ...], Window, list[str], list[str]]:
     """X, Y, their shapes, the checked window and the output / tap iterator names."""
     x, y = node.input(0), node.outputs[0]
     xs, ys = ctx.shape(x), ctx.shape(y)
     if len(xs) < 3:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be "
-                         "[N, C, spatial...]")
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be [N, C, spatial...]")
     rank = len(xs) - 2
     kernel = ints_attr(node, "kernel_shape", rank, None)
     ceil_mode = bool(node.attr("ceil_mode", 0))
@@ -82,8 +81,11 @@ def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         raise unsupported(node, ctx, f"dtype {dtype}")
     x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 10)
     rank = len(xs) - 2
-    guards = tuple(g for k in range(rank)
-                   for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
+    guards = tuple(
+        g
+        for k in range(rank)
+        for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k])
+    )
     out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
     init = ir.Stmt("S", out, lowest(dtype))
     positions = [win.position(k, o_names[k], k_names[k]) for k in range(rank)]
@@ -104,10 +106,19 @@ def lower_max_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
             stride *= spatial[k]
         flat = flat + (var("n") * xs[1] + var("c")) * math.prod(spatial)
         i_out = ir.Access(indices, out.index)
-        record = ir.Stmt("S", i_out, ir.Select(ir.Binary("gt", tap, current), aff_expr(flat),
-                                               ir.Load(indices, out.index, "int64")), guards)
-        body = (init, ir.Stmt("S", i_out, ir.Const(0, "int64")),
-                *nest(pairs(k_names, win.kernel), (record, update)))
+        record = ir.Stmt(
+            "S",
+            i_out,
+            ir.Select(
+                ir.Binary("gt", tap, current), aff_expr(flat), ir.Load(indices, out.index, "int64")
+            ),
+            guards,
+        )
+        body = (
+            init,
+            ir.Stmt("S", i_out, ir.Const(0, "int64")),
+            *nest(pairs(k_names, win.kernel), (record, update)),
+        )
     return nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])], body)
 
 
@@ -118,18 +129,29 @@ def lower_lp_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 18)
     rank = len(xs) - 2
     p = float(node.attr("p", 2))
-    guards = tuple(g for k in range(rank)
-                   for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k]))
+    guards = tuple(
+        g
+        for k in range(rank)
+        for g in win.guards(k, o_names[k], k_names[k], ys[2 + k], 0, xs[2 + k])
+    )
     out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
     out_load = ir.Load(y, out.index, dtype)
-    tap = load(ctx, x, (var("n"), var("c"),
-                        *(win.position(k, o_names[k], k_names[k]) for k in range(rank))))
-    return nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])], (
-        ir.Stmt("S", out, zero(dtype)),
-        *nest(pairs(k_names, win.kernel), (ir.Stmt("S", out, out_load + _abs_pow(tap, p),
-                                                   guards),)),
-        ir.Stmt("S", out, _root(out_load, p)),
-    ))
+    tap = load(
+        ctx,
+        x,
+        (var("n"), var("c"), *(win.position(k, o_names[k], k_names[k]) for k in range(rank))),
+    )
+    return nest(
+        [("n", xs[0]), ("c", xs[1]), *pairs(o_names, ys[2:])],
+        (
+            ir.Stmt("S", out, zero(dtype)),
+            *nest(
+                pairs(k_names, win.kernel),
+                (ir.Stmt("S", out, out_load + _abs_pow(tap, p), guards),),
+            ),
+            ir.Stmt("S", out, _root(out_load, p)),
+        ),
+    )
 
 
 def _abs_pow(x: ir.Expr, p: float) -> ir.Expr:
@@ -166,16 +188,23 @@ def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
 
     def taps(k: int, o: int) -> int:
         lo, hi = counted_range(k)
-        return sum(lo <= o * win.strides[k] + t * win.dilations[k] - win.pads_begin[k] < hi
-                   for t in range(win.kernel[k]))
+        return sum(
+            lo <= o * win.strides[k] + t * win.dilations[k] - win.pads_begin[k] < hi
+            for t in range(win.kernel[k])
+        )
 
-    read_guards = tuple(g for k in range(rank)
-                        for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0,
-                                            in_spatial[k]))
+    read_guards = tuple(
+        g
+        for k in range(rank)
+        for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k])
+    )
     out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
     out_load = ir.Load(y, out.index, dtype)
-    tap = load(ctx, x, (var("n"), var("c"),
-                        *(win.position(k, o_names[k], k_names[k]) for k in range(rank))))
+    tap = load(
+        ctx,
+        x,
+        (var("n"), var("c"), *(win.position(k, o_names[k], k_names[k]) for k in range(rank))),
+    )
     init = ir.Stmt("S", out, zero(dtype))
     update = ir.Stmt("S", out, out_load + tap, read_guards)
 
@@ -187,31 +216,46 @@ def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
     else:
         count = ir.Buffer(f"{node.name}__count", dtype, tuple(out_spatial))
         count_at = ir.Access(count.name, tuple(var(o) for o in o_names))
-        count_guards = tuple(g for k in range(rank)
-                             for g in win.guards(k, o_names[k], k_names[k], out_spatial[k],
-                                                 *counted_range(k)))
-        count_nest = nest(pairs(o_names, out_spatial), (
-            ir.Stmt("S", count_at, zero(dtype)),
-            *nest(pairs(k_names, win.kernel), (ir.Stmt(
-                "S", count_at, ir.Load(count.name, count_at.index, dtype) + 1.0,
-                count_guards),)),
-        ))
+        count_guards = tuple(
+            g
+            for k in range(rank)
+            for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], *counted_range(k))
+        )
+        count_nest = nest(
+            pairs(o_names, out_spatial),
+            (
+                ir.Stmt("S", count_at, zero(dtype)),
+                *nest(
+                    pairs(k_names, win.kernel),
+                    (
+                        ir.Stmt(
+                            "S",
+                            count_at,
+                            ir.Load(count.name, count_at.index, dtype) + 1.0,
+                            count_guards,
+                        ),
+                    ),
+                ),
+            ),
+        )
         nests, temps = count_nest, (count,)
         divisor = ir.Load(count.name, count_at.index, dtype)
     finish = ir.Stmt("S", out, out_load / divisor)
-    main = nest([("n", xs[0]), ("c", xs[1]), *pairs(o_names, out_spatial)],
-                (init, *nest(pairs(k_names, win.kernel), (update,)), finish))
+    main = nest(
+        [("n", xs[0]), ("c", xs[1]), *pairs(o_names, out_spatial)],
+        (init, *nest(pairs(k_names, win.kernel), (update,)), finish),
+    )
     return Lowered(nests + main, temps)
 
 
-def _global_pool(node: Node, ctx: LowerContext, is_max: bool,
-                 lp: float | None = None) -> tuple[ir.Node, ...]:
+def _global_pool(
+    node: Node, ctx: LowerContext, is_max: bool, lp: float | None = None
+) -> tuple[ir.Node, ...]:
     x, y = node.input(0), node.outputs[0]
     dtype = require_float(node, ctx, x)
     xs = ctx.shape(x)
     if len(xs) < 3:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be "
-                         "[N, C, spatial...]")
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be [N, C, spatial...]")
     spatial = xs[2:]
     r_iters = [(f"r{k}", d) for k, d in enumerate(spatial)]
     out = ir.Access(y, (var("n"), var("c"), *(0,) * len(spatial)))
@@ -221,14 +265,19 @@ def _global_pool(node: Node, ctx: LowerContext, is_max: bool,
         body: tuple[ir.Node, ...] = (
             ir.Stmt("S", out, zero(dtype)),
             *nest(r_iters, (ir.Stmt("S", out, out_load + _abs_pow(tap, lp)),)),
-            ir.Stmt("S", out, _root(out_load, lp)))
+            ir.Stmt("S", out, _root(out_load, lp)),
+        )
     elif is_max:
-        body = (ir.Stmt("S", out, lowest(dtype)),
-                *nest(r_iters, (ir.Stmt("S", out, ir.maximum(out_load, tap)),)))
+        body = (
+            ir.Stmt("S", out, lowest(dtype)),
+            *nest(r_iters, (ir.Stmt("S", out, ir.maximum(out_load, tap)),)),
+        )
     else:
-        body = (ir.Stmt("S", out, zero(dtype)),
-                *nest(r_iters, (ir.Stmt("S", out, out_load + tap),)),
-                ir.Stmt("S", out, out_load / float(math.prod(spatial))))
+        body = (
+            ir.Stmt("S", out, zero(dtype)),
+            *nest(r_iters, (ir.Stmt("S", out, out_load + tap),)),
+            ir.Stmt("S", out, out_load / float(math.prod(spatial))),
+        )
     return nest([("n", xs[0]), ("c", xs[1])], body)
 
 

@@ -25,38 +25,47 @@ def _param(ctx: LowerContext, name: str, row: Aff, dtype: str) -> ir.Expr | None
         return None
     shape = ctx.shape(name)
     size = int(np.prod(shape, dtype=np.int64))
-    index = tuple(Aff.lift(0) for _ in shape) if size == 1 else (
-        *(Aff.lift(0) for _ in shape[:-1]), row)
+    index = (
+        tuple(Aff.lift(0) for _ in shape)
+        if size == 1
+        else (*(Aff.lift(0) for _ in shape[:-1]), row)
+    )
     e: ir.Expr = ir.Load(name, index, ctx.dtype(name))
     return e if e.dtype == dtype else ir.Cast(e, dtype)
 
 
-def _accumulate(node: Node, ctx: LowerContext, acc: str, acc_shape: tuple[int, ...],
-                a_zp: str, b_zp: str) -> tuple[list[tuple[str, int]], tuple[Aff, ...],
-                                                 tuple[ir.Node, ...]]:
+def _accumulate(
+    node: Node, ctx: LowerContext, acc: str, acc_shape: tuple[int, ...], a_zp: str, b_zp: str
+) -> tuple[list[tuple[str, int]], tuple[Aff, ...], tuple[ir.Node, ...]]:
     a, b = node.input(0), node.input(1)
     a_shape, b_shape = ctx.shape(a), ctx.shape(b)
     if len(a_shape) < 2 or len(b_shape) < 2 or a_shape[-1] != b_shape[-2]:
-        raise unsupported(node, ctx, f"operand shapes {a_shape} x {b_shape} (1-D operands "
-                                     "or mismatched inner dimensions)")
+        raise unsupported(
+            node,
+            ctx,
+            f"operand shapes {a_shape} x {b_shape} (1-D operands or mismatched inner dimensions)",
+        )
     batch = acc_shape[:-2]
     names = [f"b{d}" for d in range(len(batch))]
     iters = [*zip(names, batch, strict=True), ("i", acc_shape[-2]), ("j", acc_shape[-1])]
     out = (*(var(n) for n in names), var("i"), var("j"))
     k = var("k")
-    av = ir.Cast(ir.Load(a, (*broadcast_index(a_shape[:-2], batch, names), var("i"), k),
-                         ctx.dtype(a)), I32)
-    bv = ir.Cast(ir.Load(b, (*broadcast_index(b_shape[:-2], batch, names), k, var("j")),
-                         ctx.dtype(b)), I32)
+    av = ir.Cast(
+        ir.Load(a, (*broadcast_index(a_shape[:-2], batch, names), var("i"), k), ctx.dtype(a)), I32
+    )
+    bv = ir.Cast(
+        ir.Load(b, (*broadcast_index(b_shape[:-2], batch, names), k, var("j")), ctx.dtype(b)), I32
+    )
     azp, bzp = _param(ctx, a_zp, var("i"), I32), _param(ctx, b_zp, var("j"), I32)
     if azp is not None:
         av = av - azp
     if bzp is not None:
         bv = bv - bzp
     target = ir.Access(acc, out)
-    body = (ir.Stmt("S", target, ir.Const(0, I32)),
-            *nest([("k", a_shape[-1])], (ir.Stmt("S", target, ir.Load(acc, out, I32)
-                                                  + av * bv),)))
+    body = (
+        ir.Stmt("S", target, ir.Const(0, I32)),
+        *nest([("k", a_shape[-1])], (ir.Stmt("S", target, ir.Load(acc, out, I32) + av * bv),)),
+    )
     return iters, out, body
 
 
@@ -83,8 +92,11 @@ def lower_qlinear_matmul(node: Node, ctx: LowerContext) -> Lowered:
     acc = ir.Buffer(f"{node.name}__acc", I32, tuple(ys))
     iters, out, body = _accumulate(node_ab, ctx, acc.name, tuple(ys), a_zp, b_zp)
     f = "float32"
-    scale = _param(ctx, a_scale, var("i"), f) * _param(ctx, b_scale, var("j"), f) \
+    scale = (
+        _param(ctx, a_scale, var("i"), f)
+        * _param(ctx, b_scale, var("j"), f)
         / _param(ctx, y_scale, var("j"), f)
+    )
     value = ir.unary("round", ir.Cast(ir.Load(acc.name, out, I32), f) * scale)
     zp = _param(ctx, y_zp, var("j"), f)
     if zp is not None:

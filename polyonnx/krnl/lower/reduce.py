@@ -55,8 +55,9 @@ def reduce_axes(node: Node, ctx: LowerContext, rank: int, axes_input: bool) -> l
             return None
         value = ctx.constant(name)
         if value is None:
-            raise unsupported(node, ctx, f"axes input {name!r} is computed at run time; it "
-                              "must be a constant")
+            raise unsupported(
+                node, ctx, f"axes input {name!r} is computed at run time; it must be a constant"
+            )
         axes = [int(a) for a in np.asarray(value).reshape(-1)]
         if not axes:
             return None
@@ -79,24 +80,48 @@ def _cast(x: ir.Expr, dtype: str) -> ir.Expr:
 
 _REDUCTIONS: dict[str, tuple[tuple[str, ...], Callable[[str], ir.Const], Fold, Finish | None]] = {
     "ReduceSum": (NUMERIC, lambda t: const(0, ir.Const(0, t)), lambda a, x: a + x, None),
-    "ReduceSumSquare": (NUMERIC, lambda t: const(0, ir.Const(0, t)),
-                        lambda a, x: a + x * x, None),
-    "ReduceL1": (NUMERIC, lambda t: const(0, ir.Const(0, t)),
-                 lambda a, x: a + (x if x.dtype.startswith("uint") else ir.unary("abs", x)),
-                 None),
-    "ReduceL2": (NUMERIC, lambda t: const(0, ir.Const(0, t)), lambda a, x: a + x * x,
-                 lambda a, n: ir.unary("sqrt", a) if a.dtype in FLOATS
-                 else _cast(ir.unary("sqrt", ir.Cast(a, "float64")), a.dtype)),
-    "ReduceLogSum": (FLOATS, lambda t: ir.Const(0.0, t), lambda a, x: a + x,
-                     lambda a, n: ir.unary("log", a)),
-    "ReduceMean": (NUMERIC, lambda t: const(0, ir.Const(0, t)), lambda a, x: a + x,
-                   lambda a, n: a / const(max(n, 0), a) if a.dtype in FLOATS or n
-                   else a),
+    "ReduceSumSquare": (NUMERIC, lambda t: const(0, ir.Const(0, t)), lambda a, x: a + x * x, None),
+    "ReduceL1": (
+        NUMERIC,
+        lambda t: const(0, ir.Const(0, t)),
+        lambda a, x: a + (x if x.dtype.startswith("uint") else ir.unary("abs", x)),
+        None,
+    ),
+    "ReduceL2": (
+        NUMERIC,
+        lambda t: const(0, ir.Const(0, t)),
+        lambda a, x: a + x * x,
+        lambda a, n: (
+            ir.unary("sqrt", a)
+            if a.dtype in FLOATS
+            else _cast(ir.unary("sqrt", ir.Cast(a, "float64")), a.dtype)
+        ),
+    ),
+    "ReduceLogSum": (
+        FLOATS,
+        lambda t: ir.Const(0.0, t),
+        lambda a, x: a + x,
+        lambda a, n: ir.unary("log", a),
+    ),
+    "ReduceMean": (
+        NUMERIC,
+        lambda t: const(0, ir.Const(0, t)),
+        lambda a, x: a + x,
+        lambda a, n: a / const(max(n, 0), a) if a.dtype in FLOATS or n else a,
+    ),
     "ReduceProd": (NUMERIC, lambda t: const(1, ir.Const(0, t)), lambda a, x: a * x, None),
-    "ReduceMax": (ALL, lowest, lambda a, x: ir.binary("or", a, x) if a.dtype == "bool"
-                  else ir.maximum(a, x), None),
-    "ReduceMin": (ALL, highest, lambda a, x: ir.binary("and", a, x) if a.dtype == "bool"
-                  else ir.minimum(a, x), None),
+    "ReduceMax": (
+        ALL,
+        lowest,
+        lambda a, x: ir.binary("or", a, x) if a.dtype == "bool" else ir.maximum(a, x),
+        None,
+    ),
+    "ReduceMin": (
+        ALL,
+        highest,
+        lambda a, x: ir.binary("and", a, x) if a.dtype == "bool" else ir.minimum(a, x),
+        None,
+    ),
     "ReduceLogSumExp": (FLOATS, lambda t: ir.Const(0.0, t), lambda a, x: a, None),
 }
 
@@ -124,11 +149,15 @@ def _lower_reduce(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowere
             axes = list(range(rank))
     names = _iter_names(rank, axes)
     kept = [d for d in range(rank) if d not in axes]
-    out_index = tuple(Aff.lift(0) if d in axes else var(names[d])
-                      for d in range(rank) if keepdims or d not in axes)
+    out_index = tuple(
+        Aff.lift(0) if d in axes else var(names[d])
+        for d in range(rank)
+        if keepdims or d not in axes
+    )
     if len(out_index) != len(ctx.shape(y)):
-        raise unsupported(node, ctx, f"output rank {len(ctx.shape(y))} does not match "
-                          f"keepdims={keepdims}")
+        raise unsupported(
+            node, ctx, f"output rank {len(ctx.shape(y))} does not match keepdims={keepdims}"
+        )
     in_index = tuple(var(n) for n in names)
     count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
     acc_dtype = "float32" if dtype == "float16" else dtype
@@ -153,8 +182,10 @@ def _lower_reduce(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowere
         result: ir.Expr = ir.unary("log", acc_load) + shift
         temps.append(mx)
     else:
-        body = (ir.Stmt("S", acc_at, init(acc_dtype)),
-                *nest(r_iters, (ir.Stmt("S", acc_at, fold(acc_load, xv)),)))
+        body = (
+            ir.Stmt("S", acc_at, init(acc_dtype)),
+            *nest(r_iters, (ir.Stmt("S", acc_at, fold(acc_load, xv)),)),
+        )
         result = finish(acc_load, count) if finish else acc_load
     body += (ir.Stmt("S", ir.Access(y, out_index), _cast(result, dtype)),)
     return Lowered(nest([(names[d], shape[d]) for d in kept], body), tuple(temps))
@@ -167,9 +198,16 @@ for _op in _REDUCTIONS:
 # --------------------------------------------------------------------------- ArgMax / ArgMin
 
 
-def _arg_best(node: Node, ctx: LowerContext, x: str, axis: int, names: list[str],
-              idx_at: ir.Access, idx_load: ir.Expr, greater: bool
-              ) -> tuple[tuple[ir.Node, ...], ir.Buffer]:
+def _arg_best(
+    node: Node,
+    ctx: LowerContext,
+    x: str,
+    axis: int,
+    names: list[str],
+    idx_at: ir.Access,
+    idx_load: ir.Expr,
+    greater: bool,
+) -> tuple[tuple[ir.Node, ...], ir.Buffer]:
     """Statements leaving the index of the best element along ``axis`` in ``idx_at``
     (to be placed inside the loops of the other axes)."""
     shape = ctx.shape(x)
@@ -187,10 +225,15 @@ def _arg_best(node: Node, ctx: LowerContext, x: str, axis: int, names: list[str]
     body = (
         ir.Stmt("S", b_at, ir.Load(x, first, dtype)),
         ir.Stmt("S", idx_at, ir.Const(0, "int64")),
-        ir.Loop(r, 1, shape[axis], (
-            ir.Stmt("S", idx_at, ir.Select(better, ir.Iter(r), idx_load)),
-            ir.Stmt("S", b_at, ir.Select(better, xv, b_load)),
-        )),
+        ir.Loop(
+            r,
+            1,
+            shape[axis],
+            (
+                ir.Stmt("S", idx_at, ir.Select(better, ir.Iter(r), idx_load)),
+                ir.Stmt("S", b_at, ir.Select(better, xv, b_load)),
+            ),
+        ),
     )
     return body, best
 
@@ -206,12 +249,12 @@ def _lower_arg(node: Node, ctx: LowerContext) -> Lowered:
     keepdims = int(node.attr("keepdims", 1))
     names = _iter_names(rank, [axis])
     kept = [d for d in range(rank) if d != axis]
-    out_index = tuple(Aff.lift(0) if d == axis else var(names[d])
-                      for d in range(rank) if keepdims or d != axis)
+    out_index = tuple(
+        Aff.lift(0) if d == axis else var(names[d]) for d in range(rank) if keepdims or d != axis
+    )
     idx_at = ir.Access(y, out_index)
     idx_load = ir.Load(y, out_index, "int64")
-    body, best = _arg_best(node, ctx, x, axis, names, idx_at, idx_load,
-                           node.op_type == "ArgMax")
+    body, best = _arg_best(node, ctx, x, axis, names, idx_at, idx_load, node.op_type == "ArgMax")
     return Lowered(nest([(names[d], shape[d]) for d in kept], body), (best,))
 
 
@@ -236,11 +279,15 @@ def lower_hardmax(node: Node, ctx: LowerContext) -> Lowered:
     a_at, a_load = ir.Access(arg.name, a_index), ir.Load(arg.name, a_index, "int64")
     body, best = _arg_best(node, ctx, x, axis, names, a_at, a_load, True)
     r = names[axis]
-    write = ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)),
-                    ir.Select(ir.binary("eq", ir.Iter(r), a_load), ir.Const(1.0, dtype),
-                              ir.Const(0.0, dtype)))
-    return Lowered(nest([(names[d], shape[d]) for d in kept],
-                        body + nest([(r, shape[axis])], (write,))), (best, arg))
+    write = ir.Stmt(
+        "S",
+        ir.Access(y, tuple(var(n) for n in names)),
+        ir.Select(ir.binary("eq", ir.Iter(r), a_load), ir.Const(1.0, dtype), ir.Const(0.0, dtype)),
+    )
+    return Lowered(
+        nest([(names[d], shape[d]) for d in kept], body + nest([(r, shape[axis])], (write,))),
+        (best, arg),
+    )
 
 
 # --------------------------------------------------------------------------- CumSum
@@ -259,8 +306,9 @@ def _lower_cumulative(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     rank = len(shape)
     value = ctx.constant(axis_in)
     if value is None:
-        raise unsupported(node, ctx, f"axis input {axis_in!r} is computed at run time; it must "
-                          "be a constant")
+        raise unsupported(
+            node, ctx, f"axis input {axis_in!r} is computed at run time; it must be a constant"
+        )
     axis = normalize_axis(node, int(np.asarray(value).reshape(-1)[0]), rank)
     exclusive, reverse = int(node.attr("exclusive", 0)), int(node.attr("reverse", 0))
     n = shape[axis]
@@ -277,10 +325,15 @@ def _lower_cumulative(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     op = "add" if node.op_type == "CumSum" else "mul"
     src = at(prev) if exclusive else at(pos)
     step = ir.binary(op, ir.Load(y, at(prev), dtype), ir.Load(x, src, dtype))
-    head = const(0 if op == "add" else 1, ir.Const(0, dtype)) if exclusive \
+    head = (
+        const(0 if op == "add" else 1, ir.Const(0, dtype))
+        if exclusive
         else ir.Load(x, at(pos), dtype)
-    body = (ir.Stmt("S", out, head, (ir.Cond(k, eq=True),)),
-            ir.Stmt("S", out, step, (ir.ge(k, 1),)))
+    )
+    body = (
+        ir.Stmt("S", out, head, (ir.Cond(k, eq=True),)),
+        ir.Stmt("S", out, step, (ir.ge(k, 1),)),
+    )
     # The scanned axis is innermost so each step follows its predecessor directly.
     order = [d for d in range(rank) if d != axis] + [axis]
     return nest([(names[d], shape[d]) for d in order], body)

@@ -73,8 +73,10 @@ class DynamicOutput:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         object.__setattr__(self, "counts", tuple(self.counts))
         if len(self.counts) != len(self.shape) or not any(self.counts):
-            raise ValueError(f"DynamicOutput {self.value}: one count name (or '') per "
-                             "dimension, at least one dynamic")
+            raise ValueError(
+                f"DynamicOutput {self.value}: one count name (or '') per "
+                "dimension, at least one dynamic"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +151,7 @@ def lower_node(node: Node, ctx: LowerContext) -> Lowered:
     _load_families()
     fn = find(node.op_type, ctx.graph.opset, node.domain)
     if fn is None:
-        raise UnsupportedOpError(node.op_type, ctx.graph.opset, node.name,
-                                 "no lowering registered")
+        raise UnsupportedOpError(node.op_type, ctx.graph.opset, node.name, "no lowering registered")
     out = fn(node, ctx)
     return out if isinstance(out, Lowered) else Lowered(tuple(out))
 
@@ -159,11 +160,13 @@ def lower_nodes(nodes: Iterable[Node], ctx: LowerContext) -> Lowered:
     """Lower the nodes of a fusion group, in order, into one :class:`Lowered`: their nests one
     after the other, and the temps, constants, views and dynamic outputs of all of them."""
     parts = [lower_node(node, ctx) for node in nodes]
-    return Lowered(nests=tuple(n for p in parts for n in p.nests),
-                   temps=tuple(t for p in parts for t in p.temps),
-                   constants=tuple(c for p in parts for c in p.constants),
-                   views=tuple(v for p in parts for v in p.views),
-                   dynamic=tuple(d for p in parts for d in p.dynamic))
+    return Lowered(
+        nests=tuple(n for p in parts for n in p.nests),
+        temps=tuple(t for p in parts for t in p.temps),
+        constants=tuple(c for p in parts for c in p.constants),
+        views=tuple(v for p in parts for v in p.views),
+        dynamic=tuple(d for p in parts for d in p.dynamic),
+    )
 
 
 def supported_ops() -> list[str]:

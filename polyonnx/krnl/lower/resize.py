@@ -38,18 +38,29 @@ from polyonnx.krnl.lower.common import (
 )
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
-COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
-                    "align_corners", "asymmetric", "tf_crop_and_resize")
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+)
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def _coeffs(mode: str, nearest_mode: str, a: float, antialias: bool, ratio: float,
-            scale: float) -> np.ndarray:
+def _coeffs(
+    mode: str, nearest_mode: str, a: float, antialias: bool, ratio: float, scale: float
+) -> np.ndarray:
     if mode == "nearest":
         if float(ratio).is_integer():
             return np.array([0.0, 1.0])
-        pick = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
-                "floor": False, "ceil": True}[nearest_mode]
+        pick = {
+            "round_prefer_floor": ratio > 0.5,
+            "round_prefer_ceil": ratio >= 0.5,
+            "floor": False,
+            "ceil": True,
+        }[nearest_mode]
         return np.array([0.0, 1.0]) if pick else np.array([1.0, 0.0])
     if mode == "linear":
         if not antialias:
@@ -62,20 +73,22 @@ def _coeffs(mode: str, nearest_mode: str, a: float, antialias: bool, ratio: floa
     # cubic
     if not antialias:
         r1 = 1 - ratio
-        return np.array([
-            ((a * (ratio + 1) - 5 * a) * (ratio + 1) + 8 * a) * (ratio + 1) - 4 * a,
-            ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
-            ((a + 2) * r1 - (a + 3)) * r1 * r1 + 1,
-            ((a * (r1 + 1) - 5 * a) * (r1 + 1) + 8 * a) * (r1 + 1) - 4 * a,
-        ])
+        return np.array(
+            [
+                ((a * (ratio + 1) - 5 * a) * (ratio + 1) + 8 * a) * (ratio + 1) - 4 * a,
+                ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                ((a + 2) * r1 - (a + 3)) * r1 * r1 + 1,
+                ((a * (r1 + 1) - 5 * a) * (r1 + 1) + 8 * a) * (r1 + 1) - 4 * a,
+            ]
+        )
     s = min(scale, 1.0)
 
     def kernel(x: float) -> float:
         x = abs(x)
         if x <= 1:
-            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+            return (a + 2) * x**3 - (a + 3) * x**2 + 1
         if x < 2:
-            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a
+            return a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
         return 0.0
 
     i_start = int(np.floor(-2 / s) + 1)
@@ -83,10 +96,19 @@ def _coeffs(mode: str, nearest_mode: str, a: float, antialias: bool, ratio: floa
     return c / c.sum()
 
 
-def axis_table(*, mode: str, ctm: str, nearest_mode: str, cubic_a: float, antialias: bool,
-               exclude_outside: bool, in_w: int, out_w: int, scale: float,
-               roi: tuple[float, float] | None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def axis_table(
+    *,
+    mode: str,
+    ctm: str,
+    nearest_mode: str,
+    cubic_a: float,
+    antialias: bool,
+    exclude_outside: bool,
+    in_w: int,
+    out_w: int,
+    scale: float,
+    roi: tuple[float, float] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Tap indices ``[out_w, n]``, weights ``[out_w, n]`` and the extrapolated positions."""
     output_width = scale * in_w
     y = np.arange(out_w, dtype=np.float64)
@@ -112,8 +134,11 @@ def axis_table(*, mode: str, ctm: str, nearest_mode: str, cubic_a: float, antial
         x = offset + (y + 0.5) / scale - 0.5
     x_int = np.floor(x).astype(np.int64)
     ratios = np.where(x == x_int, 1.0, x - x_int)
-    coeffs = np.stack([_coeffs(mode, nearest_mode, cubic_a, antialias, float(r), scale)
-                       for r in ratios]) if out_w else np.zeros((0, 2))
+    coeffs = (
+        np.stack([_coeffs(mode, nearest_mode, cubic_a, antialias, float(r), scale) for r in ratios])
+        if out_w
+        else np.zeros((0, 2))
+    )
     n = coeffs.shape[1]
     pad = int(np.ceil(n / 2))
     xp = x + pad
@@ -144,8 +169,11 @@ def _floats(ctx: LowerContext, node: Node, name: str) -> np.ndarray | None:
         return None
     value = ctx.constant(name)
     if value is None:
-        raise unsupported(node, ctx, f"input {name!r} computed at run time (scales, sizes "
-                                     "and roi must be constants)")
+        raise unsupported(
+            node,
+            ctx,
+            f"input {name!r} computed at run time (scales, sizes and roi must be constants)",
+        )
     arr = np.asarray(value).reshape(-1)
     return arr if arr.size else None
 
@@ -166,8 +194,11 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     if legacy:
         # Upsample and Resize-10: asymmetric coordinates, nearest rounds down.
         ctm, nearest_mode = "asymmetric", "floor"
-        scales = np.asarray(node.attr("scales")) if node.has_attr("scales") \
+        scales = (
+            np.asarray(node.attr("scales"))
+            if node.has_attr("scales")
             else _floats(ctx, node, node.input(1))
+        )
         roi_v = sizes = None
         axes = list(range(rank))
     else:
@@ -216,8 +247,10 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     else:
         expected = [int(scale[d] * xs[d]) for d in range(rank)]
     if tuple(expected) != tuple(ys):
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): output shape {tuple(ys)} does "
-                         f"not match the scales / sizes (expected {tuple(expected)})")
+        raise ShapeError(
+            f"node {node.name!r} ({node.op_type}): output shape {tuple(ys)} does "
+            f"not match the scales / sizes (expected {tuple(expected)})"
+        )
 
     out_names = [f"o{d}" for d in range(rank)]
     index: list[ir.Index] = []
@@ -228,17 +261,29 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     wdtype = dtype if dtype in ir.FLOAT_DTYPES else "float32"
     for d in range(rank):
         o = var(out_names[d])
-        identity = (math.isclose(scale[d], 1.0) and ys[d] == xs[d]
-                    and math.isclose(roi[d], 0.0) and math.isclose(roi[rank + d], 1.0))
+        identity = (
+            math.isclose(scale[d], 1.0)
+            and ys[d] == xs[d]
+            and math.isclose(roi[d], 0.0)
+            and math.isclose(roi[rank + d], 1.0)
+        )
         if identity:
             index.append(o)
             continue
         if scale[d] <= 0:
             raise bad_attr(node, "scales", f"must be positive, got {scale[d]}")
         idx, w, extrapolated = axis_table(
-            mode=mode, ctm=ctm, nearest_mode=nearest_mode, cubic_a=cubic_a,
-            antialias=antialias, exclude_outside=exclude_outside, in_w=xs[d], out_w=ys[d],
-            scale=scale[d], roi=(roi[d], roi[rank + d]))
+            mode=mode,
+            ctm=ctm,
+            nearest_mode=nearest_mode,
+            cubic_a=cubic_a,
+            antialias=antialias,
+            exclude_outside=exclude_outside,
+            in_w=xs[d],
+            out_w=ys[d],
+            scale=scale[d],
+            roi=(roi[d], roi[rank + d]),
+        )
         taps = idx.shape[1]
         t = var(f"t{d}") if taps > 1 else Aff.lift(0)
         if taps > 1:
@@ -273,8 +318,10 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     product: ir.Expr = tap if dtype == wdtype else ir.Cast(tap, wdtype)
     for w_load in weights:
         product = w_load * product
-    body: list[ir.Node] = [ir.Stmt("S", acc, ir.Const(0.0, wdtype)),
-                           *nest(tap_iters, (ir.Stmt("S", acc, acc_load + product),))]
+    body: list[ir.Node] = [
+        ir.Stmt("S", acc, ir.Const(0.0, wdtype)),
+        *nest(tap_iters, (ir.Stmt("S", acc, acc_load + product),)),
+    ]
     final: ir.Expr = acc_load
     for e in ext:
         final = ir.Select(e, ir.Const(extrapolation, wdtype), final)

@@ -50,13 +50,20 @@ from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 Act = Callable[[ir.Expr], ir.Expr]
 
-_ALPHA = {"Affine": 1.0, "LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "ScaledTanh": 1.0,
-          "HardSigmoid": 0.2, "Elu": 1.0}
+_ALPHA = {
+    "Affine": 1.0,
+    "LeakyRelu": 0.01,
+    "ThresholdedRelu": 1.0,
+    "ScaledTanh": 1.0,
+    "HardSigmoid": 0.2,
+    "Elu": 1.0,
+}
 _BETA = {"Affine": 0.0, "ScaledTanh": 1.0, "HardSigmoid": 0.5}
 
 
-def _activation(node: Node, ctx: LowerContext, name: str, alpha: float | None,
-                beta: float | None) -> Act:
+def _activation(
+    node: Node, ctx: LowerContext, name: str, alpha: float | None, beta: float | None
+) -> Act:
     a = _ALPHA.get(name, 0.0) if alpha is None else alpha
     b = _BETA.get(name, 0.0) if beta is None else beta
     if name == "Sigmoid":
@@ -84,38 +91,52 @@ def _activation(node: Node, ctx: LowerContext, name: str, alpha: float | None,
     raise unsupported(node, ctx, f"activation {name!r}")
 
 
-def _activations(node: Node, ctx: LowerContext, defaults: Sequence[str],
-                 directions: int) -> list[list[Act]]:
+def _activations(
+    node: Node, ctx: LowerContext, defaults: Sequence[str], directions: int
+) -> list[list[Act]]:
     """Per direction, the activation functions (f, g[, h]) with their alpha/beta."""
-    names = [str(n.decode() if isinstance(n, bytes) else n)
-             for n in node.attr("activations", ())] or list(defaults) * directions
+    names = [
+        str(n.decode() if isinstance(n, bytes) else n) for n in node.attr("activations", ())
+    ] or list(defaults) * directions
     per = len(defaults)
     if len(names) == per and directions == 2:
         names = names * 2
     if len(names) != per * directions:
-        raise bad_attr(node, "activations", f"must list {per * directions} functions, got "
-                                            f"{names}")
+        raise bad_attr(node, "activations", f"must list {per * directions} functions, got {names}")
     # The alpha and beta lists are consumed in order by the functions that take them.
     alphas = list(node.attr("activation_alpha", ()))[::-1]
     betas = list(node.attr("activation_beta", ()))[::-1]
     acts: list[Act] = []
     for name in names:
         # Canonical names are case-sensitive in the spec; accept any case like onnxruntime.
-        canonical = {n.lower(): n for n in ("Sigmoid", "Tanh", "Relu", "Affine", "LeakyRelu",
-                                            "ThresholdedRelu", "ScaledTanh", "HardSigmoid",
-                                            "Elu", "Softsign", "Softplus")}.get(name.lower(),
-                                                                                 name)
+        canonical = {
+            n.lower(): n
+            for n in (
+                "Sigmoid",
+                "Tanh",
+                "Relu",
+                "Affine",
+                "LeakyRelu",
+                "ThresholdedRelu",
+                "ScaledTanh",
+                "HardSigmoid",
+                "Elu",
+                "Softsign",
+                "Softplus",
+            )
+        }.get(name.lower(), name)
         alpha = float(alphas.pop()) if canonical in _ALPHA and alphas else None
         beta = float(betas.pop()) if canonical in _BETA and betas else None
         acts.append(_activation(node, ctx, canonical, alpha, beta))
-    return [acts[d * per:(d + 1) * per] for d in range(directions)]
+    return [acts[d * per : (d + 1) * per] for d in range(directions)]
 
 
 class _Rnn:
     """Shapes, layouts and the shared pieces of the three recurrent lowerings."""
 
-    def __init__(self, node: Node, ctx: LowerContext, gates: int,
-                 default_acts: Sequence[str]) -> None:
+    def __init__(
+        self, node: Node, ctx: LowerContext, gates: int, default_acts: Sequence[str]
+    ) -> None:
         self.node, self.ctx = node, ctx
         self.x, self.w, self.r = node.input(0), node.input(1), node.input(2)
         self.b, self.lens, self.h0 = node.input(3), node.input(4), node.input(5)
@@ -132,8 +153,11 @@ class _Rnn:
         if direction not in ("forward", "reverse", "bidirectional"):
             raise bad_attr(node, "direction", f"has unknown value {direction!r}")
         self.directions = 2 if direction == "bidirectional" else 1
-        self.reverse = [direction == "reverse", True][:self.directions] \
-            if direction != "bidirectional" else [False, True]
+        self.reverse = (
+            [direction == "reverse", True][: self.directions]
+            if direction != "bidirectional"
+            else [False, True]
+        )
         ws = ctx.shape(self.w)
         self.gates = gates
         self.hidden = ws[1] // gates
@@ -141,8 +165,10 @@ class _Rnn:
         if hs is not None and int(hs) != self.hidden:
             raise bad_attr(node, "hidden_size", f"= {hs} disagrees with W {ws}")
         if ws[0] != self.directions or ws[2] != self.inp:
-            raise ShapeError(f"node {node.name!r} ({node.op_type}): W {ws} does not match "
-                             f"{self.directions} direction(s) and input size {self.inp}")
+            raise ShapeError(
+                f"node {node.name!r} ({node.op_type}): W {ws} does not match "
+                f"{self.directions} direction(s) and input size {self.inp}"
+            )
         clip = node.attr("clip")
         self.clip = float(clip) if clip is not None else None
         self.acts = _activations(node, ctx, default_acts, self.directions)
@@ -163,8 +189,11 @@ class _Rnn:
         if value is not None and bool(np.all(np.asarray(value) == self.seq)):
             return False  # every row runs the full length: nothing to mask
         if any(self.reverse):
-            raise unsupported(self.node, self.ctx, "sequence_lens with a reverse direction "
-                                                   "(rows of different lengths)")
+            raise unsupported(
+                self.node,
+                self.ctx,
+                "sequence_lens with a reverse direction (rows of different lengths)",
+            )
         return True
 
     # ---- indices for the two layouts
@@ -203,30 +232,52 @@ class _Rnn:
 
     def init_state(self, buf: str, d: int, initial: str) -> tuple[ir.Node, ...]:
         b, h = var("b"), var("h")
-        value: ir.Expr = ir.Load(initial, self.state_index(d, b, h), self.dtype) if initial \
-            else zero(self.dtype)
-        return nest([("b", self.batch), ("h", self.hidden)],
-                    (ir.Stmt("S", ir.Access(buf, (Aff.lift(d), b, h)), value),))
+        value: ir.Expr = (
+            ir.Load(initial, self.state_index(d, b, h), self.dtype) if initial else zero(self.dtype)
+        )
+        return nest(
+            [("b", self.batch), ("h", self.hidden)],
+            (ir.Stmt("S", ir.Access(buf, (Aff.lift(d), b, h)), value),),
+        )
 
-    def preact(self, d: int, lo: int, n: int, *, hidden_term: bool = True,
-               recurrent_bias: bool = True) -> tuple[ir.Node, ...]:
+    def preact(
+        self, d: int, lo: int, n: int, *, hidden_term: bool = True, recurrent_bias: bool = True
+    ) -> tuple[ir.Node, ...]:
         """``G[b, lo + j] = Wb + Rb + X[t] . W[lo + j] + H . R[lo + j]`` for ``j < n``."""
         b, j, k = var("b"), var("j"), var("k")
         gj = j + lo
         at = ir.Access(self.g, (b, gj))
         cur = ir.Load(self.g, at.index, self.dtype)
         init: ir.Expr = zero(self.dtype)
-        for bias in (self.bias(d, gj, False), self.bias(d, gj, True) if recurrent_bias
-                     else None):
+        for bias in (self.bias(d, gj, False), self.bias(d, gj, True) if recurrent_bias else None):
             if bias is not None:
                 init = bias if isinstance(init, ir.Const) else init + bias
         body: list[ir.Node] = [ir.Stmt("S", at, init)]
-        body += nest([("k", self.inp)], (ir.Stmt("S", at, cur + self.x_at(
-            self.time(d), b, k) * ir.Load(self.w, (Aff.lift(d), gj, k), self.dtype)),))
+        body += nest(
+            [("k", self.inp)],
+            (
+                ir.Stmt(
+                    "S",
+                    at,
+                    cur
+                    + self.x_at(self.time(d), b, k)
+                    * ir.Load(self.w, (Aff.lift(d), gj, k), self.dtype),
+                ),
+            ),
+        )
         if hidden_term:
-            body += nest([("k", self.hidden)], (ir.Stmt("S", at, cur + ir.Load(
-                self.h, (Aff.lift(d), b, k), self.dtype) * ir.Load(
-                self.r, (Aff.lift(d), gj, k), self.dtype)),))
+            body += nest(
+                [("k", self.hidden)],
+                (
+                    ir.Stmt(
+                        "S",
+                        at,
+                        cur
+                        + ir.Load(self.h, (Aff.lift(d), b, k), self.dtype)
+                        * ir.Load(self.r, (Aff.lift(d), gj, k), self.dtype),
+                    ),
+                ),
+            )
         return nest([("b", self.batch), ("j", n)], body)
 
     def gate(self, offset: int) -> ir.Load:
@@ -236,9 +287,15 @@ class _Rnn:
     def outputs(self, d: int, states: Sequence[tuple[str, str]]) -> tuple[ir.Node, ...]:
         """After the time loop: Y_h (and Y_c) from the state buffers."""
         b, h = var("b"), var("h")
-        stmts = [ir.Stmt("S", ir.Access(out, self.state_index(d, b, h)),
-                         ir.Load(buf, (Aff.lift(d), b, h), self.dtype))
-                 for out, buf in states if out]
+        stmts = [
+            ir.Stmt(
+                "S",
+                ir.Access(out, self.state_index(d, b, h)),
+                ir.Load(buf, (Aff.lift(d), b, h), self.dtype),
+            )
+            for out, buf in states
+            if out
+        ]
         return nest([("b", self.batch), ("h", self.hidden)], stmts) if stmts else ()
 
     def write_y(self, d: int) -> list[ir.Stmt]:
@@ -264,12 +321,18 @@ def lower_rnn(node: Node, ctx: LowerContext) -> Lowered:
     for d in range(s.directions):
         f = s.acts[d][0]
         h_at = ir.Access(s.h, (Aff.lift(d), b, h))
-        update = ir.Stmt("S", h_at, s.masked(f(s.clipped(s.gate(0))),
-                                             ir.Load(s.h, h_at.index, s.dtype)))
-        step = (*s.preact(d, 0, s.hidden),
-                *nest([("b", s.batch), ("h", s.hidden)], (update, *s.write_y(d))))
-        nests += [*s.init_state(s.h, d, s.h0), ir.Loop("t", 0, s.seq, step),
-                  *s.outputs(d, [(s.output(1), s.h)])]
+        update = ir.Stmt(
+            "S", h_at, s.masked(f(s.clipped(s.gate(0))), ir.Load(s.h, h_at.index, s.dtype))
+        )
+        step = (
+            *s.preact(d, 0, s.hidden),
+            *nest([("b", s.batch), ("h", s.hidden)], (update, *s.write_y(d))),
+        )
+        nests += [
+            *s.init_state(s.h, d, s.h0),
+            ir.Loop("t", 0, s.seq, step),
+            *s.outputs(d, [(s.output(1), s.h)]),
+        ]
     return Lowered(tuple(nests), tuple(s.temps))
 
 
@@ -286,8 +349,10 @@ def lower_gru(node: Node, ctx: LowerContext) -> Lowered:
         f, g = s.acts[d]
         # z and r: pre-activations, then f in place.
         zr_at = ir.Access(s.g, (b, j))
-        zr = nest([("b", s.batch), ("j", 2 * hidden)], (ir.Stmt(
-            "S", zr_at, f(s.clipped(ir.Load(s.g, zr_at.index, dtype)))),))
+        zr = nest(
+            [("b", s.batch), ("j", 2 * hidden)],
+            (ir.Stmt("S", zr_at, f(s.clipped(ir.Load(s.g, zr_at.index, dtype)))),),
+        )
         # h~: the input part, then the reset-gated recurrent part.
         hh_at = ir.Access(s.g, (b, j + 2 * hidden))
         hh = ir.Load(s.g, hh_at.index, dtype)
@@ -299,32 +364,51 @@ def lower_gru(node: Node, ctx: LowerContext) -> Lowered:
             rb = s.bias(d, j + 2 * hidden, True)
             recurrent: tuple[ir.Node, ...] = (
                 ir.Stmt("S", rh_at, rb if rb is not None else zero(dtype)),
-                *nest([("k", hidden)], (ir.Stmt("S", rh_at, rh_load + ir.Load(
-                    s.h, (Aff.lift(d), b, k), dtype) * rw),)),
-                ir.Stmt("S", hh_at, hh + r_gate * rh_load))
+                *nest(
+                    [("k", hidden)],
+                    (ir.Stmt("S", rh_at, rh_load + ir.Load(s.h, (Aff.lift(d), b, k), dtype) * rw),),
+                ),
+                ir.Stmt("S", hh_at, hh + r_gate * rh_load),
+            )
         else:
             rb = s.bias(d, j + 2 * hidden, True)
             r_k = ir.Load(s.g, (b, k + hidden), dtype)
             recurrent = (
                 *((ir.Stmt("S", hh_at, hh + rb),) if rb is not None else ()),
-                *nest([("k", hidden)], (ir.Stmt("S", hh_at, hh + r_k * ir.Load(
-                    s.h, (Aff.lift(d), b, k), dtype) * rw),)))
+                *nest(
+                    [("k", hidden)],
+                    (
+                        ir.Stmt(
+                            "S", hh_at, hh + r_k * ir.Load(s.h, (Aff.lift(d), b, k), dtype) * rw
+                        ),
+                    ),
+                ),
+            )
         hh_input = s.preact(d, 2 * hidden, hidden, hidden_term=False, recurrent_bias=False)
         # preact() gives one b, j nest; append the recurrent part and g into it.
         (b_loop,) = hh_input
         (j_loop,) = b_loop.body
-        j_loop = ir.Loop(j_loop.iterator, j_loop.lower, j_loop.upper, (
-            *j_loop.body, *recurrent, ir.Stmt("S", hh_at, g(s.clipped(hh)))))
+        j_loop = ir.Loop(
+            j_loop.iterator,
+            j_loop.lower,
+            j_loop.upper,
+            (*j_loop.body, *recurrent, ir.Stmt("S", hh_at, g(s.clipped(hh)))),
+        )
         hh_nest = ir.Loop(b_loop.iterator, b_loop.lower, b_loop.upper, (j_loop,))
         h_at = ir.Access(s.h, (Aff.lift(d), b, h))
         h_old = ir.Load(s.h, h_at.index, dtype)
         z = s.gate(0)
         new_h = (ir.Const(1.0, dtype) - z) * s.gate(2) + z * h_old
-        update = nest([("b", s.batch), ("h", hidden)],
-                      (ir.Stmt("S", h_at, s.masked(new_h, h_old)), *s.write_y(d)))
+        update = nest(
+            [("b", s.batch), ("h", hidden)],
+            (ir.Stmt("S", h_at, s.masked(new_h, h_old)), *s.write_y(d)),
+        )
         step = (*s.preact(d, 0, 2 * hidden), *zr, hh_nest, *update)
-        nests += [*s.init_state(s.h, d, s.h0), ir.Loop("t", 0, s.seq, step),
-                  *s.outputs(d, [(s.output(1), s.h)])]
+        nests += [
+            *s.init_state(s.h, d, s.h0),
+            ir.Loop("t", 0, s.seq, step),
+            *s.outputs(d, [(s.output(1), s.h)]),
+        ]
     return Lowered(tuple(nests), tuple(s.temps))
 
 
@@ -360,11 +444,19 @@ def lower_lstm(node: Node, ctx: LowerContext) -> Lowered:
         new_c = f_gate * c_old + i_gate * g(s.clipped(s.gate(3)))
         o_gate = gate(1, 1, ir.Load(c, c_at.index, dtype), f)  # uses the new cell state
         new_h = o_gate * hf(ir.Load(c, c_at.index, dtype))
-        update = nest([("b", s.batch), ("h", hidden)], (
-            ir.Stmt("S", c_at, s.masked(new_c, c_old)),
-            ir.Stmt("S", h_at, s.masked(new_h, h_old)), *s.write_y(d)))
+        update = nest(
+            [("b", s.batch), ("h", hidden)],
+            (
+                ir.Stmt("S", c_at, s.masked(new_c, c_old)),
+                ir.Stmt("S", h_at, s.masked(new_h, h_old)),
+                *s.write_y(d),
+            ),
+        )
         step = (*s.preact(d, 0, 4 * hidden), *update)
-        nests += [*s.init_state(s.h, d, s.h0), *s.init_state(c, d, c0),
-                  ir.Loop("t", 0, s.seq, step),
-                  *s.outputs(d, [(s.output(1), s.h), (s.output(2), c)])]
+        nests += [
+            *s.init_state(s.h, d, s.h0),
+            *s.init_state(c, d, c0),
+            ir.Loop("t", 0, s.seq, step),
+            *s.outputs(d, [(s.output(1), s.h), (s.output(2), c)]),
+        ]
     return Lowered(tuple(nests), tuple(s.temps))

@@ -41,8 +41,9 @@ def _const_ints(node: Node, ctx: LowerContext, i: int, what: str) -> list[int] |
         return None
     value = ctx.constant(name)
     if value is None:
-        raise unsupported(node, ctx, f"{what} computed at run time (input {name!r} must be a "
-                                     "constant)")
+        raise unsupported(
+            node, ctx, f"{what} computed at run time (input {name!r} must be a constant)"
+        )
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
@@ -54,26 +55,40 @@ def _typed_const(value: float | int | bool, dtype: str) -> ir.Const:
     return ir.Const(int(value), dtype)
 
 
-def _copy(y: str, out_index: Sequence[ir.AffLike], x: str, in_index: Sequence[ir.Index],
-          dtype: str, iters: Sequence[tuple[str, int]]) -> tuple[ir.Node, ...]:
+def _copy(
+    y: str,
+    out_index: Sequence[ir.AffLike],
+    x: str,
+    in_index: Sequence[ir.Index],
+    dtype: str,
+    iters: Sequence[tuple[str, int]],
+) -> tuple[ir.Node, ...]:
     if any(extent == 0 for _, extent in iters):
         return ()
-    stmt = ir.Stmt("S", ir.Access(y, tuple(Aff.lift(i) for i in out_index)),
-                   ir.Load(x, tuple(in_index), dtype))
+    stmt = ir.Stmt(
+        "S", ir.Access(y, tuple(Aff.lift(i) for i in out_index)), ir.Load(x, tuple(in_index), dtype)
+    )
     return nest(iters, (stmt,))
 
 
 # --------------------------------------------------------------------------- Slice, Split
 
 
-def slice_starts(node: Node, dims: Sequence[int], starts: Sequence[int], ends: Sequence[int],
-                 axes: Sequence[int], steps: Sequence[int]) -> list[tuple[int, int, int]]:
+def slice_starts(
+    node: Node,
+    dims: Sequence[int],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    axes: Sequence[int],
+    steps: Sequence[int],
+) -> list[tuple[int, int, int]]:
     """Per axis ``(start, step, count)`` after ONNX's clamping rules."""
     rank = len(dims)
     out = [(0, 1, d) for d in dims]
     if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise ModelError(f"node {node.name!r} (Slice): starts, ends, axes and steps must have "
-                         "the same length")
+        raise ModelError(
+            f"node {node.name!r} (Slice): starts, ends, axes and steps must have the same length"
+        )
     seen: set[int] = set()
     for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
         a = normalize_axis(node, a, rank, "axes")
@@ -115,8 +130,10 @@ def lower_slice(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     per_axis = slice_starts(node, xs, starts, ends, axes, steps)
     ys = ctx.shape(y)
     if tuple(c for _, _, c in per_axis) != tuple(ys):
-        raise ShapeError(f"node {node.name!r} (Slice): output {ys} does not match the slice "
-                         f"({tuple(c for _, _, c in per_axis)})")
+        raise ShapeError(
+            f"node {node.name!r} (Slice): output {ys} does not match the slice "
+            f"({tuple(c for _, _, c in per_axis)})"
+        )
     iters = generic_iters(ys)
     index = [var(n) * st + s for (n, _), (s, st, _) in zip(iters, per_axis, strict=True)]
     return _copy(y, index_vars([n for n, _ in iters]), x, index, ctx.dtype(x), iters)
@@ -141,8 +158,10 @@ def lower_split(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         nests.extend(_copy(y, out, x, index, ctx.dtype(x), iters))
         offset += ys[axis]
     if offset != xs[axis]:
-        raise ShapeError(f"node {node.name!r} (Split): outputs add up to {offset} along axis "
-                         f"{axis}, the input has {xs[axis]}")
+        raise ShapeError(
+            f"node {node.name!r} (Split): outputs add up to {offset} along axis "
+            f"{axis}, the input has {xs[axis]}"
+        )
     return tuple(nests)
 
 
@@ -156,8 +175,9 @@ def lower_expand(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     ys = ctx.shape(y)
     iters = generic_iters(ys)
     names = [n for n, _ in iters]
-    return _copy(y, index_vars(names), x, broadcast_index(ctx.shape(x), ys, names),
-                 ctx.dtype(x), iters)
+    return _copy(
+        y, index_vars(names), x, broadcast_index(ctx.shape(x), ys, names), ctx.dtype(x), iters
+    )
 
 
 @register("Tile")
@@ -173,8 +193,7 @@ def lower_tile(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         reps = o // size if size else 0
         iters += [(f"r{d}", reps), (f"i{d}", size)]
         out.append(var(f"r{d}") * size + var(f"i{d}"))
-    return _copy(y, out, x, index_vars([f"i{d}" for d in range(len(xs))]), ctx.dtype(x),
-                 iters)
+    return _copy(y, out, x, index_vars([f"i{d}" for d in range(len(xs))]), ctx.dtype(x), iters)
 
 
 # --------------------------------------------------------------------------- depth <-> space
@@ -205,8 +224,14 @@ def lower_depth_to_space(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     else:
         raise bad_attr(node, "mode", f"has unknown value {mode!r}")
     iters = [("n", n), ("c", c), ("h", h), ("b0", bs), ("w", w), ("b1", bs)]
-    return _copy(y, (var("n"), cv, var("h") * bs + b0, var("w") * bs + b1), x,
-                 (var("n"), channel, var("h"), var("w")), ctx.dtype(x), iters)
+    return _copy(
+        y,
+        (var("n"), cv, var("h") * bs + b0, var("w") * bs + b1),
+        x,
+        (var("n"), channel, var("h"), var("w")),
+        ctx.dtype(x),
+        iters,
+    )
 
 
 @register("SpaceToDepth")
@@ -227,9 +252,14 @@ def lower_space_to_depth(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         iters = [("n", n), ("c", c), ("b0", bs), ("b1", bs), ("h", h), ("w", w)]
     else:
         raise bad_attr(node, "mode", f"has unknown value {mode!r}")
-    return _copy(y, (var("n"), channel, var("h"), var("w")), x,
-                 (var("n"), var("c"), var("h") * bs + b0, var("w") * bs + b1), ctx.dtype(x),
-                 iters)
+    return _copy(
+        y,
+        (var("n"), channel, var("h"), var("w")),
+        x,
+        (var("n"), var("c"), var("h") * bs + b0, var("w") * bs + b1),
+        ctx.dtype(x),
+        iters,
+    )
 
 
 # --------------------------------------------------------------------------- matrices
@@ -249,13 +279,17 @@ def lower_trilu(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     names = [n for n, _ in iters]
     index = index_vars(names)
     diagonal = ir.Iter(names[-1]) - ir.Iter(names[-2])
-    kv: ir.Expr = as_int64(ir.Load(k, (Aff.lift(0),) * len(ctx.shape(k)), ctx.dtype(k))) \
-        if k else ir.Const(0, I64)
+    kv: ir.Expr = (
+        as_int64(ir.Load(k, (Aff.lift(0),) * len(ctx.shape(k)), ctx.dtype(k)))
+        if k
+        else ir.Const(0, I64)
+    )
     upper = int(node.attr("upper", 1))
     keep = ir.Binary("ge" if upper else "le", diagonal, kv)
     dtype = ctx.dtype(x)
-    value = ir.Select(keep, ir.Load(x, index, dtype), zero(dtype) if dtype != "bool"
-                      else ir.Const(False, dtype))
+    value = ir.Select(
+        keep, ir.Load(x, index, dtype), zero(dtype) if dtype != "bool" else ir.Const(False, dtype)
+    )
     return nest(iters, (ir.Stmt("S", ir.Access(y, index), value),)) if all(ys) else ()
 
 
@@ -268,13 +302,16 @@ def lower_eye_like(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         raise ShapeError(f"node {node.name!r} (EyeLike): input must be 2-D")
     dtype = ctx.dtype(y)
     k = int(node.attr("k", 0))
-    fill = nest([("i", ys[0]), ("j", ys[1])],
-                (ir.Stmt("S", ir.Access(y, (var("i"), var("j"))), _typed_const(0, dtype)),))
+    fill = nest(
+        [("i", ys[0]), ("j", ys[1])],
+        (ir.Stmt("S", ir.Access(y, (var("i"), var("j"))), _typed_const(0, dtype)),),
+    )
     lo, hi = max(0, -k), min(ys[0], ys[1] - k)
     if lo >= hi:
         return fill
-    diag = ir.Loop("i", lo, hi, (ir.Stmt("S", ir.Access(y, (var("i"), var("i") + k)),
-                                         _typed_const(1, dtype)),))
+    diag = ir.Loop(
+        "i", lo, hi, (ir.Stmt("S", ir.Access(y, (var("i"), var("i") + k)), _typed_const(1, dtype)),)
+    )
     return fill + (diag,)
 
 
@@ -287,8 +324,11 @@ def lower_range(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     s = ir.Load(start, (Aff.lift(0),) * len(ctx.shape(start)), dtype)
     d = ir.Load(delta, (Aff.lift(0),) * len(ctx.shape(delta)), dtype)
     i = ir.Iter("i") if dtype == I64 else ir.Cast(ir.Iter("i"), dtype)
-    return nest([("i", length)], (ir.Stmt("S", ir.Access(y, (var("i"),)), s + i * d),)) \
-        if length else ()
+    return (
+        nest([("i", length)], (ir.Stmt("S", ir.Access(y, (var("i"),)), s + i * d),))
+        if length
+        else ()
+    )
 
 
 @register("ReverseSequence")
@@ -299,8 +339,9 @@ def lower_reverse_sequence(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
     time_axis = int(node.attr("time_axis", 0))
     batch_axis = int(node.attr("batch_axis", 1))
     if {time_axis, batch_axis} != {0, 1} or len(xs) < 2:
-        raise bad_attr(node, "time_axis", f"/ batch_axis must be 0 and 1 (got {time_axis}, "
-                                          f"{batch_axis})")
+        raise bad_attr(
+            node, "time_axis", f"/ batch_axis must be 0 and 1 (got {time_axis}, {batch_axis})"
+        )
     iters = generic_iters(xs)
     names = [n for n, _ in iters]
     index = index_vars(names)
@@ -311,8 +352,9 @@ def lower_reverse_sequence(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
     reversed_t = ir.Select(ir.Binary("lt", t, length), length - ir.Const(1, I64) - t, t)
     x_index: list[ir.Index] = list(index)
     x_index[time_axis] = reversed_t
-    return nest(iters, (ir.Stmt("S", ir.Access(y, index), ir.Load(x, tuple(x_index),
-                                                                   ctx.dtype(x))),))
+    return nest(
+        iters, (ir.Stmt("S", ir.Access(y, index), ir.Load(x, tuple(x_index), ctx.dtype(x))),)
+    )
 
 
 # --------------------------------------------------------------------------- Shape, Size
@@ -323,10 +365,11 @@ def lower_shape(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """The (static) shape as constants; normally folded away before lowering."""
     dims = np.array(ctx.shape(node.input(0)), dtype=np.int64)
     start, end = node.attr("start", 0), node.attr("end", None)
-    values = dims[int(start):None if end is None else int(end)]
+    values = dims[int(start) : None if end is None else int(end)]
     y = node.outputs[0]
-    return tuple(ir.Stmt("S", ir.Access(y, (k,)), ir.Const(int(v), I64))
-                 for k, v in enumerate(values))
+    return tuple(
+        ir.Stmt("S", ir.Access(y, (k,)), ir.Const(int(v), I64)) for k, v in enumerate(values)
+    )
 
 
 @register("Size")
@@ -357,15 +400,21 @@ def lower_center_crop_pad(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     lo = [max(0, -s) for s in shift]
     hi = [min(out, size - s) for out, size, s in zip(ys, xs, shift, strict=True)]
     if all(a < b for a, b in zip(lo, hi, strict=True)):
-        stmt: ir.Node = ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), ir.Load(
-            x, tuple(var(n) + s for n, s in zip(names, shift, strict=True)), dtype))
+        stmt: ir.Node = ir.Stmt(
+            "S",
+            ir.Access(y, tuple(var(n) for n in names)),
+            ir.Load(x, tuple(var(n) + s for n, s in zip(names, shift, strict=True)), dtype),
+        )
         for n, a, b in reversed(list(zip(names, lo, hi, strict=True))):
             stmt = ir.Loop(n, a, b, (stmt,))
         nests.append(stmt)
     return tuple(nests) if all(ys) else ()
 
 
-def _copy_fill(y: str, names: Sequence[str], shape: Sequence[int],
-               value: ir.Expr) -> tuple[ir.Node, ...]:
-    return nest(list(zip(names, shape, strict=True)),
-                (ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), value),))
+def _copy_fill(
+    y: str, names: Sequence[str], shape: Sequence[int], value: ir.Expr
+) -> tuple[ir.Node, ...]:
+    return nest(
+        list(zip(names, shape, strict=True)),
+        (ir.Stmt("S", ir.Access(y, tuple(var(n) for n in names)), value),),
+    )

@@ -52,15 +52,13 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
             # K known only at run time: the whole row is ranked into a buffer of the axis's
             # length and K is the extent the runtime returns (it checks 0 <= K <= length).
             if ctx.is_static(values):
-                raise unsupported(node, ctx, "K computed at run time for a statically "
-                                             "typed output")
+                raise unsupported(node, ctx, "K computed at run time for a statically typed output")
             k = xs[axis]
             count = ir.Buffer(f"{node.name}__count", I64, (1,), "temp")
         else:
             k = int(np.asarray(kv).reshape(-1)[0])
     if not 0 <= k <= xs[axis] or (count is None and ctx.shape(values)[axis] != k):
-        raise ShapeError(f"node {node.name!r} (TopK): K = {k} does not fit axis {axis} of "
-                         f"{xs}")
+        raise ShapeError(f"node {node.name!r} (TopK): K = {k} does not fit axis {axis} of {xs}")
     largest = bool(node.attr("largest", 1))
     names = [f"o{d}" for d in range(len(xs))]
     outer = [(names[d], xs[d]) for d in range(len(xs)) if d != axis]
@@ -75,9 +73,13 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
     better = ir.Binary("gt" if largest else "lt", xj, xi)
     tie = ir.Binary("and", ir.Binary("eq", xj, xi), ir.Binary("lt", ir.Iter("j"), ir.Iter("i")))
     before = ir.Select(ir.Binary("or", better, tie), ir.Const(1, I64), ir.Const(0, I64))
-    ranking = nest(outer + [("i", xs[axis])], (
-        ir.Stmt("S", r_at, ir.Const(0, I64)),
-        *nest([("j", xs[axis])], (ir.Stmt("S", r_at, r_load + before),))))
+    ranking = nest(
+        outer + [("i", xs[axis])],
+        (
+            ir.Stmt("S", r_at, ir.Const(0, I64)),
+            *nest([("j", xs[axis])], (ir.Stmt("S", r_at, r_load + before),)),
+        ),
+    )
     hit = ir.Binary("eq", r_load, ir.Iter("p"))
     v_at = ir.Access(values, at("p"))
     v_load = ir.Load(values, at("p"), dtype)
@@ -86,8 +88,9 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
     if indices:
         i_at = ir.Access(indices, at("p"))
         picks.append(ir.Stmt("S", i_at, ir.Const(0, I64)))
-        updates.append(ir.Stmt("S", i_at, ir.Select(hit, ir.Iter("i"),
-                                                    ir.Load(indices, at("p"), I64))))
+        updates.append(
+            ir.Stmt("S", i_at, ir.Select(hit, ir.Iter("i"), ir.Load(indices, at("p"), I64)))
+        )
     dynamic: tuple[DynamicOutput, ...] = ()
     counting: tuple[ir.Node, ...] = ()
     if count is not None:
@@ -98,5 +101,6 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
     if k == 0 or any(e == 0 for _, e in outer):
         return Lowered(counting, (count,) if count else (), dynamic=dynamic)
     selecting = nest(outer + [("p", k)], (*picks, *nest([("i", xs[axis])], updates)))
-    return Lowered(counting + ranking + selecting, (rank,) + ((count,) if count else ()),
-                   dynamic=dynamic)
+    return Lowered(
+        counting + ranking + selecting, (rank,) + ((count,) if count else ()), dynamic=dynamic
+    )

@@ -78,8 +78,12 @@ class KernelPlan:
     parallel: bool = True
 
     def __str__(self) -> str:
-        return "\n".join([*(str(n) for n in self.nests),
-                          "parallel outer loops" if self.parallel else "one thread"])
+        return "\n".join(
+            [
+                *(str(n) for n in self.nests),
+                "parallel outer loops" if self.parallel else "one thread",
+            ]
+        )
 
 
 def plan_kernel(s: Schedule, tiling: Tiling, parallel: bool = True) -> KernelPlan:
@@ -102,7 +106,7 @@ def plan_kernel(s: Schedule, tiling: Tiling, parallel: bool = True) -> KernelPla
             end = i + 1
             while end < len(nests) and is_epilogue(nests[end], red):
                 end += 1
-            plan = plan_reduction(red, names[i], names[i + 1:end], s.kernel, tiling)
+            plan = plan_reduction(red, names[i], names[i + 1 : end], s.kernel, tiling)
             if plan is not None:
                 plans.append(plan)
                 i = end
@@ -119,8 +123,11 @@ def _own_loops(s: Schedule, plan: OwnLoops) -> tuple[Schedule, list[tuple[str, .
 
 
 _APPLY: dict[type, Callable[[Schedule, Any], tuple[Schedule, list[tuple[str, ...]]]]] = {
-    ReductionPlan: apply_reduction, VectorPlan: apply_pointwise,
-    TransposePlan: apply_pointwise, OwnLoops: _own_loops}
+    ReductionPlan: apply_reduction,
+    VectorPlan: apply_pointwise,
+    TransposePlan: apply_pointwise,
+    OwnLoops: _own_loops,
+}
 
 
 def apply_kernel_plan(s: Schedule, plan: KernelPlan) -> Schedule:
@@ -134,8 +141,9 @@ def apply_kernel_plan(s: Schedule, plan: KernelPlan) -> Schedule:
     return s
 
 
-def default_schedule(kernel: Kernel, tiling: Tiling | None = None,
-                     parallel: bool = True) -> ScheduledKernel:
+def default_schedule(
+    kernel: Kernel, tiling: Tiling | None = None, parallel: bool = True
+) -> ScheduledKernel:
     """The kernel's schedule: the strategies' plans applied when legal, else its own loops.
 
     With ``parallel``, the outermost loop of each nest with enough work is marked ``parallel``

@@ -37,8 +37,11 @@ def band_chain(node: object) -> list[str]:
     while isinstance(node, Band):
         out.append(node.name)
         node = node.child
-    if isinstance(node, TreeSequence) and len(node.children) == 2 and \
-            isinstance(node.children[1], Band):
+    if (
+        isinstance(node, TreeSequence)
+        and len(node.children) == 2
+        and isinstance(node.children[1], Band)
+    ):
         out += band_chain(node.children[1])
     return out
 
@@ -50,7 +53,7 @@ def offsets(index: Sequence[Index], names: Sequence[str]) -> tuple[int, ...] | N
     if len(index) > len(names):
         return None
     out = []
-    for i, n in zip(index, names[len(names) - len(index):], strict=True):
+    for i, n in zip(index, names[len(names) - len(index) :], strict=True):
         shift = i - Aff.var(n) if isinstance(i, Aff) else None
         if shift is None or not shift.is_const:
             return None

@@ -65,8 +65,9 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
         count, written = _instances(s.poly, below)
         if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
             continue
-        may = loops_that_may_carry(s.dependences, below, [b.sched for b in nodes],
-                                   range(len(names)))
+        may = loops_that_may_carry(
+            s.dependences, below, [b.sched for b in nodes], range(len(names))
+        )
         safe = [n for m, n in enumerate(names) if m not in may]
         if safe:
             marks.append(Parallel(names[0], tuple(safe)))

@@ -48,12 +48,15 @@ class TransposePlan:
     width: int = TRANSPOSE_WIDTH
 
     def __str__(self) -> str:
-        return (f"transpose ({', '.join(self.loops)}): {self.loops[-1]} in tiles of "
-                f"{self.width} with {self.across} inside, vectorized")
+        return (
+            f"transpose ({', '.join(self.loops)}): {self.loops[-1]} in tiles of "
+            f"{self.width} with {self.across} inside, vectorized"
+        )
 
 
-def plan_pointwise(nest: Loop, loops: Sequence[str], poly: PolyKernel
-                   ) -> VectorPlan | TransposePlan | None:
+def plan_pointwise(
+    nest: Loop, loops: Sequence[str], poly: PolyKernel
+) -> VectorPlan | TransposePlan | None:
     """The plan for a perfect nest of one statement (its loops in the schedule: ``loops``)
     whose write is contiguous along its innermost loop; None if the nest is not one."""
     nested, body = chain(nest)
@@ -69,8 +72,9 @@ def plan_pointwise(nest: Loop, loops: Sequence[str], poly: PolyKernel
     return VectorPlan(tuple(loops))
 
 
-def apply_pointwise(s: Schedule, plan: VectorPlan | TransposePlan
-                    ) -> tuple[Schedule, list[tuple[str, ...]]]:
+def apply_pointwise(
+    s: Schedule, plan: VectorPlan | TransposePlan
+) -> tuple[Schedule, list[tuple[str, ...]]]:
     """``plan`` applied to ``s`` (unverified), and the nest's outer band (the candidates for
     ``parallel``)."""
     loops = list(plan.loops)
@@ -93,8 +97,11 @@ def _transposing_loop(stmt: Stmt, its: list[str], loops: list[Loop]) -> str | No
         if not isinstance(last, Aff) or last.coeff(inner) or len(last.terms) != 1:
             continue
         name = last.terms[0][0]
-        if last.terms[0][1] == 1 and name in its[:-1] and any(
-                isinstance(i, Aff) and i.coeff(inner) for i in ld.index) and \
-                extent(loops, name) >= 8:
+        if (
+            last.terms[0][1] == 1
+            and name in its[:-1]
+            and any(isinstance(i, Aff) and i.coeff(inner) for i in ld.index)
+            and extent(loops, name) >= 8
+        ):
             return name
     return None

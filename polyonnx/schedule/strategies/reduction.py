@@ -82,16 +82,18 @@ def is_epilogue(nest: object, red: ReductionNest) -> bool:
     if len(body) != 1 or not isinstance(body[0], Stmt) or len(loops) != len(red.outer):
         return False
     stmt = body[0]
-    if stmt.guards or any((a.lower, a.upper) != (b.lower, b.upper)
-                          for a, b in zip(loops, red.outer, strict=True)):
+    if stmt.guards or any(
+        (a.lower, a.upper) != (b.lower, b.upper) for a, b in zip(loops, red.outer, strict=True)
+    ):
         return False
     names = [lp.iterator for lp in loops]
     if len(stmt.write.index) != len(names) or offsets(stmt.write.index, names) is None:
         return False
     out = offsets(red.init.write.index, [lp.iterator for lp in red.outer])
     reads_out = [ld for ld in loads(stmt.body) if ld.buffer == red.init.write.buffer]
-    return bool(reads_out) and all(len(ld.index) == len(names)
-                                   and offsets(ld.index, names) == out for ld in reads_out)
+    return bool(reads_out) and all(
+        len(ld.index) == len(names) and offsets(ld.index, names) == out for ld in reads_out
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +146,9 @@ class ReductionPlan:
         if self.rows < 1 or self.vector < 1:
             raise ScheduleError(f"reduction plan: {self.rows} rows x {self.vector} lanes")
         if self.chunks is not None and self.epilogues and self.isolate:
-            raise ScheduleError("reduction plan: epilogues are fused into cache chunks only "
-                                "without ragged tiles")
+            raise ScheduleError(
+                "reduction plan: epilogues are fused into cache chunks only without ragged tiles"
+            )
 
     def splits(self) -> list[tuple[int, int]]:
         """The register tile: (outer loop position, tile size) of the rows, the pair and the
@@ -174,17 +177,23 @@ class ReductionPlan:
             text += ", full tiles isolated"
         c = self.chunks
         if c is not None:
-            whole = f" ({', '.join(self.reduction[:c.whole])} whole)" if c.whole else ""
-            text += (f"; chunks: {self.reduction[c.whole]} by {c.size}{whole} after {c.at} "
-                     f"tile loop{'s' if c.at != 1 else ''}")
+            whole = f" ({', '.join(self.reduction[: c.whole])} whole)" if c.whole else ""
+            text += (
+                f"; chunks: {self.reduction[c.whole]} by {c.size}{whole} after {c.at} "
+                f"tile loop{'s' if c.at != 1 else ''}"
+            )
             if c.block is not None:
                 text += f", {self.outer[c.block]} in blocks of {c.block_size}"
         return text
 
 
-def plan_reduction(nest: ReductionNest, loops: Sequence[str],
-                   epilogues: Sequence[Sequence[str]], kernel: Kernel, tiling: Tiling
-                   ) -> ReductionPlan | None:
+def plan_reduction(
+    nest: ReductionNest,
+    loops: Sequence[str],
+    epilogues: Sequence[Sequence[str]],
+    kernel: Kernel,
+    tiling: Tiling,
+) -> ReductionPlan | None:
     """The register tiles of ``nest`` (its loops in the schedule: ``loops``, outer then
     reduction loops), with the nests named ``epilogues`` fused; None when its vector loop is
     too short for a tile."""
@@ -193,27 +202,45 @@ def plan_reduction(nest: ReductionNest, loops: Sequence[str],
     if extent(nest.outer, vec) < 8:
         return None
     # The vector-moving loads: those whose contiguous index follows the vector loop.
-    moving = [ld for ld in loads(nest.update.body) if ld.buffer != nest.update.write.buffer
-              and ld.index and isinstance(ld.index[-1], Aff) and ld.index[-1].coeff(vec)]
+    moving = [
+        ld
+        for ld in loads(nest.update.body)
+        if ld.buffer != nest.update.write.buffer
+        and ld.index
+        and isinstance(ld.index[-1], Aff)
+        and ld.index[-1].coeff(vec)
+    ]
     row, rows, pair = _tile_shape(nest, moving, tiling)
     v = tiling.vector
     ragged = bool(extent(nest.outer, vec) % v or (row and extent(nest.outer, row) % rows))
     n_outer = len(names)
     plan = ReductionPlan(
-        tuple(loops[:n_outer]), tuple(loops[n_outer:]), tuple(tuple(e) for e in epilogues),
-        names.index(row) if row else None, rows, names.index(pair) if pair else None, v,
-        _vector_first(nest, kernel, moving, row, rows, v), ragged, None)
+        tuple(loops[:n_outer]),
+        tuple(loops[n_outer:]),
+        tuple(tuple(e) for e in epilogues),
+        names.index(row) if row else None,
+        rows,
+        names.index(pair) if pair else None,
+        v,
+        _vector_first(nest, kernel, moving, row, rows, v),
+        ragged,
+        None,
+    )
     moving_buffers = {ld.buffer for ld in moving}
-    itemsize = max(np.dtype(b.dtype).itemsize for b in kernel.buffers
-                   if b.name in moving_buffers) if moving else 4
+    itemsize = (
+        max(np.dtype(b.dtype).itemsize for b in kernel.buffers if b.name in moving_buffers)
+        if moving
+        else 4
+    )
     cut = reduction_chunks(nest, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
     if cut is None or (epilogues and ragged):
         return plan
     return replace(plan, chunks=_place_chunks(nest, plan, cut, tiling))
 
 
-def _tile_shape(nest: ReductionNest, moving: list[Load], tiling: Tiling
-                ) -> tuple[str | None, int, str | None]:
+def _tile_shape(
+    nest: ReductionNest, moving: list[Load], tiling: Tiling
+) -> tuple[str | None, int, str | None]:
     """The register tile's row loop, its rows and its pair loop (krnl iterators)."""
     names = [lp.iterator for lp in nest.outer]
 
@@ -222,8 +249,7 @@ def _tile_shape(nest: ReductionNest, moving: list[Load], tiling: Tiling
 
     # Unroll the outer loop that the vector-moving loads do not depend on: the rows of the
     # register tile then share each vector load (conv: output pixels share a weight vector).
-    candidates = [n for n in names[:-1]
-                  if not used_by_moving(n) and extent(nest.outer, n) >= 2]
+    candidates = [n for n in names[:-1] if not used_by_moving(n) and extent(nest.outer, n) >= 2]
     row = candidates[-1] if candidates else None
     rows = tiling.rows(extent(nest.outer, row)) if row else 1
     # Pair up two vector tiles of a loop the moving loads depend on (a conv's output-channel
@@ -232,17 +258,20 @@ def _tile_shape(nest: ReductionNest, moving: list[Load], tiling: Tiling
     # so: they keep one vector tile.)
     if row and tiling.paired_rows:
         rows_extent = extent(nest.outer, row)
-        paired = [p for p in (tiling.paired_rows, tiling.paired_rows - 1)
-                  if rows_extent % p == 0]
-        partners = [n for n in names[:-1] if n != row and used_by_moving(n)
-                    and extent(nest.outer, n) % 2 == 0]
+        paired = [p for p in (tiling.paired_rows, tiling.paired_rows - 1) if rows_extent % p == 0]
+        partners = [
+            n
+            for n in names[:-1]
+            if n != row and used_by_moving(n) and extent(nest.outer, n) % 2 == 0
+        ]
         if paired and partners:
             return row, paired[0], partners[-1]
     return row, rows, None
 
 
-def _vector_first(nest: ReductionNest, kernel: Kernel, moving: list[Load], row: str | None,
-                  rows: int, vector: int) -> bool:
+def _vector_first(
+    nest: ReductionNest, kernel: Kernel, moving: list[Load], row: str | None, rows: int, vector: int
+) -> bool:
     """Whether the vector tiles' loop goes outermost. Sweeping the other loops inside a
     vector tile re-reads the other operands once per vector tile; the kernel's own order
     re-reads the moving operand (conv weights) once per row tile of every outer iteration:
@@ -252,15 +281,19 @@ def _vector_first(nest: ReductionNest, kernel: Kernel, moving: list[Load], row: 
     sizes = {b.name: b.nbytes for b in kernel.buffers}
     moving_buffers = {ld.buffer for ld in moving}
     moving_bytes = sum(sizes[b] for b in moving_buffers)
-    other_bytes = sum(sizes[b] for b in {ld.buffer for ld in loads(nest.update.body)}
-                      if b != nest.update.write.buffer and b not in moving_buffers)
+    other_bytes = sum(
+        sizes[b]
+        for b in {ld.buffer for ld in loads(nest.update.body)}
+        if b != nest.update.write.buffer and b not in moving_buffers
+    )
     sweeps = int(np.prod([extent(nest.outer, n) for n in names if n not in (vec, row)]))
     sweeps *= -(-extent(nest.outer, row) // rows) if row else 1
     return other_bytes * -(-extent(nest.outer, vec) // vector) < moving_bytes * sweeps
 
 
-def _place_chunks(nest: ReductionNest, plan: ReductionPlan, cut: tuple[int, int],
-                  tiling: Tiling) -> Chunks:
+def _place_chunks(
+    nest: ReductionNest, plan: ReductionPlan, cut: tuple[int, int], tiling: Tiling
+) -> Chunks:
     """Where the chunk loops of ``cut`` go among the plan's tile loops, and the row block
     that gives the thread pool enough iterations outside them."""
     names = [lp.iterator for lp in nest.outer]
@@ -271,8 +304,7 @@ def _place_chunks(nest: ReductionNest, plan: ReductionPlan, cut: tuple[int, int]
     tile_sizes = dict(plan.splits())
     counts = [-(-extent(nest.outer, names[k]) // tile_sizes.get(k, 1)) for k in order]
     extents = [extent(nest.outer, names[k]) for k in order]
-    at = next((pos + 1 for pos, c in enumerate(counts if plan.epilogues else extents)
-               if c > 1), 1)
+    at = next((pos + 1 for pos, c in enumerate(counts if plan.epilogues else extents) if c > 1), 1)
     whole, size = cut
     if plan.epilogues and at < len(order) and order[at] not in tile_sizes:
         # Everything the epilogue is fused with runs per iteration of the loops outside the
@@ -299,16 +331,15 @@ def reduction_chunks(nest: ReductionNest, depth: int) -> tuple[int, int] | None:
     if int(np.prod(extents)) <= depth:
         return None
     whole = 0
-    while int(np.prod(extents[whole + 1:])) > 2 * depth:
+    while int(np.prod(extents[whole + 1 :])) > 2 * depth:
         whole += 1
-    inside = int(np.prod(extents[whole + 1:]))
+    inside = int(np.prod(extents[whole + 1 :]))
     size = max(1, depth // inside)
     divisors = [d for d in range(size, max(size // 2, 1) - 1, -1) if extents[whole] % d == 0]
     return whole, divisors[0] if divisors else size
 
 
-def apply_reduction(s: Schedule, plan: ReductionPlan
-                    ) -> tuple[Schedule, list[tuple[str, ...]]]:
+def apply_reduction(s: Schedule, plan: ReductionPlan) -> tuple[Schedule, list[tuple[str, ...]]]:
     """``plan`` applied to ``s`` (unverified), and the outer bands of the nests it leaves
     (the candidates for ``parallel``)."""
     outer, reduction = list(plan.outer), list(plan.reduction)
@@ -319,14 +350,15 @@ def apply_reduction(s: Schedule, plan: ReductionPlan
         # The point loops over the init, the reduction loops and each epilogue statement.
         s = s.apply_unverified(Distribute(points[0]))
         copies = s.created
-        groups = [points] + [list(copies[k:k + len(points)])
-                             for k in range(0, len(copies), len(points))]
+        groups = [points] + [
+            list(copies[k : k + len(points)]) for k in range(0, len(copies), len(points))
+        ]
         s = s.apply_unverified(Reorder((*reduction, *groups[1])))
         return _mark(s, plan, tiles, full, groups), [tuple(tiles)]
     # A long reduction is cut into chunks: the operands of one chunk stay in cache while
     # every output tile of a row takes its share.
     s = s.apply_unverified(Distribute(outer[0]))
-    update = list(s.created[:len(outer)])
+    update = list(s.created[: len(outer)])
     s, init_tiles, init_points, full = _tile(s, plan, outer, [])
     s = _mark(s, plan, init_tiles, full, [init_points])
     s, upd_tiles, upd_points, full = _tile(s, plan, update, reduction, chunked=True)
@@ -342,11 +374,12 @@ def apply_reduction(s: Schedule, plan: ReductionPlan
         s = _mark(s, plan, e_tiles, [], [e_points])
         s = s.apply_unverified(ReverseComputeAt(e_tiles[0], upd_tiles[-1]))
     # (With an epilogue, below the chunk loops there are several nests: not one band.)
-    return s, [tuple(upd_tiles[:plan.chunks.at] if plan.epilogues else upd_tiles)]
+    return s, [tuple(upd_tiles[: plan.chunks.at] if plan.epilogues else upd_tiles)]
 
 
-def _tile(s: Schedule, plan: ReductionPlan, outer: list[str], reduction: list[str],
-          chunked: bool = False) -> tuple[Schedule, list[str], list[str], list[str]]:
+def _tile(
+    s: Schedule, plan: ReductionPlan, outer: list[str], reduction: list[str], chunked: bool = False
+) -> tuple[Schedule, list[str], list[str], list[str]]:
     """Floor-split the tile loops of the perfect nest ``outer`` (the reduction loops inside
     it; cut into chunk loops when ``chunked``) and order the tile loops before the reduction
     loops and the points: (schedule, tile loops, point loops: row, pair, vector, full-tile
@@ -372,8 +405,8 @@ def _tile(s: Schedule, plan: ReductionPlan, outer: list[str], reduction: list[st
     if chunked:  # the chunk loops: whole leading loops, then the chunked one
         assert chunks is not None
         s, chunk, first = _split(s, current, reduction[chunks.whole], chunks.size)
-        tiles[chunks.at:chunks.at] = [*reduction[:chunks.whole], chunk]
-        inner = [first, *reduction[chunks.whole + 1:]]
+        tiles[chunks.at : chunks.at] = [*reduction[: chunks.whole], chunk]
+        inner = [first, *reduction[chunks.whole + 1 :]]
     full = [made[k] for k, _ in reversed(splits)]
     want = tiles + inner + points
     if want != current:
@@ -381,19 +414,19 @@ def _tile(s: Schedule, plan: ReductionPlan, outer: list[str], reduction: list[st
     return s, tiles, points, full
 
 
-def _split(s: Schedule, current: list[str], loop: str, size: int
-           ) -> tuple[Schedule, str, str]:
+def _split(s: Schedule, current: list[str], loop: str, size: int) -> tuple[Schedule, str, str]:
     """``s`` with ``loop`` floor-split by ``size``, its tile and point loops; they replace
     ``loop`` in the loop order ``current``."""
     s = s.apply_unverified(Split(loop, size, floor=True))
     tile, point = s.created
     at = current.index(loop)
-    current[at:at + 1] = [tile, point]
+    current[at : at + 1] = [tile, point]
     return s, tile, point
 
 
-def _mark(s: Schedule, plan: ReductionPlan, tiles: list[str], full: list[str],
-          groups: list[list[str]]) -> Schedule:
+def _mark(
+    s: Schedule, plan: ReductionPlan, tiles: list[str], full: list[str], groups: list[list[str]]
+) -> Schedule:
     """Each group of point loops under ``unroll`` marks (rows, pair) and a ``vector`` mark
     (lanes), and the full tiles isolated when the plan says so (the full tiles of the vector
     loop first, then of the row loop): their inner loops then have constant trip counts; the

@@ -38,9 +38,13 @@ class Tiling:
         Cache chunks are half of ``l1_bytes``. With several threads, 2 tiles per thread at
         least: a worker the OS wakes late leaves its share to the others (see
         docs/performance.md for what other sizes measured)."""
-        return Tiling(unroll=8 if bits >= 512 else 6, vector=2 * bits // 32,
-                      chunk_bytes=l1_bytes // 2, paired_rows=7 if bits >= 512 else 0,
-                      parallel_tiles=2 * threads if threads > 1 else 1)
+        return Tiling(
+            unroll=8 if bits >= 512 else 6,
+            vector=2 * bits // 32,
+            chunk_bytes=l1_bytes // 2,
+            paired_rows=7 if bits >= 512 else 0,
+            parallel_tiles=2 * threads if threads > 1 else 1,
+        )
 
     def rows(self, extent: int) -> int:
         """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the

@@ -28,13 +28,13 @@ CASES = {
 def test_conv_blocked_matches_onnxruntime(case: str) -> None:
     attrs, k = CASES[case]
     x, w, b = rand(1, 4, 6, 5), rand(6, 4, k, k, seed=1), rand(6, seed=2)
-    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs,
-                       constants={"w": w, "b": b})
+    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
     graph = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in graph.nodes] == ["ToBlocked", "ConvBlocked", "FromBlocked"]
     got = run_krnl(graph, {"x": x})
-    np.testing.assert_allclose(got["y"], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        got["y"], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5
+    )
 
 
 def _chain_model() -> onnx.ModelProto:
@@ -52,11 +52,16 @@ def _chain_model() -> onnx.ModelProto:
     ]
     f = onnx.TensorProto.FLOAT
     graph = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", f, [1, 2, 5, 5])],
-        [helper.make_tensor_value_info("y", f, [1, 4, 5, 5]),
-         helper.make_tensor_value_info("p", f, [1, 4, 4, 4]),
-         helper.make_tensor_value_info("c1", f, [1, 4, 5, 5])],
-        [numpy_helper.from_array(a, n) for n, a in (("w1", w1), ("w2", w2), ("b1", b1))])
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", f, [1, 2, 5, 5])],
+        [
+            helper.make_tensor_value_info("y", f, [1, 4, 5, 5]),
+            helper.make_tensor_value_info("p", f, [1, 4, 4, 4]),
+            helper.make_tensor_value_info("c1", f, [1, 4, 5, 5]),
+        ],
+        [numpy_helper.from_array(a, n) for n, a in (("w1", w1), ("w2", w2), ("b1", b1))],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -69,11 +74,9 @@ def test_layout_changes_once_per_value() -> None:
     # x enters the blocked domain once; the three outputs leave it once each; the residual
     # Add, both Relus and the MaxPool stay blocked.
     assert [op for op, _ in ops].count("ToBlocked") == 1
-    assert sorted(i for op, i in ops if op == "FromBlocked") == ["c1__blk", "p__blk",
-                                                                 "y__blk"]
+    assert sorted(i for op, i in ops if op == "FromBlocked") == ["c1__blk", "p__blk", "y__blk"]
     assert "MaxPoolBlocked" in [op for op, _ in ops]
-    assert {"Add", "Relu"} <= {n.op_type for n in graph.nodes
-                               if n.outputs[0].endswith("__blk")}
+    assert {"Add", "Relu"} <= {n.op_type for n in graph.nodes if n.outputs[0].endswith("__blk")}
     feeds = {"x": rand(1, 2, 5, 5)}
     got = run_krnl(graph, feeds)
     for name, w in zip(("y", "p", "c1"), onnxruntime_outputs(model, feeds), strict=True):
@@ -84,47 +87,74 @@ def test_layout_changes_once_per_value() -> None:
 def test_conv_on_unblocked_channels(pads: list[int]) -> None:
     # Three input channels (an image) are read as they are; the output is blocked.
     x, w, b = rand(1, 3, 7, 6), rand(4, 3, 3, 3, seed=1), rand(4, seed=2)
-    model = make_model("Conv", [("x", x), ("w", w), ("b", b)],
-                       {"pads": pads, "strides": [2, 1]}, constants={"w": w, "b": b})
+    model = make_model(
+        "Conv",
+        [("x", x), ("w", w), ("b", b)],
+        {"pads": pads, "strides": [2, 1]},
+        constants={"w": w, "b": b},
+    )
     graph = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in graph.nodes] == ["ConvBlocked", "FromBlocked"]
-    np.testing.assert_allclose(run_krnl(graph, {"x": x})["y"],
-                               onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        run_krnl(graph, {"x": x})["y"],
+        onnxruntime_outputs(model, {"x": x})[0],
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
-@pytest.mark.parametrize("attrs", [
-    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
-    {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]},
-    {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]},
+        {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
+    ],
+)
 def test_max_pool_blocked(attrs: dict) -> None:
     w = rand(4, 2, 1, 1, seed=1)
     f = onnx.TensorProto.FLOAT
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"]),
-         helper.make_node("MaxPool", ["c"], ["y"], **attrs)], "pool",
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("MaxPool", ["c"], ["y"], **attrs),
+        ],
+        "pool",
         [helper.make_tensor_value_info("x", f, [1, 2, 7, 8])],
-        [helper.make_tensor_value_info("y", f, None)], [numpy_helper.from_array(w, "w")])
+        [helper.make_tensor_value_info("y", f, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
     model = onnx.shape_inference.infer_shapes(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    )
     feeds = {"x": rand(1, 2, 7, 8)}
     blocked = blocked_layout(graph_from_model(model), BLOCK)
-    assert [n.op_type for n in blocked.nodes] == ["ToBlocked", "ConvBlocked",
-                                                  "MaxPoolBlocked", "FromBlocked"]
-    np.testing.assert_allclose(run_krnl(blocked, feeds)["y"], onnxruntime_outputs(model, feeds)[0],
-                               rtol=1e-5, atol=1e-6)
+    assert [n.op_type for n in blocked.nodes] == [
+        "ToBlocked",
+        "ConvBlocked",
+        "MaxPoolBlocked",
+        "FromBlocked",
+    ]
+    np.testing.assert_allclose(
+        run_krnl(blocked, feeds)["y"], onnxruntime_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("why, attrs, channels, out_channels, weights_constant", [
-    ("grouped", {"group": 2}, 4, 4, True),
-    ("output channels not a multiple of the block", {}, 4, 3, True),
-    ("weights fed at run time", {}, 4, 4, False),
-])
-def test_ineligible_convs_stay_nchw(why: str, attrs: dict, channels: int, out_channels: int,
-                                    weights_constant: bool) -> None:
+@pytest.mark.parametrize(
+    "why, attrs, channels, out_channels, weights_constant",
+    [
+        ("grouped", {"group": 2}, 4, 4, True),
+        ("output channels not a multiple of the block", {}, 4, 3, True),
+        ("weights fed at run time", {}, 4, 4, False),
+    ],
+)
+def test_ineligible_convs_stay_nchw(
+    why: str, attrs: dict, channels: int, out_channels: int, weights_constant: bool
+) -> None:
     group = attrs.get("group", 1)
     x, w = rand(1, channels, 4, 4), rand(out_channels, channels // group, 3, 3, seed=1)
-    model = make_model("Conv", [("x", x), ("w", w)], attrs,
-                       constants={"w": w} if weights_constant else None)
+    model = make_model(
+        "Conv", [("x", x), ("w", w)], attrs, constants={"w": w} if weights_constant else None
+    )
     graph = graph_from_model(model)
     assert blocked_layout(graph, BLOCK) is graph, why

@@ -27,38 +27,49 @@ CASES = {
 def test_conv2d(case: str, bias: bool) -> None:
     attrs, c, m, group = CASES[case]
     x, w, b = rand(1, c, 5, 5), rand(m, c // group, 3, 3, seed=1), rand(m, seed=2)
-    check_op("Conv", [("x", x), ("w", w), ("b", b) if bias else ("", None)], attrs,
-             constants=("w", "b"))
+    check_op(
+        "Conv", [("x", x), ("w", w), ("b", b) if bias else ("", None)], attrs, constants=("w", "b")
+    )
 
 
 def test_conv_batch_1x1_kernel() -> None:
-    check_op("Conv", [("x", rand(2, 3, 3, 4)), ("w", rand(2, 3, 1, 1, seed=1))],
-             constants=("w",))
+    check_op("Conv", [("x", rand(2, 3, 3, 4)), ("w", rand(2, 3, 1, 1, seed=1))], constants=("w",))
 
 
 def test_conv1d() -> None:
-    check_op("Conv", [("x", rand(1, 2, 7)), ("w", rand(3, 2, 3, seed=1)),
-                      ("b", rand(3, seed=2))], {"pads": [1, 2], "strides": [2]},
-             constants=("w", "b"))
+    check_op(
+        "Conv",
+        [("x", rand(1, 2, 7)), ("w", rand(3, 2, 3, seed=1)), ("b", rand(3, seed=2))],
+        {"pads": [1, 2], "strides": [2]},
+        constants=("w", "b"),
+    )
 
 
 def test_conv3d() -> None:
-    check_op("Conv", [("x", rand(1, 2, 3, 4, 4)), ("w", rand(2, 2, 2, 3, 3, seed=1))],
-             {"pads": [0, 1, 1, 1, 0, 1]}, constants=("w",))
+    check_op(
+        "Conv",
+        [("x", rand(1, 2, 3, 4, 4)), ("w", rand(2, 2, 2, 3, 3, seed=1))],
+        {"pads": [0, 1, 1, 1, 0, 1]},
+        constants=("w",),
+    )
 
 
 def test_conv_weights_as_input() -> None:
     # Weights fed at run time: the lowering reads them from their buffer either way.
-    check_op("Conv", [("x", rand(1, 2, 4, 4)), ("w", rand(2, 2, 3, 3, seed=1))],
-             {"pads": [1, 1, 1, 1]})
+    check_op(
+        "Conv", [("x", rand(1, 2, 4, 4)), ("w", rand(2, 2, 3, 3, seed=1))], {"pads": [1, 1, 1, 1]}
+    )
 
 
 def test_conv_loop_structure() -> None:
     # Constant weights: pad the input once, accumulate channels-last against weights repacked
     # to [ic, kh, kw, oc] at compile time, then write NCHW.
-    model = make_model("Conv", [("x", rand(1, 3, 5, 5)), ("w", rand(4, 3, 3, 3)),
-                                ("b", rand(4))], {"pads": [1, 1, 1, 1]},
-                       constants={"w": rand(4, 3, 3, 3), "b": rand(4)})
+    model = make_model(
+        "Conv",
+        [("x", rand(1, 3, 5, 5)), ("w", rand(4, 3, 3, 3)), ("b", rand(4))],
+        {"pads": [1, 1, 1, 1]},
+        constants={"w": rand(4, 3, 3, 3), "b": rand(4)},
+    )
     graph = graph_from_model(model)
     kernel = node_kernel(graph, graph.nodes[0])
     assert kernel.buffer("w__packed_ic_k_oc").shape == (3, 3, 3, 4)
@@ -110,8 +121,9 @@ def test_conv_loop_structure() -> None:
 
 def test_conv_loop_structure_runtime_weights() -> None:
     # Weights fed at run time stay NCHW: init, then the multiply-accumulate over the padded input.
-    model = make_model("Conv", [("x", rand(1, 3, 5, 5)), ("w", rand(4, 3, 3, 3))],
-                       {"pads": [1, 1, 0, 0]})
+    model = make_model(
+        "Conv", [("x", rand(1, 3, 5, 5)), ("w", rand(4, 3, 3, 3))], {"pads": [1, 1, 0, 0]}
+    )
     graph = graph_from_model(model)
     text = str(node_kernel(graph, graph.nodes[0]))
     assert text.splitlines()[-10:] == [
@@ -129,11 +141,13 @@ def test_conv_loop_structure_runtime_weights() -> None:
     ]
 
 
-@pytest.mark.parametrize("attrs", [{"strides": [0, 1]}, {"pads": [1, 1]},
-                                   {"auto_pad": "BOGUS"}])
+@pytest.mark.parametrize("attrs", [{"strides": [0, 1]}, {"pads": [1, 1]}, {"auto_pad": "BOGUS"}])
 def test_conv_bad_attributes(attrs: dict) -> None:
-    model = make_model("Conv", [("x", rand(1, 1, 4, 4)), ("w", rand(1, 1, 3, 3))],
-                       constants={"w": rand(1, 1, 3, 3)})
+    model = make_model(
+        "Conv",
+        [("x", rand(1, 1, 4, 4)), ("w", rand(1, 1, 3, 3))],
+        constants={"w": rand(1, 1, 3, 3)},
+    )
     graph = graph_from_model(model)
     node = graph.nodes[0]
     bad = type(node)(node.name, node.op_type, node.inputs, node.outputs, attrs)

@@ -25,11 +25,18 @@ CASES = [
 
 @pytest.mark.parametrize("equation,shapes", CASES, ids=[c[0] for c in CASES])
 def test_einsum(equation: str, shapes: list[tuple[int, ...]]) -> None:
-    check_op("Einsum", [(f"x{k}", rand(*s, seed=k)) for k, s in enumerate(shapes)],
-             {"equation": equation}, opset=12)
+    check_op(
+        "Einsum",
+        [(f"x{k}", rand(*s, seed=k)) for k, s in enumerate(shapes)],
+        {"equation": equation},
+        opset=12,
+    )
 
 
 def test_einsum_double() -> None:
-    check_op("Einsum", [("a", rand(2, 3, dtype="float64")), ("b", rand(3, seed=1,
-                                                                       dtype="float64"))],
-             {"equation": "ij,j->i"}, opset=12)
+    check_op(
+        "Einsum",
+        [("a", rand(2, 3, dtype="float64")), ("b", rand(3, seed=1, dtype="float64"))],
+        {"equation": "ij,j->i"},
+        opset=12,
+    )

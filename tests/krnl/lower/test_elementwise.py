@@ -8,8 +8,14 @@ import pytest
 from tests.krnl.harness import check_op, rand
 
 UNARY = {
-    "Relu": {}, "LeakyRelu": {"alpha": 0.2}, "Sigmoid": {}, "Tanh": {}, "Exp": {},
-    "Neg": {}, "Abs": {}, "Reciprocal": {},
+    "Relu": {},
+    "LeakyRelu": {"alpha": 0.2},
+    "Sigmoid": {},
+    "Tanh": {},
+    "Exp": {},
+    "Neg": {},
+    "Abs": {},
+    "Reciprocal": {},
 }
 
 
@@ -43,8 +49,11 @@ def test_clip_inputs(bounds: tuple[float | None, float | None]) -> None:
 
 
 def test_clip_bounds_as_constants() -> None:
-    check_op("Clip", [("x", rand(2, 5)), ("lo", np.array(-0.1, np.float32)),
-                      ("hi", np.array(0.4, np.float32))], constants=("lo", "hi"))
+    check_op(
+        "Clip",
+        [("x", rand(2, 5)), ("lo", np.array(-0.1, np.float32)), ("hi", np.array(0.4, np.float32))],
+        constants=("lo", "hi"),
+    )
 
 
 @pytest.mark.parametrize("attrs", [{"min": -0.5, "max": 0.25}, {"max": 0.1}, {}])
@@ -53,12 +62,21 @@ def test_clip_attrs_opset6(attrs: dict) -> None:
 
 
 def test_clip_int() -> None:
-    check_op("Clip", [("x", np.arange(-5, 5, dtype=np.int64)), ("lo", np.array(-2)),
-                      ("hi", np.array(3))], opset=13)
+    check_op(
+        "Clip",
+        [("x", np.arange(-5, 5, dtype=np.int64)), ("lo", np.array(-2)), ("hi", np.array(3))],
+        opset=13,
+    )
 
 
-SHAPES = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)), ((1,), (2, 3)),
-          ((), (2, 2)), ((3, 1, 1), (1, 2, 1))]
+SHAPES = [
+    ((2, 3, 4), (2, 3, 4)),
+    ((2, 3, 4), (4,)),
+    ((2, 1, 4), (3, 1)),
+    ((1,), (2, 3)),
+    ((), (2, 2)),
+    ((3, 1, 1), (1, 2, 1)),
+]
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
@@ -103,8 +121,24 @@ def test_binary_float64(op: str) -> None:
 
 # --------------------------------------------------------------------------- math, activations
 
-MATH = ["Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Erf", "Floor", "Ceil", "Round",
-        "Sign", "Softplus", "Softsign", "Mish", "HardSwish"]
+MATH = [
+    "Sin",
+    "Cos",
+    "Tan",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Erf",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Softplus",
+    "Softsign",
+    "Mish",
+    "HardSwish",
+]
 
 
 @pytest.mark.parametrize("op", MATH)
@@ -122,8 +156,12 @@ def test_acosh() -> None:
 
 
 ACTIVATIONS = {
-    "Elu": {"alpha": 0.5}, "Selu": {}, "Celu": {"alpha": 2.0}, "Gelu": {},
-    "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "ThresholdedRelu": {"alpha": 0.2},
+    "Elu": {"alpha": 0.5},
+    "Selu": {},
+    "Celu": {"alpha": 2.0},
+    "Gelu": {},
+    "HardSigmoid": {"alpha": 0.3, "beta": 0.4},
+    "ThresholdedRelu": {"alpha": 0.2},
     "Shrink": {"lambd": 0.6, "bias": 0.1},
 }
 
@@ -177,5 +215,8 @@ def test_binary_more_int_types(dtype: str) -> None:
 
 
 def test_pow_int_base() -> None:
-    check_op("Pow", [("a", np.array([2, 3, -4], np.int64)), ("b", np.array([3, 2, 1], np.int64))],
-             opset=15)
+    check_op(
+        "Pow",
+        [("a", np.array([2, 3, -4], np.int64)), ("b", np.array([3, 2, 1], np.int64))],
+        opset=15,
+    )

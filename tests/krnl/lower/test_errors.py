@@ -14,10 +14,14 @@ from polyonnx.krnl.lower.registry import LowerContext, Lowered, lower_node, supp
 from tests.krnl.harness import check_op, graph_from_model, make_model, rand
 
 
-def one_node(op: str, inputs: list[tuple[str, np.ndarray]], attrs: dict[str, Any] | None = None,
-             opset: int = 17, constants: tuple[str, ...] = ()) -> tuple[Graph, Node]:
-    model = make_model(op, inputs, attrs, opset,
-                       {n: a for n, a in inputs if n in constants})
+def one_node(
+    op: str,
+    inputs: list[tuple[str, np.ndarray]],
+    attrs: dict[str, Any] | None = None,
+    opset: int = 17,
+    constants: tuple[str, ...] = (),
+) -> tuple[Graph, Node]:
+    model = make_model(op, inputs, attrs, opset, {n: a for n, a in inputs if n in constants})
     graph = graph_from_model(model)
     return graph, graph.nodes[0]
 
@@ -31,14 +35,46 @@ def lower(graph: Graph, node: Node) -> Lowered:
 
 
 def test_every_requested_op_is_registered() -> None:
-    ops = {"Conv", "BatchNormalization", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip",
-           "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Sum", "Add", "Sub",
-           "Mul", "Div", "Max", "Min", "Gemm", "MatMul", "Softmax", "LogSoftmax", "LRN",
-           "Transpose", "Concat", "ConstantOfShape", "Pad", "Exp", "Log", "Sqrt", "Neg", "Abs",
-           "Reciprocal", "Pow"}
+    ops = {
+        "Conv",
+        "BatchNormalization",
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "Tanh",
+        "Clip",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "Sum",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Max",
+        "Min",
+        "Gemm",
+        "MatMul",
+        "Softmax",
+        "LogSoftmax",
+        "LRN",
+        "Transpose",
+        "Concat",
+        "ConstantOfShape",
+        "Pad",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Neg",
+        "Abs",
+        "Reciprocal",
+        "Pow",
+    }
     assert ops <= set(supported_ops())
-    assert not {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"} \
-        & set(supported_ops())
+    assert not {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"} & set(
+        supported_ops()
+    )
 
 
 def test_unregistered_op() -> None:
@@ -53,18 +89,22 @@ def test_lower_node_wraps_plain_tuples() -> None:
     assert isinstance(lowered, Lowered) and lowered.temps == () and len(lowered.nests) == 1
 
 
-@pytest.mark.parametrize("attrs,match", [
-    ({"strides": (0, 1)}, "'strides' must be positive"),
-    ({"dilations": (1, -1)}, "'dilations' must be positive"),
-    ({"pads": (1, 1)}, "'pads' must have 4 values"),
-    ({"pads": (1, 1, -1, 1)}, "'pads' must be non-negative"),
-    ({"auto_pad": "BOGUS"}, "'auto_pad' has unknown value"),
-    ({"group": 3}, "'group' = 3 must divide"),
-    ({"kernel_shape": (2, 2)}, "'kernel_shape' disagrees"),
-])
+@pytest.mark.parametrize(
+    "attrs,match",
+    [
+        ({"strides": (0, 1)}, "'strides' must be positive"),
+        ({"dilations": (1, -1)}, "'dilations' must be positive"),
+        ({"pads": (1, 1)}, "'pads' must have 4 values"),
+        ({"pads": (1, 1, -1, 1)}, "'pads' must be non-negative"),
+        ({"auto_pad": "BOGUS"}, "'auto_pad' has unknown value"),
+        ({"group": 3}, "'group' = 3 must divide"),
+        ({"kernel_shape": (2, 2)}, "'kernel_shape' disagrees"),
+    ],
+)
 def test_conv_bad_attributes(attrs: dict[str, Any], match: str) -> None:
-    graph, node = one_node("Conv", [("x", rand(1, 2, 4, 4)), ("w", rand(2, 2, 3, 3))],
-                           constants=("w",))
+    graph, node = one_node(
+        "Conv", [("x", rand(1, 2, 4, 4)), ("w", rand(2, 2, 3, 3))], constants=("w",)
+    )
     with pytest.raises(ModelError, match=f"conv_0.*{match}"):
         lower(graph, with_attrs(node, **attrs))
 
@@ -95,9 +135,16 @@ def test_pool_requires_kernel_shape() -> None:
 
 def test_batch_norm_training_unsupported() -> None:
     c = 2
-    graph, node = one_node("BatchNormalization", [
-        ("x", rand(1, c, 2, 2)), ("s", rand(c)), ("b", rand(c)), ("m", rand(c)),
-        ("v", np.ones(c, np.float32))])
+    graph, node = one_node(
+        "BatchNormalization",
+        [
+            ("x", rand(1, c, 2, 2)),
+            ("s", rand(c)),
+            ("b", rand(c)),
+            ("m", rand(c)),
+            ("v", np.ones(c, np.float32)),
+        ],
+    )
     with pytest.raises(UnsupportedOpError, match="training mode"):
         lower(graph, with_attrs(node, training_mode=1))
 
@@ -123,8 +170,9 @@ def test_transpose_bad_perm() -> None:
 def test_pad_reflect_too_wide() -> None:
     graph, node = one_node("Pad", [("x", rand(2, 3))], {"pads": [0, 1, 0, 1]}, opset=10)
     node = with_attrs(node, mode="reflect", pads=(0, 3, 0, 3))
-    graph = dataclasses.replace(graph, values={**graph.values, "y": dataclasses.replace(
-        graph.values["y"], shape=(2, 9))})
+    graph = dataclasses.replace(
+        graph, values={**graph.values, "y": dataclasses.replace(graph.values["y"], shape=(2, 9))}
+    )
     with pytest.raises(ModelError, match="reflect padding of 3"):
         lower(graph, node)
 

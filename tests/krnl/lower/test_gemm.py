@@ -22,12 +22,23 @@ def test_gemm(trans_a: int, trans_b: int, c_shape: tuple[int, ...] | None) -> No
 
 @pytest.mark.parametrize("alpha,beta", [(0.5, 1.0), (1.0, 2.0), (-1.5, 0.0), (2.0, 0.25)])
 def test_gemm_alpha_beta(alpha: float, beta: float) -> None:
-    check_op("Gemm", [("a", rand(2, 3)), ("b", rand(3, 4, seed=1)), ("c", rand(2, 4, seed=2))],
-             {"alpha": alpha, "beta": beta})
+    check_op(
+        "Gemm",
+        [("a", rand(2, 3)), ("b", rand(3, 4, seed=1)), ("c", rand(2, 4, seed=2))],
+        {"alpha": alpha, "beta": beta},
+    )
 
 
-SHAPES = [((3, 4), (4, 2)), ((2, 3, 4), (4, 5)), ((4,), (4, 3)), ((3, 4), (4,)),
-          ((4,), (4,)), ((2, 1, 2, 3), (3, 3, 2)), ((1, 2, 3), (2, 3, 2)), ((5,), (2, 5, 3))]
+SHAPES = [
+    ((3, 4), (4, 2)),
+    ((2, 3, 4), (4, 5)),
+    ((4,), (4, 3)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 1, 2, 3), (3, 3, 2)),
+    ((1, 2, 3), (2, 3, 2)),
+    ((5,), (2, 5, 3)),
+]
 
 
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)

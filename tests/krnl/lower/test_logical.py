@@ -20,8 +20,11 @@ def test_comparison(op: str, dtype: str) -> None:
 
 
 def test_equal_bool() -> None:
-    check_op("Equal", [("a", np.array([True, False, True])), ("b", np.array([True, True, False]))],
-             opset=13)
+    check_op(
+        "Equal",
+        [("a", np.array([True, False, True])), ("b", np.array([True, True, False]))],
+        opset=13,
+    )
 
 
 @pytest.mark.parametrize("op", ["And", "Or", "Xor"])
@@ -48,22 +51,33 @@ def test_bitwise_not() -> None:
 @pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
 def test_bit_shift(direction: str) -> None:
     x = np.array([16, 4, 1, 255], np.uint8)
-    check_op("BitShift", [("x", x), ("n", np.array([1, 2, 3, 1], np.uint8))],
-             {"direction": direction})
+    check_op(
+        "BitShift", [("x", x), ("n", np.array([1, 2, 3, 1], np.uint8))], {"direction": direction}
+    )
 
 
 def test_where_broadcast() -> None:
-    check_op("Where", [("c", rand(2, 1, 3) > 0), ("x", rand(4, 3, seed=1)),
-                       ("z", rand(3, seed=2))])
+    check_op("Where", [("c", rand(2, 1, 3) > 0), ("x", rand(4, 3, seed=1)), ("z", rand(3, seed=2))])
 
 
-@pytest.mark.parametrize(("src", "dst"), [("float32", "int32"), ("float32", "float16"),
-                                          ("int64", "float64"), ("float32", "bool"),
-                                          ("bool", "float32"), ("uint8", "int8"),
-                                          ("int32", "uint64")])
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        ("float32", "int32"),
+        ("float32", "float16"),
+        ("int64", "float64"),
+        ("float32", "bool"),
+        ("bool", "float32"),
+        ("uint8", "int8"),
+        ("int32", "uint64"),
+    ],
+)
 def test_cast(src: str, dst: str) -> None:
-    x = np.array([[0.0, 1.5, -2.7], [3.2, 100.0, 0.4]]) if src.startswith("float") \
+    x = (
+        np.array([[0.0, 1.5, -2.7], [3.2, 100.0, 0.4]])
+        if src.startswith("float")
         else np.array([[0, 1, 2], [3, 100, 4]])
+    )
     x = (x > 1) if src == "bool" else x.astype(src)
     if src.startswith("float") and dst.startswith("uint"):
         x = np.abs(x)
@@ -81,6 +95,7 @@ def test_cast_to_unsupported_type(dtype: str) -> None:
     values = {"x": Value("x", "float32", (3,)), "y": Value("y", dtype, (3,))}
     node = Node("cast0", "Cast", ("x",), ("y",), {"to": 0})
     graph = Graph("g", (values["x"],), (values["y"],), (node,), values, {}, 19)
-    with pytest.raises(UnsupportedOpError, match="cast0.*" + ("string" if dtype == "object"
-                                                                else dtype)):
+    with pytest.raises(
+        UnsupportedOpError, match="cast0.*" + ("string" if dtype == "object" else dtype)
+    ):
         lower_node(node, LowerContext(graph))

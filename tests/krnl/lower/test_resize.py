@@ -11,48 +11,71 @@ from tests.krnl.harness import check_op, rand
 F = np.float32
 
 
-def _resize(attrs: dict, scales: list[float] | None = None, sizes: list[int] | None = None,
-            roi: list[float] | None = None, x: np.ndarray | None = None) -> None:
+def _resize(
+    attrs: dict,
+    scales: list[float] | None = None,
+    sizes: list[int] | None = None,
+    roi: list[float] | None = None,
+    x: np.ndarray | None = None,
+) -> None:
     x = rand(1, 2, 4, 4) if x is None else x
-    inputs = [("x", x), ("roi", np.array(roi, F)) if roi is not None else ("", None),
-              ("scales", np.array(scales, F)) if scales is not None else ("", None)]
+    inputs = [
+        ("x", x),
+        ("roi", np.array(roi, F)) if roi is not None else ("", None),
+        ("scales", np.array(scales, F)) if scales is not None else ("", None),
+    ]
     if sizes is not None:
         inputs.append(("sizes", np.array(sizes, np.int64)))
-    check_op("Resize", inputs, attrs, opset=19, constants=("roi", "scales", "sizes"),
-             rtol=1e-4, atol=1e-5)
+    check_op(
+        "Resize",
+        inputs,
+        attrs,
+        opset=19,
+        constants=("roi", "scales", "sizes"),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
-@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor",
-                                          "ceil"])
-@pytest.mark.parametrize("ctm", ["half_pixel", "asymmetric", "align_corners",
-                                 "pytorch_half_pixel"])
+@pytest.mark.parametrize(
+    "nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+)
+@pytest.mark.parametrize("ctm", ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"])
 def test_nearest(nearest_mode: str, ctm: str) -> None:
-    _resize({"mode": "nearest", "nearest_mode": nearest_mode,
-             "coordinate_transformation_mode": ctm}, scales=[1, 1, 1.75, 0.5])
+    _resize(
+        {"mode": "nearest", "nearest_mode": nearest_mode, "coordinate_transformation_mode": ctm},
+        scales=[1, 1, 1.75, 0.5],
+    )
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
-@pytest.mark.parametrize("ctm", ["half_pixel", "asymmetric", "align_corners",
-                                 "pytorch_half_pixel", "half_pixel_symmetric"])
+@pytest.mark.parametrize(
+    "ctm",
+    ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric"],
+)
 def test_linear_cubic(mode: str, ctm: str) -> None:
     _resize({"mode": mode, "coordinate_transformation_mode": ctm}, scales=[1, 1, 2, 0.75])
 
 
 def test_sizes_axes_and_policy() -> None:
     _resize({"mode": "linear", "axes": [3, 2]}, sizes=[3, 7])
-    _resize({"mode": "nearest", "keep_aspect_ratio_policy": "not_larger"},
-            sizes=[1, 2, 7, 5])
+    _resize({"mode": "nearest", "keep_aspect_ratio_policy": "not_larger"}, sizes=[1, 2, 7, 5])
 
 
 def test_cubic_exclude_outside_and_a() -> None:
-    _resize({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5},
-            scales=[1, 1, 0.8, 1.6])
+    _resize({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, scales=[1, 1, 0.8, 1.6])
 
 
 def test_tf_crop_and_resize() -> None:
-    _resize({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
-             "extrapolation_value": 10.0}, sizes=[1, 2, 3, 3],
-            roi=[0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7])
+    _resize(
+        {
+            "mode": "linear",
+            "coordinate_transformation_mode": "tf_crop_and_resize",
+            "extrapolation_value": 10.0,
+        },
+        sizes=[1, 2, 3, 3],
+        roi=[0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7],
+    )
 
 
 def test_uint8_nearest_and_linear() -> None:

@@ -13,8 +13,14 @@ def test_top_k(axis: int, largest: int) -> None:
     x = rand(3, 5)
     x[1, 1] = x[1, 3]  # a tie: the lower index comes first
     k = np.array([2], np.int64)
-    model = make_model("TopK", [("x", x), ("k", k)], {"axis": axis, "largest": largest},
-                       opset=11, constants={"k": k}, n_outputs=2)
+    model = make_model(
+        "TopK",
+        [("x", x), ("k", k)],
+        {"axis": axis, "largest": largest},
+        opset=11,
+        constants={"k": k},
+        n_outputs=2,
+    )
     check(model, {"x": x})
 
 
