@@ -5,9 +5,12 @@ The public names load their modules on first use, so that importing one part of 
 llvmlite.
 
 Example:
-    >>> import polyonnx                                            # doctest: +SKIP
-    >>> sess = polyonnx.InferenceSession("model.onnx")             # doctest: +SKIP
-    >>> outputs = sess.run(None, {"x": x})                          # doctest: +SKIP
+    >>> import numpy as np, polyonnx
+    >>> from polyonnx.testing.examples import conv_model  # a model path, bytes or ModelProto
+    >>> sess = polyonnx.InferenceSession(conv_model())
+    >>> [y] = sess.run(None, {"x": np.ones((1, 8, 8, 8), np.float32)})
+    >>> y.shape
+    (1, 8, 8, 8)
 """
 
 from __future__ import annotations

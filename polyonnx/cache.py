@@ -7,8 +7,11 @@ entry never goes stale; it can only be unused. The cache lives in ``$POLYONNX_CA
 ``POLYONNX_CACHE=0`` turns it off. Writes are atomic (rename), so concurrent compiles are safe.
 
 Example:
-    >>> put("demo", "k", b"bytes")                                   # doctest: +SKIP
-    >>> get("demo", "k")                                             # doctest: +SKIP
+    >>> import tempfile
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"POLYONNX_CACHE_DIR": tempfile.mkdtemp()}):
+    ...     put("demo", key("an artifact's inputs"), b"bytes")
+    ...     get("demo", key("an artifact's inputs"))
     b'bytes'
 """
 

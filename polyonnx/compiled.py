@@ -4,8 +4,14 @@
 modules, :func:`polyonnx.codegen.aot.write_library` writes them as a shared library.
 
 Example:
-    >>> c = polyonnx.compile("model.onnx")                # doctest: +SKIP
-    >>> print(c.module())                                 # doctest: +SKIP
+    >>> import polyonnx
+    >>> from polyonnx.testing.examples import conv_model
+    >>> c = polyonnx.compile(conv_model())
+    >>> [k.name for k in c.program.kernels]
+    ['k0_Conv']
+    >>> print(c.module())  # doctest: +ELLIPSIS
+    ; ModuleID = "polyonnx_..."
+    ...
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ pickled; only job indices go to them and only results come back. A worker killed
 of memory, a crash in a native library) breaks the pool, which is reported as ``error``.
 
 Example:
-    >>> forked_map(len, [[1], [1, 2]], workers=2, error=RuntimeError)  # doctest: +SKIP
+    >>> forked_map(len, [[1], [1, 2]], workers=2, error=RuntimeError)
     [1, 2]
 """
 

@@ -133,9 +133,10 @@ def compile(
     or :class:`~polyonnx.schedule.trace.Trace`) used instead of the default schedules.
 
     Example:
-        >>> c = compile("model.onnx")                  # doctest: +SKIP
-        >>> c.program.kernels[0].name                  # doctest: +SKIP
-        'k0_Conv'
+        >>> from polyonnx.testing.examples import conv_model
+        >>> c = compile(conv_model())
+        >>> c.program.kernels[0].name, c.program.kernels[0].ops
+        ('k0_Conv', ('conv', 'relu'))
     """
     return compile_graph(to_graph(model, input_shapes, options), options, schedules)
 
@@ -154,7 +155,12 @@ def emit(
     (:data:`polyonnx.krnl.passes.AFTER`), or as lowered, before any pass, for ``"lower"``.
 
     Example:
-        >>> print(emit("model.onnx", "krnl", after="lower"))   # doctest: +SKIP
+        >>> from polyonnx.testing.examples import conv_model
+        >>> print(emit(conv_model(), "krnl", after="lower"))  # doctest: +ELLIPSIS
+        kernel k0_Conv(in x: float32[1, 8, 8, 8], ...) {
+        ...
+                  S: y[i0, i1, i2, i3] = max(bn[i0, i1, i2, i3], 0.0)
+        }
     """
     if stage not in STAGES:
         raise PolyonnxError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")

@@ -16,8 +16,12 @@ It sits between the schedule stage and codegen: its result is codegen's loop AST
 (:mod:`polyonnx.codegen.target`).
 
 Example:
-    >>> scheduled = schedule_program(program, Options())   # doctest: +SKIP
-    >>> sk, loops = scheduled[0]                            # doctest: +SKIP
+    >>> from polyonnx.pipeline import lower, to_graph
+    >>> from polyonnx.testing.examples import conv_model
+    >>> program = lower(to_graph(conv_model(), None, Options()))
+    >>> [(schedule, loops)] = schedule_program(program, Options())  # one kernel
+    >>> type(loops[0]).__name__  # codegen's loop AST (schedule: None if the loops were cached)
+    'For'
 """
 
 from __future__ import annotations

@@ -8,8 +8,14 @@ weights blob and one workspace laid out by the memory plan, random feeds), each 
 every kernel then starts with the caches its predecessors left, as in an inference.
 
 Example:
-    >>> rows = profile(polyonnx.compile("model.onnx"), in_model=True)  # doctest: +SKIP
-    >>> print(format_profile(rows))                                     # doctest: +SKIP
+    >>> import polyonnx
+    >>> from polyonnx.testing.examples import conv_model
+    >>> rows = profile(polyonnx.compile(conv_model()), in_model=True)
+    >>> print(format_profile(rows))  # doctest: +ELLIPSIS
+    | kernel | nodes | ms | share | GFLOP/s |
+    | --- | --- | ---: | ---: | ---: |
+    | k0_Conv | conv, relu | ... | 100.0% | ... |
+    | total (1 kernels) | | ... | 100% | |
 """
 
 from __future__ import annotations

@@ -1,8 +1,17 @@
 """One kernel as a Python callable on numpy arrays (for schedule exploration and tests).
 
 Example:
-    >>> run = kernel_callable(kernel, ast)                          # doctest: +SKIP
-    >>> run({"A": a, "B": b, "C": c})                               # doctest: +SKIP
+    >>> from polyonnx.codegen.loopast import from_isl
+    >>> from polyonnx.schedule.astgen import build_ast
+    >>> from polyonnx.schedule.scheduled import own_loop_order
+    >>> from polyonnx.testing.examples import matmul
+    >>> kernel = matmul(2, 3, 4)
+    >>> run = kernel_callable(kernel, from_isl(build_ast(own_loop_order(kernel).schedule)))
+    >>> c = np.zeros((2, 3), np.float32)
+    >>> run({"A": np.ones((2, 4), np.float32), "B": np.ones((4, 3), np.float32), "C": c})
+    >>> c
+    array([[4., 4., 4.],
+           [4., 4., 4.]], dtype=float32)
 """
 
 from __future__ import annotations

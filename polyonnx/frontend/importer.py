@@ -53,9 +53,10 @@ def import_model(
     in IR version 3 models) and ``Constant`` nodes become ``graph.constants``.
 
     Example:
-        >>> g = import_model("resnet50.onnx", {"data": (1, 3, 224, 224)})  # doctest: +SKIP
-        >>> g.value("data").shape                                          # doctest: +SKIP
-        (1, 3, 224, 224)
+        >>> from polyonnx.testing.examples import conv_model
+        >>> g = import_model(conv_model(batch="N"), {"x": (2, 8, 8, 8)})
+        >>> g.value("x").shape
+        (2, 8, 8, 8)
     """
     proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
     gp = proto.graph

@@ -1,8 +1,9 @@
 """Load an ONNX model: parse, load external data safely, check, upgrade the opset, infer shapes.
 
 Example:
-    >>> m = load_model("model.onnx")                     # doctest: +SKIP
-    >>> m.opset_import[0].version >= 13                  # doctest: +SKIP
+    >>> from polyonnx.testing.examples import conv_model  # a path, bytes or ModelProto
+    >>> m = load_model(conv_model())
+    >>> m.opset_import[0].version >= 13
     True
 """
 

@@ -24,7 +24,7 @@ class Worker:
 
     Example:
         >>> from polyonnx.fuzz import RandomDraw, random_graph
-        >>> with Worker() as w:                                          # doctest: +SKIP
+        >>> with Worker() as w:
         ...     w.check(random_graph(RandomDraw(0))).status
         'pass'
     """

@@ -9,7 +9,6 @@ exists so that the checks run before constant folding and memory planning, and f
 
 Example:
     >>> from polyonnx.graph.ir import Graph, Node, Value
-from polyonnx.graph.shapes import BROADCAST, COMPARISON, SAME_AS_INPUT
     >>> x, y = Value("x", "float32", (1, 1, 4, 4)), Value("y", "float32", (1, 1, 4, 4))
     >>> n = Node("pool", "MaxPool", ("x",), ("y",), {"kernel_shape": (1, 1), "strides": (0, 1)})
     >>> try:

@@ -5,8 +5,9 @@ or not aligned to their element size are copied (never refused). A model with sy
 dimensions is compiled once per distinct set of input shapes, on first use.
 
 Example:
-    >>> sess = InferenceSession("model.onnx")                       # doctest: +SKIP
-    >>> [y] = sess.run(None, {"x": np.ones((1, 3), np.float32)})    # doctest: +SKIP
+    >>> from polyonnx.testing.examples import conv_model
+    >>> sess = InferenceSession(conv_model())
+    >>> [y] = sess.run(None, {"x": np.ones((1, 8, 8, 8), np.float32)})
 """
 
 from __future__ import annotations
@@ -254,9 +255,10 @@ class InferenceSession:
     to schedule traces (see :mod:`polyonnx.schedule.trace`) that replace the default schedules.
 
     Example:
-        >>> sess = InferenceSession("mnist.onnx", num_threads=1)      # doctest: +SKIP
-        >>> sess.get_inputs()[0].name                                   # doctest: +SKIP
-        'Input3'
+        >>> from polyonnx.testing.examples import conv_model
+        >>> sess = InferenceSession(conv_model(), num_threads=1)
+        >>> [(i.name, i.shape, i.type) for i in sess.get_inputs()]
+        [('x', [1, 8, 8, 8], 'tensor(float)')]
     """
 
     def __init__(

@@ -108,7 +108,12 @@ def schedule_kernel(
     """``strategy(kernel)`` and its isl AST under the budget, else the kernel's own loop order.
 
     Example:
-        >>> sk, ast = schedule_kernel(kernel, default_schedule, Options())  # doctest: +SKIP
+        >>> from polyonnx.schedule.strategies import default_schedule
+        >>> from polyonnx.testing.examples import matmul
+        >>> sk, ast = schedule_kernel(matmul(16, 16, 16), default_schedule, Options())
+        >>> print(ast.to_C_str())  # the target's register tiles  # doctest: +ELLIPSIS
+        for (int c0 = 0; c0 <= 15; c0 += ...) {
+        ...
     """
     limit = options.isl_max_operations
 

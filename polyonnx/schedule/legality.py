@@ -12,10 +12,14 @@ A violation raises :class:`ScheduleError` naming the verb, the dependence kind, 
 instances (iterator = value), the buffer element and the distance.
 
 Example:
-    >>> check_order("interchange(t, i)", poly, deps, new_isl_schedule)   # doctest: +SKIP
-    ScheduleError: interchange(t, i): the RAW dependence S0[t=1, i=1] -> S0[t=2, i=0] on A[1, 1]
-    (distance (1, -1) in (t, i)) would no longer run its source before its sink
-"""
+    >>> from polyonnx.testing.examples import stencil
+    >>> poly = PolyKernel.build(stencil())  # A[t, i] = A[t-1, i] + A[t-1, i+1]
+    >>> swapped = isl.Schedule.from_domain(poly.domain).insert_partial_schedule(
+    ...     isl.MultiUnionPwAff("[{ S0[t, i] -> [(i)] }, { S0[t, i] -> [(t)] }]"))
+    >>> check_order("interchange(t, i)", poly, poly.dependences(), swapped)
+    Traceback (most recent call last):
+    polyonnx.errors.ScheduleError: interchange(t, i): the RAW dependence S0[t=1, i=7] -> S0[t=2, i=6] on A[1, 7] (distance (1, -1) in (t, i)) would no longer run its source before its sink
+"""  # noqa: E501
 
 from __future__ import annotations
 

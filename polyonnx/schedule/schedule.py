@@ -14,10 +14,20 @@ without the proof, and the schedule it returns is not :attr:`~Schedule.verified`
 refuses it) until :meth:`Schedule.verify` proves it.
 
 Example:
-    >>> s = Schedule.from_kernel(kernel)                            # doctest: +SKIP
-    >>> s = s.tile(("oh", "ow"), (7, 8)).vectorize("ow_i").parallel("oc")  # doctest: +SKIP
-    >>> print(s)                                                    # doctest: +SKIP
-    >>> s.trace.to_json()                                           # doctest: +SKIP
+    >>> from polyonnx.testing.examples import matmul
+    >>> s = Schedule.from_kernel(matmul(16, 16, 16))
+    >>> s = s.tile(("i", "j"), (4, 8)).parallel("i_o")
+    >>> print(s)
+    for i_o in [0, 4):  # = floor(i/4), parallel
+      for j_o in [0, 2):  # = floor(j/8)
+        for i_i in [0, 4):  # = i mod 4
+          for j_i in [0, 8):  # = j mod 8
+            S0: C[i, j] = 0.0
+            for k in [0, 16):
+              S1: C[i, j] = (C[i, j] + (A[i, k] * B[k, j]))
+    >>> print(s.trace)  # s.trace.to_json() is its JSON form, which replays
+    tile(i, j, ((4, 8),))
+    parallel(i_o)
 """
 
 from __future__ import annotations
@@ -124,7 +134,8 @@ class Schedule:
         """The kernel's own loop structure (what the compiler runs by default).
 
         Example:
-            >>> print(Schedule.from_kernel(matmul_kernel))          # doctest: +SKIP
+            >>> from polyonnx.testing.examples import matmul
+            >>> print(Schedule.from_kernel(matmul(4, 5, 3)))
             for i in [0, 4):
               for j in [0, 5):
                 S0: C[i, j] = 0.0
@@ -217,7 +228,10 @@ class Schedule:
         between need not be legal. A refusal names every directive.
 
         Example:
-            >>> s.apply_all([Split("j", 8), Vectorize("j_i", 8)])      # doctest: +SKIP
+            >>> from polyonnx.testing.examples import chain
+            >>> s = Schedule.from_kernel(chain(4, 16))
+            >>> s.apply_all([Split("j", 8), Vectorize("j_i", 8)]).loops[:3]
+            ('i', 'j_o', 'j_i')
         """
         new = self
         for d in directives:
@@ -231,10 +245,12 @@ class Schedule:
         the schedules in between need not be legal.
 
         Example:
-            >>> s = s.apply_unverified(Split("j", 8, floor=True))     # doctest: +SKIP
-            >>> s.created, s.verified                                # doctest: +SKIP
+            >>> from polyonnx.testing.examples import chain
+            >>> s = Schedule.from_kernel(chain(4, 16)).apply_unverified(Split("j", 8, floor=True))
+            >>> s.created, s.verified
             (('j_o', 'j_i'), False)
-            >>> s = s.apply_unverified(Vectorize("j_i", 0, True)).verify()  # doctest: +SKIP
+            >>> s.apply_unverified(Vectorize("j_i", 0, True)).verify().verified
+            True
         """
         entry = VERBS.get(getattr(d, "verb", ""))
         if entry is None or not isinstance(d, entry[0]):

@@ -1,8 +1,17 @@
 """``ScheduledKernel``: what the schedule stage hands to codegen for one kernel.
 
 Example:
-    >>> sk = own_loop_order(kernel)                       # doctest: +SKIP
-    >>> print(build_ast(sk.schedule).to_C_str())          # doctest: +SKIP
+    >>> from polyonnx.schedule.astgen import build_ast
+    >>> from polyonnx.testing.examples import matmul
+    >>> sk = own_loop_order(matmul(2, 3, 4))
+    >>> print(build_ast(sk.schedule).to_C_str())
+    for (int c0 = 0; c0 <= 1; c0 += 1)
+      for (int c1 = 0; c1 <= 2; c1 += 1) {
+        S0(c0, c1);
+        for (int c2 = 0; c2 <= 3; c2 += 1)
+          S1(c0, c1, c2);
+      }
+    <BLANKLINE>
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ tree from it (with ``mark`` nodes for ``parallel``/``vector``, the ``unroll`` AS
 what legality checks and codegen see.
 
 Example:
-    >>> from tests.kernels import matmul                                   # doctest: +SKIP
-    >>> from polyonnx.schedule.poly import PolyKernel                      # doctest: +SKIP
-    >>> poly = PolyKernel.build(matmul(4, 5, 3))                           # doctest: +SKIP
-    >>> print(render(initial_tree(poly), poly))                            # doctest: +SKIP
+    >>> from polyonnx.testing.examples import matmul
+    >>> from polyonnx.schedule.poly import PolyKernel
+    >>> poly = PolyKernel.build(matmul(4, 5, 3))
+    >>> print(render(initial_tree(poly), poly))
     for i in [0, 4):
       for j in [0, 5):
         S0: C[i, j] = 0.0

@@ -11,10 +11,11 @@
 Example:
     >>> import polyonnx
     >>> from polyonnx.testing import assert_close, onnxruntime_outputs, random_feeds
-    >>> sess = polyonnx.InferenceSession("model.onnx")                 # doctest: +SKIP
-    >>> feeds = random_feeds(sess.get_inputs())                        # doctest: +SKIP
-    >>> want = onnxruntime_outputs("model.onnx", feeds)                # doctest: +SKIP
-    >>> assert_close(sess.run(None, feeds), want)                      # doctest: +SKIP
+    >>> from polyonnx.testing.examples import conv_model
+    >>> sess = polyonnx.InferenceSession(conv_model())
+    >>> feeds = random_feeds(sess.get_inputs())
+    >>> want = onnxruntime_outputs(conv_model(), feeds)
+    >>> assert_close(sess.run(None, feeds), want)
 """
 
 from polyonnx.testing.compare import (

@@ -12,7 +12,7 @@ from polyonnx.errors import InputError
 from polyonnx.krnl.ir import Access, Aff, Buffer, Cast, Const, Kernel, Load, Loop, Stmt, binary
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.strategies import default_schedule
-from tests.kernels import matmul, stencil
+from polyonnx.testing.examples import matmul, stencil
 
 
 def _run(kernel, schedule, arrays):

@@ -12,7 +12,7 @@ from polyonnx.krnl.ir import Access, Aff, Binary, Buffer, Const, Kernel, Load, L
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.strategies import default_schedule
 from polyonnx.schedule.strategies.tiling import Tiling
-from tests import kernels
+from polyonnx.testing import examples
 
 F32 = "float32"
 ZERO = la.IConst(0)
@@ -46,7 +46,7 @@ def _plan(kernel: Kernel, config: CodegenConfig, tiling: Tiling | None = None) -
 def test_a_matmul_tile_and_its_accumulators(bits: int, width: int) -> None:
     # C = A @ B, 16 x 64: the default schedule's tile is 4 rows x 16 columns under the k loop;
     # the accumulators are 4 rows x (16 / width) vectors, 64 floats apart per row.
-    [group] = _plan(kernels.matmul(16, 64, 8), CodegenConfig(vector_bits=bits))
+    [group] = _plan(examples.matmul(16, 64, 8), CodegenConfig(vector_bits=bits))
     tile = group.tile
     assert tile.width == width and tile.call.stmt == "S1"
     assert [(a.position, a.step) for a in tile.accumulators] == [
@@ -63,7 +63,7 @@ def test_a_matmul_tile_and_its_accumulators(bits: int, width: int) -> None:
 def test_streams_are_the_operands_above_the_prefetch_threshold(above: int, streamed: bool) -> None:
     # B (8 x 64 floats, 2 KiB) moves with the reduction loop along k; A's element is a
     # broadcast, not a vector stream.
-    [group] = _plan(kernels.matmul(16, 64, 8), CodegenConfig(prefetch_above=above))
+    [group] = _plan(examples.matmul(16, 64, 8), CodegenConfig(prefetch_above=above))
     assert {ld.buffer for ld in group.tile.streams} == ({"B"} if streamed else set())
 
 

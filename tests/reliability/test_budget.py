@@ -16,7 +16,7 @@ from polyonnx.schedule.budget import BudgetExceeded, isl_budget, schedule_kernel
 from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
 from polyonnx.schedule.strategies import default_schedule
 from polyonnx.testing import onnxruntime_outputs
-from tests.kernels import matmul
+from polyonnx.testing.examples import matmul
 from tests.reliability.models import conv_net
 
 

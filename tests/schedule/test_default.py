@@ -9,7 +9,7 @@ from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.strategies import Tiling, default_schedule, parallel
 from polyonnx.schedule.strategies.reduction import ReductionNest, reduction_chunks
-from tests.kernels import matmul, stencil
+from polyonnx.testing.examples import matmul, stencil
 
 
 def _ast(kernel, **kw) -> str:

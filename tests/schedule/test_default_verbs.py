@@ -63,7 +63,7 @@ def test_a_scan_is_not_vectorized():
 
 
 def test_the_default_trace_uses_the_mark_forms():
-    from tests.kernels import matmul
+    from polyonnx.testing.examples import matmul
 
     trace = default_schedule(matmul(64, 64, 32)).trace
     text = str(trace)

@@ -3,7 +3,7 @@ import islpy as isl
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.poly import PolyKernel, initial_schedule, isl_identifier
 from polyonnx.schedule.strategies import default_schedule
-from tests.kernels import matmul, stencil
+from polyonnx.testing.examples import matmul, stencil
 
 
 def test_domain_and_accesses_of_matmul():

@@ -11,8 +11,8 @@ from polyonnx.errors import ScheduleError
 from polyonnx.runtime.session import Executable
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
+from polyonnx.testing.examples import matmul
 from polyonnx.tune.measure import run
-from tests.kernels import matmul
 from tests.schedule.zoo import chain, conv, cumsum
 
 

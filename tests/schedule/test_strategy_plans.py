@@ -20,8 +20,8 @@ from polyonnx.schedule.strategies import (
 )
 from polyonnx.schedule.strategies.parallel import plan_parallel
 from polyonnx.schedule.strategies.reduction import Chunks, ReductionPlan
+from polyonnx.testing.examples import matmul
 from polyonnx.tune.measure import run
-from tests.kernels import matmul
 from tests.schedule.zoo import ZOO, conv
 
 AVX512 = Tiling.for_vector_bits(512, threads=2)

@@ -7,8 +7,8 @@ import pytest
 from polyonnx.errors import ScheduleError
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
+from polyonnx.testing.examples import matmul, stencil
 from polyonnx.tune.measure import run
-from tests.kernels import matmul, stencil
 from tests.schedule.zoo import ZOO, chain, conv, cumsum, rnn
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, ge, lt, unary
+from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, ge, lt
 from polyonnx.krnl.ir import maximum as kmax
-from tests.kernels import matmul, stencil
+from polyonnx.testing.examples import chain, cumsum, matmul, rnn, stencil
 
 F32 = "float32"
 a = Aff.var
@@ -100,70 +100,6 @@ def maxpool(c: int = 2, h: int = 6) -> Kernel:
         "maxpool",
         (Buffer("X", F32, (c, h, h), "input"), Buffer("Z", F32, (c, h // 2, h // 2), "output")),
         (nest,),
-    )
-
-
-def chain(m: int = 5, n: int = 7) -> Kernel:
-    """T = A * 2; U = T + A; V = exp(U): three elementwise nests."""
-    i, j = a("i"), a("j")
-    s0 = Stmt("S0", Access("T", (i, j)), Load("A", (i, j), F32) * 2.0)
-    s1 = Stmt("S1", Access("U", (i, j)), Load("T", (i, j), F32) + Load("A", (i, j), F32))
-    s2 = Stmt("S2", Access("V", (i, j)), unary("tanh", Load("U", (i, j), F32)))
-
-    def nest(s: Stmt) -> Loop:
-        return Loop("i", 0, m, (Loop("j", 0, n, (s,)),))
-
-    return Kernel(
-        "chain",
-        (
-            Buffer("A", F32, (m, n), "input"),
-            Buffer("T", F32, (m, n), "temp"),
-            Buffer("U", F32, (m, n), "temp"),
-            Buffer("V", F32, (m, n), "output"),
-        ),
-        (nest(s0), nest(s1), nest(s2)),
-    )
-
-
-def cumsum(rows: int = 3, n: int = 9) -> Kernel:
-    """Y = cumsum(X, axis=1): copy, then a scan along ``i``."""
-    r, i = a("r"), a("i")
-    s0 = Stmt("S0", Access("Y", (r, i)), Load("X", (r, i), F32))
-    s1 = Stmt("S1", Access("Y", (r, i)), Load("Y", (r, i - 1), F32) + Load("Y", (r, i), F32))
-    return Kernel(
-        "cumsum",
-        (Buffer("X", F32, (rows, n), "input"), Buffer("Y", F32, (rows, n), "output")),
-        (
-            Loop("r", 0, rows, (Loop("i", 0, n, (s0,)),)),
-            Loop("r", 0, rows, (Loop("i", 1, n, (s1,)),)),
-        ),
-    )
-
-
-def rnn(steps: int = 4, hidden: int = 5) -> Kernel:
-    """H[t, j] = tanh(X[t, j] + sum_k W[j, k] * H[t-1, k]): a time loop carrying everything."""
-    t, j, k = a("t"), a("j"), a("k")
-    s0 = Stmt("S0", Access("H", (t, j)), Load("X", (t, j), F32))
-    s1 = Stmt(
-        "S1",
-        Access("H", (t, j)),
-        Load("H", (t, j), F32) + Load("W", (j, k), F32) * Load("H", (t - 1, k), F32),
-    )
-    s2 = Stmt("S2", Access("H", (t, j)), unary("tanh", Load("H", (t, j), F32)))
-    body = Loop(
-        "t",
-        1,
-        steps,
-        (Loop("j", 0, hidden, (s0, Loop("k", 0, hidden, (s1,)))), Loop("j", 0, hidden, (s2,))),
-    )
-    return Kernel(
-        "rnn",
-        (
-            Buffer("X", F32, (steps, hidden), "input"),
-            Buffer("W", F32, (hidden, hidden), "input"),
-            Buffer("H", F32, (steps, hidden), "output"),
-        ),
-        (body,),
     )
 
 

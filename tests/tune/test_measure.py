@@ -31,7 +31,7 @@ def test_random_arrays_are_aligned() -> None:
 def test_an_unverified_schedule_is_not_built() -> None:
     from polyonnx.errors import ScheduleError
     from polyonnx.schedule.verbs import Vectorize
-    from tests.kernels import matmul
+    from polyonnx.testing.examples import matmul
 
     s = polyonnx.Schedule.from_kernel(matmul()).apply_unverified(Vectorize("k", 0, mark=True))
     with pytest.raises(ScheduleError, match="not proved legal"):

@@ -6,9 +6,13 @@ and all four BN parameters are constants and the Conv's output is read only by t
 BatchNormalization elsewhere is left alone: it has its own lowering.
 
 Example:
-    >>> g = fold_batchnorm(g)                                           # doctest: +SKIP
-    >>> [n.op_type for n in g.nodes]                                    # doctest: +SKIP
-    ['Conv', 'Relu']        # was ['Conv', 'BatchNormalization', 'Relu']
+    >>> from polyonnx.frontend import import_model
+    >>> from polyonnx.testing.examples import conv_model
+    >>> g = import_model(conv_model())
+    >>> [n.op_type for n in g.nodes]
+    ['Conv', 'BatchNormalization', 'Relu']
+    >>> [n.op_type for n in fold_batchnorm(g).nodes]
+    ['Conv', 'Relu']
 """
 
 from __future__ import annotations

@@ -17,9 +17,12 @@ block_out]`` (``[OC/block, IC, kernel..., block_out]`` for an unblocked input): 
 output channels is contiguous for each input channel and tap.
 
 Example:
-    >>> g = blocked_layout(optimize(import_model("resnet50.onnx")), block=32)  # doctest: +SKIP
-    >>> sorted({n.op_type for n in g.nodes if n.domain})                       # doctest: +SKIP
-    ['ConvBlocked', 'FromBlocked', 'ToBlocked']
+    >>> from polyonnx.frontend import import_model
+    >>> from polyonnx.graph.passes import optimize
+    >>> from polyonnx.testing.examples import conv_model
+    >>> g = blocked_layout(optimize(import_model(conv_model(channels=8))), block=8)
+    >>> [n.op_type for n in g.nodes]
+    ['ToBlocked', 'ConvBlocked', 'Relu', 'FromBlocked']
 """
 
 from __future__ import annotations

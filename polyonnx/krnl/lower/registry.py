@@ -10,9 +10,19 @@ A lowering that needs scratch space (Softmax's running max, AveragePool's tap co
 builder adds them to the kernel's buffer list. :func:`lower_node` always returns a
 :class:`Lowered`, wrapping plain tuples with no temps.
 
+A family module registers its lowerings with ``@register("Relu")`` (or
+``@register("Resize", since=13)``); :func:`lower_node` finds and runs the one for a node.
+
 Example:
-    >>> @register("Relu")
-    ... def lower_relu(node, ctx): ...
+    >>> from polyonnx.graph.ir import Graph, Node, Value
+    >>> x, y = Value("x", "float32", (4,)), Value("y", "float32", (4,))
+    >>> relu = Node("relu", "Relu", ("x",), ("y",))
+    >>> graph = Graph("g", (x,), (y,), (relu,), {"x": x, "y": y})
+    >>> [loop] = lower_node(relu, LowerContext(graph)).nests
+    >>> loop.iterator, str(loop.body[0])
+    ('i0', 'S: y[i0] = max(x[i0], 0.0)')
+    >>> find("Relu", graph.opset).__name__
+    'lower_relu'
 """
 
 from __future__ import annotations

@@ -18,12 +18,15 @@ the kernel's exact dependences, and its trace (``ScheduledKernel.trace``) replay
 kernel whose schedule is not legal keeps its own loop order, which always is.
 
 Example:
-    >>> s = Schedule.from_kernel(kernel)                      # doctest: +SKIP
-    >>> plan = plan_kernel(s, Tiling.for_vector_bits(512))    # doctest: +SKIP
-    >>> print(plan)                                           # doctest: +SKIP
-    reduction (n, oc, oh, ow) over (ic, kh, kw): tile ow 7 x oc 2 x i 32 lanes ...
-    >>> s = apply_kernel_plan(s, plan).verify()               # doctest: +SKIP
-"""
+    >>> from polyonnx.testing.examples import matmul
+    >>> s = Schedule.from_kernel(matmul(64, 64, 1024))
+    >>> plan = plan_kernel(s, Tiling.for_vector_bits(512))
+    >>> print(plan)
+    reduction (i, j) over (k): tile i 8 rows x j 32 lanes, vector tiles outermost; chunks: k by 128 after 1 tile loop
+    parallel outer loops
+    >>> apply_kernel_plan(s, plan).verify().verified
+    True
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -5,10 +5,16 @@ mark naming the loops of its band that carry no dependence.
 :func:`apply_parallel` puts the marks.
 
 Example:
-    >>> plan = plan_parallel(s, [("n", "oc_o", "oh")])    # doctest: +SKIP
-    >>> print(plan)                                       # doctest: +SKIP
-    parallel(n, named=(n, oc_o, oh))
-    >>> s = apply_parallel(s, plan)                       # doctest: +SKIP
+    >>> from polyonnx.schedule.schedule import Schedule
+    >>> from polyonnx.testing.examples import matmul
+    >>> s = Schedule.from_kernel(matmul(256, 256, 64)).tile(("i", "j"), (8, 32))
+    >>> plan = plan_parallel(s, [("i_o", "j_o")])
+    >>> print(plan)
+    parallel(i_o, named=(i_o, j_o))
+    >>> print(apply_parallel(s, plan).verify())  # doctest: +ELLIPSIS
+    for i_o in [0, 32):  # = floor(i/8), parallel (i_o, j_o)
+      for j_o in [0, 8):  # = floor(j/32)
+    ...
 """
 
 from __future__ import annotations

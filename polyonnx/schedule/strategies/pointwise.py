@@ -5,10 +5,15 @@ loop under a ``vector`` mark; a transpose is tiled first so its strided loads re
 :func:`apply_pointwise` applies the plan with the schedule verbs.
 
 Example:
-    >>> plan = plan_pointwise(kernel.body[0], ["i", "j"], s.poly)   # doctest: +SKIP
-    >>> print(plan)                                                 # doctest: +SKIP
+    >>> from polyonnx.testing.examples import chain
+    >>> kernel = chain(64, 64)
+    >>> s = Schedule.from_kernel(kernel)
+    >>> plan = plan_pointwise(kernel.body[0], ["i", "j"], s.poly)
+    >>> print(plan)
     vectorize j of (i, j)
-    >>> s, bands = apply_pointwise(s, plan)                         # doctest: +SKIP
+    >>> s, bands = apply_pointwise(s, plan)
+    >>> bands, s.verify().loops[:2]
+    ([('i',)], ('i', 'j'))
 """
 
 from __future__ import annotations

@@ -11,11 +11,15 @@ ReLU, residual Add) are fused into the tiles. A long reduction is cut into cache
 :class:`ReductionPlan`); :func:`apply_reduction` applies them with the schedule verbs.
 
 Example:
-    >>> nest = reduction_nest(kernel.body[0])                              # doctest: +SKIP
-    >>> plan = plan_reduction(nest, loops, [], kernel, Tiling.for_vector_bits(256))  # doctest: +SKIP
-    >>> print(plan)                                                        # doctest: +SKIP
-    reduction (i, j) over (k): tile i 4 x j 16 lanes, vector tiles outermost; chunks: k by 128 after 1 tile loop
-    >>> s, bands = apply_reduction(Schedule.from_kernel(kernel), plan)     # doctest: +SKIP
+    >>> from polyonnx.testing.examples import matmul
+    >>> kernel = matmul(64, 64, 1024)
+    >>> nest = reduction_nest(kernel.body[0])
+    >>> plan = plan_reduction(nest, ["i", "j", "k"], [], kernel, Tiling.for_vector_bits(256))
+    >>> print(plan)
+    reduction (i, j) over (k): tile i 4 rows x j 16 lanes, vector tiles outermost; chunks: k by 256 after 1 tile loop
+    >>> s, bands = apply_reduction(Schedule.from_kernel(kernel), plan)
+    >>> bands, s.verify().verified
+    ([('j_1_o', 'k_o', 'i_1_o')], True)
 """  # noqa: E501
 
 from __future__ import annotations
