@@ -123,7 +123,7 @@ class PolyonnxRep(BackendRep):
         options: Options | None = None,
     ) -> None:
         self.session = session
-        self._model, self._options = model, options
+        self._model, self._options = model, options or Options()
         if session is not None:
             self._inputs = [a.name for a in session.get_inputs()]
             self._bound: list[str] = []

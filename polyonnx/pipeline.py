@@ -179,12 +179,12 @@ def emit(
         return str(lower(graph, after=after))
     # The isl stages print schedule trees, which cached loops and forked workers do not keep.
     compiled = compile_graph(graph, dataclasses.replace(options, cache=False), trees=True)
+    trees = [s for s in compiled.scheduled if s is not None]  # every one, with trees=True
     if stage == "isl":
-        return "\n\n".join(describe_isl(s) for s in compiled.scheduled)
+        return "\n\n".join(describe_isl(s) for s in trees)
     if stage == "ast":
         return "\n\n".join(
-            f"// kernel {s.kernel.name}\n{build_ast(s.schedule).to_C_str()}"
-            for s in compiled.scheduled
+            f"// kernel {s.kernel.name}\n{build_ast(s.schedule).to_C_str()}" for s in trees
         )
     if stage == "llvm":
         return aot.optimized_ir(compiled)

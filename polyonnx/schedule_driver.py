@@ -109,7 +109,7 @@ def schedule_program(
                 _loops_key(sig, tiling, options),
                 json.dumps(la.to_data(by_signature[sig][1])).encode(),
             )
-    out = []
+    out: list[KernelLoops] = []
     for i, (sig, k) in enumerate(zip(signatures, program.kernels, strict=True)):
         if sig is None:
             out.append((chosen[i], la.from_isl(build_ast(chosen[i].schedule))))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyonnx.codegen.kernel_call import kernel_callable
+from polyonnx.compiled import Compiled
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import aligned_array, aligned_empty
 from polyonnx.schedule.signature import kernel_flops
@@ -45,16 +46,13 @@ class KernelTime:
         return self.flops / self.seconds / 1e9 if self.seconds else 0.0
 
 
-def profile(compiled: object, repeat: int = 10, in_model: bool = False) -> list[KernelTime]:
+def profile(compiled: Compiled, repeat: int = 10, in_model: bool = False) -> list[KernelTime]:
     """Median time of every kernel of ``compiled`` (a :class:`polyonnx.Compiled`): each alone
     (``repeat`` calls in a row), or with ``in_model`` in the model's order and memory
     (``repeat`` passes over the whole model)."""
     rng = np.random.default_rng(0)
-    kernels = compiled.asts  # type: ignore[attr-defined]
-    runs = [
-        kernel_callable(k, loops, compiled.options)  # type: ignore[attr-defined]
-        for k, loops in kernels
-    ]
+    kernels = compiled.asts
+    runs = [kernel_callable(k, loops, compiled.options) for k, loops in kernels]
     if in_model:
         places = _model_memory(compiled, rng)
         arrays = [{b.name: places(b.name, b.shape, b.dtype) for b in k.buffers} for k, _ in kernels]
@@ -100,14 +98,14 @@ def _alone(
 _Place = Callable[[str, tuple[int, ...], str], np.ndarray]
 
 
-def _model_memory(compiled: object, rng: np.random.Generator) -> _Place:
+def _model_memory(compiled: Compiled, rng: np.random.Generator) -> _Place:
     """``place(buffer, shape, dtype)``: the array where the compiled model keeps ``buffer``
     (a view of its weights blob or workspace, or of one array per feed and output)."""
-    program, plan = compiled.program, compiled.plan  # type: ignore[attr-defined]
+    program, plan = compiled.program, compiled.plan
     weights = plan.weights_blob(program)
     workspace = aligned_empty(max(plan.workspace_size, 64))
     sizes: dict[tuple[str, int], int] = {}
-    for k, _ in compiled.asts:  # type: ignore[attr-defined]
+    for k, _ in compiled.asts:
         for b in k.buffers:
             slot = plan.slot(program, b.name)
             if slot.region in ("input", "output"):

@@ -29,8 +29,9 @@ def linear(e: la.IExpr) -> dict[str, int] | None:
         return {"": e.value}
     if isinstance(e, la.IVar):
         return {e.name: 1}
-    parts = [linear(a) for a in e.args]
-    if any(p is None for p in parts):
+    maybe = [linear(a) for a in e.args]
+    parts = [p for p in maybe if p is not None]
+    if len(parts) != len(maybe):
         return None
     if e.op in ("add", "sub"):
         out = dict(parts[0])
@@ -44,8 +45,8 @@ def linear(e: la.IExpr) -> dict[str, int] | None:
         if set(a) <= {""}:
             a, b = b, a
         if set(b) <= {""}:
-            k = b.get("", 0)
-            return {n: v * k for n, v in a.items()}
+            factor = b.get("", 0)
+            return {n: v * factor for n, v in a.items()}
     return None
 
 
@@ -93,7 +94,7 @@ class Accesses:
         }
         return Accesses(stmts, {b.name: b for b in kernel.buffers})
 
-    def width(self, calls: tuple[la.LNode, ...], vector_bits: int) -> int:
+    def width(self, calls: tuple[la.Call, ...], vector_bits: int) -> int:
         """Lanes of a vector of ``vector_bits`` for the widest element the statements of
         ``calls`` read, compute or write."""
         widest = 1
@@ -136,6 +137,7 @@ class Accesses:
         shape = self.buffers[buffer].shape
         step, stride = 0, 1
         for ix, extent in reversed(list(zip(index, shape, strict=True))):
+            assert isinstance(ix, Aff), "a computed index has no element step"
             step += sum(c * steps.get(n, 0) for n, c in ix.terms) * stride
             stride *= extent
         return step

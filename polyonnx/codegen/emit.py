@@ -32,6 +32,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from llvmlite import ir
@@ -225,18 +226,18 @@ class KernelEmitter:
         """A ``parallel`` mark's body, its parallel loops run on the thread pool
         (:mod:`polyonnx.codegen.parallel`)."""
         for node, on_pool in parallel_children(mark, self.config.threads):
-            if on_pool and can_share(node):
+            if on_pool and can_share(cast(la.For, node)):
                 name = f"{self.frame.fn.name}.parallel{next(self._parallel_loops)}"
                 run_on_pool(
                     self.frame,
-                    node,
+                    cast(la.For, node),
                     env,
                     name=name,
                     threads=self.config.threads,
                     emit_chunk=self._chunk,
                 )
             elif on_pool:
-                self._for(node, env)
+                self._for(cast(la.For, node), env)
             else:
                 self._nodes((node,), env)
 
@@ -290,11 +291,11 @@ class KernelEmitter:
         statement can be written with vector loads and stores, and falls back to the scalar loop
         otherwise (which is always correct).
         """
-        calls = node.body
+        calls = tuple(c for c in node.body if isinstance(c, la.Call))
         if (
             node.inc != 1
             or not calls
-            or not all(isinstance(c, la.Call) for c in calls)
+            or len(calls) != len(node.body)
             or not all(self.accesses.lane_steps(c, node.iterator) is not None for c in calls)
         ):
             self._for(node, env)
@@ -336,7 +337,7 @@ class KernelEmitter:
         )
 
     def _vector_calls(
-        self, calls: tuple[la.LNode, ...], env: dict[str, ir.Value], var: str, width: int
+        self, calls: tuple[la.Call, ...], env: dict[str, ir.Value], var: str, width: int
     ) -> None:
         for call in calls:
             self._call(call, env, Lanes(width, self.accesses.lane_steps(call, var) or {}))
@@ -362,6 +363,7 @@ class KernelEmitter:
         if tile is not None and lanes is not None:
             slot = tile.slot(call.stmt, self._unrolled, self._vector_step)
         if slot is not None:  # an accumulator of a register tile
+            assert tile is not None and lanes is not None
             vty = ir.VectorType(memory_type(buf.dtype), lanes.width)
             held = None if tile.reads_memory else (stmt.write.buffer, slot, vty)
             value = self._expr(stmt.body, _Instance(point, lanes, held))
@@ -438,6 +440,7 @@ class KernelEmitter:
         if step == 0:
             v = b.load(ptr, typ=mty, align=align)
         elif step == 1:
+            assert at.lanes is not None  # a step is a vector's
             vty = ir.VectorType(mty, at.lanes.width)
             if tile is not None and (e, self._unrolled, self._vector_step) in tile.rereads:
                 v = volatile_load(b, ptr, vty, align)
@@ -446,6 +449,7 @@ class KernelEmitter:
             if tile is not None and e in tile.streams:
                 prefetch(self.frame, self._prefetched, e.buffer, ptr)
         else:  # strided: gather lane by lane
+            assert at.lanes is not None
             width = at.lanes.width
             v = whole(ir.VectorType(mty, width), ir.Undefined)
             for lane in range(width):

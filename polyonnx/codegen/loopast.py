@@ -117,6 +117,7 @@ class Mark:
 LNode = For | If | Mark | Call
 
 
+# (islpy's stubs omit the members named after keywords: and_, or_, for_, if_.)
 _OPS = {
     isl.ast_expr_op_type.add: "add",
     isl.ast_expr_op_type.sub: "sub",
@@ -134,9 +135,9 @@ _OPS = {
     isl.ast_expr_op_type.lt: "lt",
     isl.ast_expr_op_type.ge: "ge",
     isl.ast_expr_op_type.gt: "gt",
-    isl.ast_expr_op_type.and_: "and",
+    isl.ast_expr_op_type.and_: "and",  # type: ignore[attr-defined]
     isl.ast_expr_op_type.and_then: "and",
-    isl.ast_expr_op_type.or_: "or",
+    isl.ast_expr_op_type.or_: "or",  # type: ignore[attr-defined]
     isl.ast_expr_op_type.or_else: "or",
     isl.ast_expr_op_type.select: "select",
     isl.ast_expr_op_type.cond: "select",
@@ -161,7 +162,7 @@ def from_isl(node: isl.AstNode) -> tuple[LNode, ...]:
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
         return tuple(x for i in range(children.n_ast_node()) for x in from_isl(children.get_at(i)))
-    if kind == isl.ast_node_type.for_:
+    if kind == isl.ast_node_type.for_:  # type: ignore[attr-defined]
         inc = expr_from_isl(node.for_get_inc())
         if not isinstance(inc, IConst):
             raise CodegenError("non-constant loop increment")
@@ -174,7 +175,7 @@ def from_isl(node: isl.AstNode) -> tuple[LNode, ...]:
                 from_isl(node.for_get_body()),
             ),
         )
-    if kind == isl.ast_node_type.if_:
+    if kind == isl.ast_node_type.if_:  # type: ignore[attr-defined]
         orelse = from_isl(node.if_get_else_node()) if node.if_has_else_node() else ()
         return (If(expr_from_isl(node.if_get_cond()), from_isl(node.if_get_then_node()), orelse),)
     if kind == isl.ast_node_type.user:

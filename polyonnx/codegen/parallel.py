@@ -46,15 +46,16 @@ def parallel_children(mark: la.Mark, threads: int) -> tuple[tuple[la.LNode, bool
     allowed = set(mark.name.split()[1:])
     out: list[tuple[la.LNode, bool]] = []
     for node in mark.body:
-        few = static_trip(node) if isinstance(node, la.For) else None
+        if not isinstance(node, la.For):
+            out.append((node, False))
+            continue
+        few = static_trip(node)
         if few is not None and few < 4 * threads and _inner_loop_named(node, allowed):
             # Too few iterations to share out evenly: an inner named loop runs in parallel.
             out.append((_mark_inside(node, mark), False))
-        elif isinstance(node, la.For) and (
-            node.iterator in allowed or (not allowed and len(mark.body) == 1)
-        ):
+        elif node.iterator in allowed or (not allowed and len(mark.body) == 1):
             out.append((node, True))
-        elif isinstance(node, la.For) and allowed:
+        elif allowed:
             out.append((_mark_inside(node, mark), False))
         else:
             out.append((node, False))
@@ -101,6 +102,7 @@ def run_on_pool(
     ``<name>.body``, the loop bounded by its arguments ``parallel.lo`` and ``parallel.hi``."""
     b, module = frame.builder, frame.fn.module
     cond = node.cond
+    assert isinstance(cond, la.IOp), "run_on_pool needs a loop that can_share"
     lower = frame.index.expr(node.init, env)
     upper = frame.index.expr(cond.args[1], env)
     if cond.op == "lt":

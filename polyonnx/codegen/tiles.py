@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -112,7 +113,7 @@ def tile_group(
     at = i + (init is not None)
     if at >= len(nodes) or not isinstance(nodes[at], la.For):
         return None
-    tile = register_tile(nodes[at], accesses, config)
+    tile = register_tile(cast(la.For, nodes[at]), accesses, config)
     if tile is None or (init is not None and not covers(init, tile, accesses, config)):
         return None
     after = nodes[at + 1] if at + 1 < len(nodes) else None
@@ -131,7 +132,7 @@ def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig) -> Re
     starts = [linear(loop.init) for loop in (*unrolled, vec)]
     if any(lin is None or any(lin.get(c, 0) for c in chain) for lin in starts):
         return None  # the tile moves with the reduction (skewed or triangular loops)
-    call = vec.body[0]
+    call = cast(la.Call, vec.body[0])
     iterators, stmt = accesses.statements[call.stmt]
     width = accesses.width((call,), config.vector_bits)
     vtrip = static_trip(vec)
@@ -213,7 +214,7 @@ def nest_call(nest: la.LNode) -> la.Call:
     without its ``if``)."""
     parsed = unrolled_vector_nest((nest,))
     assert parsed is not None
-    return parsed[1].body[0]
+    return cast(la.Call, parsed[1].body[0])
 
 
 def covers(nest: la.LNode, tile: RegisterTile, accesses: Accesses, config: CodegenConfig) -> bool:
@@ -230,7 +231,7 @@ def covers(nest: la.LNode, tile: RegisterTile, accesses: Accesses, config: Codeg
     if parsed is None:
         return False
     loops, theirs = (*parsed[0], parsed[1]), (*tile.unrolled, tile.vector)
-    call, tile_call = parsed[1].body[0], tile.call
+    call, tile_call = cast(la.Call, parsed[1].body[0]), tile.call
     if len(loops) != len(theirs) or any(
         a.init != b.init or a.inc != 1 or static_trip(a) != static_trip(b)
         for a, b in zip(loops, theirs, strict=True)
@@ -303,6 +304,7 @@ def rereads(
     """
     _, stmt = accesses.statements[call.stmt]
     steps = accesses.lane_steps(call, vec.iterator)
+    assert steps is not None  # register_tile checked it
     trips = [static_trip(loop) or 0 for loop in unrolled]
     vector_steps = (static_trip(vec) or 0) // accesses.width((call,), config.vector_bits)
     loop_steps = [accesses.iterator_steps(call, loop.iterator) or {} for loop in unrolled]

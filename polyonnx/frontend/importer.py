@@ -162,7 +162,7 @@ def _type_the_rest(
         elif (
             all(i in known for i in n.inputs if i)
             and not n.domain
-            and all(int(np.prod(values[o].shape)) <= _SMALL for o in n.outputs if o)
+            and all(int(np.prod(values[o].dims)) <= _SMALL for o in n.outputs if o)
             and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)
         ):
             known.update(evaluate_node(n, known, opset) or {})

@@ -77,8 +77,8 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
     if node.op_type == "TopK":
         axis = axis_of(len(xs), -1)
         shape = along(xs, axis if axis is not None else len(xs) - 1)
-        types = (x.dtype, "int64")
-        return tuple(Value(o, t, shape) for o, t in zip(outs, types, strict=False) if o)
+        dtypes = (x.dtype, "int64")
+        return tuple(Value(o, t, shape) for o, t in zip(outs, dtypes, strict=False) if o)
     # Unique: Y, indices, inverse_indices, counts.
     axis = axis_of(len(xs), None)
     n = int(np.prod(xs, dtype=np.int64)) if axis is None else xs[axis]

@@ -14,13 +14,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from polyonnx.errors import ModelError
+from polyonnx.errors import ModelError, ShapeError
 
 INTERNAL_DOMAIN = "polyonnx"
 """The domain of the operators polyonnx's graph passes introduce (never in a user's model)."""
@@ -38,6 +38,13 @@ class Value:
     def is_static(self) -> bool:
         return all(isinstance(d, int) for d in self.shape)
 
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The shape of a static value (:attr:`is_static`), every dimension an int."""
+        if not self.is_static:
+            raise ShapeError(f"value {self.name!r} has no static shape: {list(self.shape)}")
+        return cast(tuple[int, ...], self.shape)
+
     def __str__(self) -> str:
         return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
 
@@ -48,24 +55,35 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Node:
-    """One ONNX operator application. Missing optional inputs are ``""``."""
+    """One ONNX operator application. Missing optional inputs are ``""``. ``attrs`` may be
+    given as a mapping (stored sorted by name, lists as tuples)."""
 
     name: str
     op_type: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: tuple[tuple[str, Any], ...] = ()
-    domain: str = ""
+    attrs: tuple[tuple[str, Any], ...]
+    domain: str
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        if isinstance(self.attrs, Mapping):
-            object.__setattr__(
-                self, "attrs", tuple(sorted((k, _freeze(v)) for k, v in self.attrs.items()))
-            )
+    def __init__(
+        self,
+        name: str,
+        op_type: str,
+        inputs: Iterable[str],
+        outputs: Iterable[str],
+        attrs: Mapping[str, Any] | tuple[tuple[str, Any], ...] = (),
+        domain: str = "",
+    ) -> None:
+        if isinstance(attrs, Mapping):
+            attrs = tuple(sorted((k, _freeze(v)) for k, v in attrs.items()))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "op_type", op_type)
+        object.__setattr__(self, "inputs", tuple(inputs))
+        object.__setattr__(self, "outputs", tuple(outputs))
+        object.__setattr__(self, "attrs", attrs)
+        object.__setattr__(self, "domain", domain)
 
     def attr(self, name: str, default: Any = None) -> Any:
         for k, v in self.attrs:

@@ -100,8 +100,9 @@ COMPARISON = frozenset(
 
 def infer_outputs(node: Node, values: Mapping[str, Value]) -> tuple[Value, ...]:
     """Static types of ``node``'s outputs from its input types, or ShapeError naming the node."""
-    ins = [values.get(i) for i in node.inputs if i]
-    if any(v is None or not v.is_static for v in ins) or not ins:
+    named = [values.get(i) for i in node.inputs if i]
+    ins = [v for v in named if v is not None and v.is_static]
+    if len(ins) != len(named) or not ins:
         raise ShapeError(
             f"node {node.name!r} ({node.op_type}): cannot infer the shape of "
             f"{', '.join(node.outputs)} because an input shape is unknown"
@@ -111,7 +112,7 @@ def infer_outputs(node: Node, values: Mapping[str, Value]) -> tuple[Value, ...]:
         dtype, shape = first.dtype, first.shape
     elif node.op_type in BROADCAST or node.op_type in COMPARISON:
         try:
-            shape = tuple(int(d) for d in np.broadcast_shapes(*(v.shape for v in ins)))
+            shape = tuple(int(d) for d in np.broadcast_shapes(*(v.dims for v in ins)))
         except ValueError:
             raise ShapeError(
                 f"node {node.name!r} ({node.op_type}): input shapes "

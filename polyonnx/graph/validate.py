@@ -86,7 +86,7 @@ def _check_value(v: Value, what: str, limit: int) -> None:
             f"{elem}; polyonnx handles numeric and bool tensors",
         )
     if v.is_static:
-        nbytes = int(np.prod(v.shape, dtype=object)) * np.dtype(v.dtype).itemsize
+        nbytes = int(np.prod(v.dims, dtype=object)) * np.dtype(v.dtype).itemsize
         if nbytes > limit:
             raise ModelError(
                 f"value {v.name!r} ({what}) of shape {list(v.shape)} would take "
@@ -189,7 +189,7 @@ def _same_types(node: Node, values: Mapping[str, Value]) -> None:
                 f"declared {y.dtype} but the op computes {x.dtype}"
             )
     if node.op_type in BROADCAST | COMPARISON:
-        shapes = [values[i].shape for i in node.inputs if i and i in values]
+        shapes = [values[i].dims for i in node.inputs if i and i in values]
         try:
             np.broadcast_shapes(*shapes)
         except ValueError:

@@ -22,8 +22,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -408,15 +409,16 @@ def loads(e: Expr) -> tuple[Load, ...]:
 # --------------------------------------------------------------------------- statements and loops
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Access:
-    """An affine write target ``buffer[index]``."""
+    """An affine write target ``buffer[index]`` (integers in ``index`` become constants)."""
 
     buffer: str
     index: tuple[Aff, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "index", tuple(Aff.lift(i) for i in self.index))
+    def __init__(self, buffer: str, index: Iterable[AffLike]) -> None:
+        object.__setattr__(self, "buffer", buffer)
+        object.__setattr__(self, "index", tuple(Aff.lift(i) for i in index))
 
     def __str__(self) -> str:
         return f"{self.buffer}[{', '.join(str(i) for i in self.index)}]"
@@ -436,27 +438,30 @@ class Stmt:
         return f"{self.name}: {self.write} = {self.body}{guard}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Loop:
-    """``for iterator in [lower, upper)`` over ``body`` (statements and inner loops)."""
+    """``for iterator in [lower, upper)`` over ``body`` (statements and inner loops); integer
+    bounds become constants."""
 
     iterator: str
     lower: Aff
     upper: Aff
     body: tuple[Node, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "lower", Aff.lift(self.lower))
-        object.__setattr__(self, "upper", Aff.lift(self.upper))
-        object.__setattr__(self, "body", tuple(self.body))
+    def __init__(self, iterator: str, lower: AffLike, upper: AffLike, body: Iterable[Node]) -> None:
+        object.__setattr__(self, "iterator", iterator)
+        object.__setattr__(self, "lower", Aff.lift(lower))
+        object.__setattr__(self, "upper", Aff.lift(upper))
+        object.__setattr__(self, "body", tuple(body))
 
 
 Node = Loop | Stmt
+IndexT = TypeVar("IndexT", Aff, Index)  # an index: affine (a write) or also computed (a load)
 
 
-def perfect_nest(node: Node) -> tuple[list[Loop], Node] | None:
-    """The loops of a perfect nest from ``node`` down and the node below them (a statement),
-    or None when some loop has more than one child."""
+def perfect_nest(node: Node) -> tuple[list[Loop], Stmt] | None:
+    """The loops of a perfect nest from ``node`` down and the statement below them, or None
+    when some loop has more than one child."""
     loops: list[Loop] = []
     while isinstance(node, Loop):
         if len(node.body) != 1:
@@ -478,7 +483,7 @@ def move_buffers(
     """``nodes`` with every access ``b[i...]`` (write or load) going to ``to[i + offset...]``
     for ``moves[b] = (to, offset)`` (an empty offset: none). A moved access must be affine."""
 
-    def index(buffer: str, idx: tuple[Index, ...]) -> tuple[str, tuple[Index, ...]]:
+    def index(buffer: str, idx: tuple[IndexT, ...]) -> tuple[str, tuple[IndexT, ...]]:
         if buffer not in moves:
             return buffer, idx
         to, offset = moves[buffer]
@@ -486,7 +491,7 @@ def move_buffers(
             return to, idx
         if not all(isinstance(i, Aff) for i in idx):
             raise ValueError(f"buffer {buffer}: a computed index cannot be moved into {to}")
-        return to, tuple(i + o for i, o in zip(idx, offset, strict=True))  # type: ignore[operator]
+        return to, tuple(i + o for i, o in zip(idx, offset, strict=True))
 
     def expr(e: Expr) -> Expr:
         e = map_children(e, expr)

@@ -179,8 +179,8 @@ def _buffers(
             )
         elif b in views:
             # A view is a second name for memory: isl would not see a dependence through it.
-            view, value = views[b]
-            if b in written or value in written:
+            view, viewed = views[b]
+            if b in written or viewed in written:
                 raise ValueError(
                     f"kernel {name}: view {b} or its value is written in the "
                     "kernel (views are read-only inputs)"
@@ -231,7 +231,7 @@ def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
     idx = tuple(ir.Aff.var(i) for i in its)
     # Source and destination may differ in shape (a view): index the source by the flat offset.
     src_buf = ir.Buffer(
-        src.name + "__flat", src.dtype, (int(np.prod(dst.shape, dtype=np.int64)),), "input"
+        src.name + "__flat", src.dtype, (int(np.prod(dst.dims, dtype=np.int64)),), "input"
     )
     flat = ir.Aff()
     stride = 1
@@ -303,7 +303,7 @@ def build_program(
         for o in graph.outputs
         if storage.get(o.name, o.name) not in used
         and o.name not in used
-        and not (o.is_static and int(np.prod(o.shape, dtype=np.int64)) == 0)
+        and not (o.is_static and int(np.prod(o.dims, dtype=np.int64)) == 0)
     ]
     if missing:
         raise ModelError(f"graph outputs {missing} are not computed by any node")

@@ -88,7 +88,7 @@ class Executable:
         self._count_outputs = count_outputs
         self._output_specs = [
             (
-                self._dynamic[j].max_shape if j in self._dynamic else tuple(o.shape),
+                self._dynamic[j].max_shape if j in self._dynamic else tuple(map(int, o.shape)),
                 np.dtype(o.dtype),
             )
             for j, o in enumerate(self.outputs)
@@ -295,6 +295,7 @@ class InferenceSession:
     def _compile(self, input_shapes: Mapping[str, Sequence[int]] | None) -> Executable:
         from polyonnx.pipeline import compile as compile_model
 
+        assert self._proto is not None  # a library runs the shapes it was compiled for
         exe = Executable.from_compiled(
             compile_model(self._proto, self.options, input_shapes, self._schedules or None)
         )

@@ -163,8 +163,8 @@ class PolyKernel:
             domain = udom if domain is None else domain.union(udom)
             writes = w if writes is None else writes.union(w)
             for ld in loads(stmt.body):
-                r = _access(info, buffer_ids[ld.buffer], ld.index, shapes[ld.buffer])
-                r = isl.UnionMap.from_map(r.intersect_domain(dom))
+                access = _access(info, buffer_ids[ld.buffer], ld.index, shapes[ld.buffer])
+                r = isl.UnionMap.from_map(access.intersect_domain(dom))
                 reads = r if reads is None else reads.union(r)
         if domain is None:
             raise ValueError(f"kernel {kernel.name} has no statements")

@@ -106,8 +106,8 @@ class _Model:
     ) -> None:
         self.kernel = kernel
         self.poly = PolyKernel.build(kernel)
-        self.original = original.original if original else kernel
-        self.signature = original.signature if original else kernel_signature(kernel)
+        self.original: Kernel = original.original if original else kernel
+        self.signature: str = original.signature if original else kernel_signature(kernel)
         self._order = order
 
     @functools.cached_property

@@ -60,7 +60,8 @@ def kernel_flops(kernel: Kernel) -> int:
     counts its largest trip count."""
     total = 0
     for loops, stmt in kernel.statements():
-        trips, ranges = 1, {}
+        trips = 1
+        ranges: dict[str, tuple[int, int]] = {}
         for lp in loops:
             lo, hi = _extreme(lp.lower, ranges)[0], _extreme(lp.upper, ranges)[1]
             ranges[lp.iterator] = (lo, hi - 1)

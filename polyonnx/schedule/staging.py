@@ -407,8 +407,8 @@ def _copy_domain(
                 "are not a single affine polyhedron (strided or a union); "
                 "a copy-out would write elements that were not written"
             )
-        dom = dom.remove_divs().convex_hull().intersect(h.domain().remove_divs().convex_hull())
-        dom = isl.Set.from_basic_set(dom)
+        hull = dom.remove_divs().convex_hull().intersect(h.domain().remove_divs().convex_hull())
+        dom = isl.Set.from_basic_set(hull)
     bounds = [
         (dom.dim_min_val(k).to_python(), dom.dim_max_val(k).to_python()) for k in range(len(names))
     ]
@@ -574,6 +574,6 @@ def _rewrite_tree(
             child = walk(node.child, None, m + 1)
             body = [child, Leaf(cname)] if write else [Leaf(cname), child]
             return replace(new, child=sequence(body))
-        return replace(new, child=walk(node.child, rest[1:] if on_path else None, m + 1))
+        return replace(new, child=walk(node.child, rest[1:] if rest is not None else None, m + 1))
 
     return walk(tree, path, 0)

@@ -30,7 +30,7 @@ def _tupled(v: Any) -> Any:
 
 def directive_to_dict(d: Directive) -> dict[str, Any]:
     out: dict[str, Any] = {"verb": d.verb}
-    for f in fields(d):  # type: ignore[arg-type]
+    for f in fields(d):
         value = getattr(d, f.name)
         if not (f.metadata.get("optional") and value == f.default):
             out[f.name] = _jsonable(value)
@@ -42,7 +42,7 @@ def directive_from_dict(step: Mapping[str, Any]) -> Directive:
     if verb not in VERBS:
         raise ScheduleError(f"trace: unknown verb {verb!r}; known: {', '.join(VERBS)}")
     cls = VERBS[verb][0]
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in fields(cls)}
     extra = set(step) - names - {"verb"}
     if extra:
         raise ScheduleError(f"trace: {verb} has no argument {sorted(extra)[0]!r}")

@@ -54,7 +54,7 @@ class Band:
     named: tuple[str, ...] = ()
     """With mark ``parallel``: the loops (this one or loops perfectly nested in it) proved free
     of carried dependences; the mark names their AST iterators (``parallel c1 c3``)."""
-    tile: tuple[int, int] = ()
+    tile: tuple[int, ...] = ()
     """A loop made by a floor split (values ``size * floor(x / size)``): (size, end of the range
     of the split loop ``x``)."""
     members: int = 1

@@ -13,8 +13,8 @@ The loop nests below are for ``C[i, j] += A[i, k] * B[k, j]`` with ``i, j, k`` i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
-from typing import ClassVar
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, ClassVar, cast
 
 import islpy as isl
 
@@ -54,17 +54,18 @@ before the field existed read the same and stay the same)."""
 
 
 def _flag() -> bool:
-    return field(default=False, metadata=OPTIONAL)  # type: ignore[no-any-return]
+    return field(default=False, metadata=OPTIONAL)
 
 
 class Directive:
     """Base of the directive records; ``verb`` is the name in traces and messages."""
 
     verb: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # every directive is a dataclass
 
     def __str__(self) -> str:
         args = []
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             v = getattr(self, f.name)
             if f.metadata.get("optional"):
                 if v != f.default:
@@ -592,7 +593,8 @@ def _own_expressions(
         if values_map(place.domain(), own).is_equal(place):
             return own
     dims = isl.MultiUnionPwAff.from_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(place))
-    return [dims.get_at(k) for k in range(dims.size())]
+    # (islpy's stubs lack MultiUnionPwAff.size)
+    return [dims.get_at(k) for k in range(dims.size())]  # type: ignore[attr-defined]
 
 
 def check_compute_at(tree: Node, poly: PolyKernel, d: ComputeAt) -> None:
@@ -833,7 +835,7 @@ def check_skew(tree: Node, poly: PolyKernel, d: Skew) -> None:
     outer, inner = find(tree, d.outer, str(d)), find(tree, d.inner, str(d))
     if len(inner) <= len(outer) or inner[: len(outer)] != outer:
         raise ScheduleError(f"{d}: loop {d.inner} is not inside loop {d.outer}")
-    _unmarked(get(tree, inner), str(d))  # type: ignore[arg-type]
+    _unmarked(cast(Band, get(tree, inner)), str(d))  # find() found a loop
 
 
 def apply_skew(tree: Node, poly: PolyKernel, d: Skew) -> Node:
@@ -1056,6 +1058,7 @@ Apply = Callable[[Node, PolyKernel, Directive], Node | tuple[Kernel, Node]]
 """An apply returns the new tree, or (for the staging verbs) the new kernel and tree."""
 
 VERBS: dict[str, tuple[type[Directive], Check, Apply]] = {
+    # Each check/apply takes its own directive class: the table pairs them, mypy cannot.
     cls.verb: (cls, check, apply)  # type: ignore[misc]
     for cls, check, apply in (
         (Split, check_split, apply_split),

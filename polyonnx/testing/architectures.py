@@ -28,6 +28,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import onnx
@@ -89,11 +90,11 @@ class _Builder:
         return self.constant(hint, self.rng.uniform(low, high, shape).astype(np.float32))
 
     # ---- nodes
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: object) -> str:
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: Any) -> str:
         """Append a node; returns its output's name (see :meth:`ops` for several)."""
         return self.ops(op_type, *inputs, outputs=outputs, **attrs)[0]
 
-    def ops(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: object) -> list[str]:
+    def ops(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: Any) -> list[str]:
         name = self._fresh(op_type)
         outs = [f"{name}_output_{i}" for i in range(outputs)]
         node = helper.make_node(op_type, list(inputs), outs, name=name, **attrs)

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import json
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import onnx
@@ -56,7 +58,7 @@ def models() -> dict[str, Callable[[], onnx.ModelProto]]:
     b = _builders()
     out: dict[str, Callable[[], onnx.ModelProto]] = {"mnist": b.mnist_model}
     for name in LIGHT:
-        out[name] = lambda name=name: b.light_model(name)
+        out[name] = functools.partial(b.light_model, name)
     return out
 
 
@@ -80,7 +82,7 @@ def _sha(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:20]
 
 
-def digest_model(model: onnx.ModelProto, **options: object) -> dict:
+def digest_model(model: onnx.ModelProto, **options: Any) -> dict:
     """The digest of one model compiled with ``Options(**options)`` (cache off)."""
     import polyonnx
 

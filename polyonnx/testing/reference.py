@@ -82,7 +82,7 @@ def onnx_reference_outputs(model: ModelLike, feeds: Mapping[str, Any]) -> list[n
         model = onnx.load_from_string(model)
     elif not isinstance(model, onnx.ModelProto):
         model = os.fspath(model)
-    return ReferenceEvaluator(model).run(None, dict(feeds))
+    return list(ReferenceEvaluator(model).run(None, dict(feeds)))
 
 
 def _serialized(model: ModelLike) -> bytes | str:

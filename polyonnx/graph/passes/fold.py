@@ -95,7 +95,7 @@ def _fold(
         # at compile time or at run time, so folding costs nothing extra.
         return evaluate_node(n, consts, graph.opset)
     size = sum(
-        int(np.prod(graph.value(o).shape)) * np.dtype(graph.value(o).dtype).itemsize
+        int(np.prod(graph.value(o).dims)) * np.dtype(graph.value(o).dtype).itemsize
         for o in n.outputs
         if o
     )

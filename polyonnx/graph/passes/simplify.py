@@ -41,7 +41,7 @@ def remove_identities(graph: Graph) -> Graph:
         if n.op_type == "Dropout" and len(n.outputs) > 1 and n.outputs[1]:
             # Inference Dropout keeps every element: its mask is all true.
             mask = graph.value(n.outputs[1])
-            consts[mask.name] = np.ones(mask.shape, dtype=mask.dtype)
+            consts[mask.name] = np.ones(mask.dims, dtype=mask.dtype)
         if dst not in graph_outputs:
             alias[dst] = src
         elif src not in not_renamable and src not in produce_as:

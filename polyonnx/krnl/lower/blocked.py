@@ -68,7 +68,9 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
     positions = [win.position(k, o_names[k], k_names[k]) for k in range(rank)]
     dtype = ctx.dtype(x)
 
-    source, prologue, temps = x, (), ()
+    prologue: tuple[ir.Node, ...] = ()
+    temps: tuple[ir.Buffer, ...] = ()
+    source = x
     if any(win.pads_begin) or any(win.pads_end):
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
 

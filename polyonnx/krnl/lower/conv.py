@@ -91,7 +91,9 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
         for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k])
     )
 
-    source, prologue, temps = x, (), ()
+    prologue: tuple[ir.Node, ...] = ()
+    temps: tuple[ir.Buffer, ...] = ()
+    source = x
     if guards:
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
         guards = ()

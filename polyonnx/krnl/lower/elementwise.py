@@ -223,7 +223,9 @@ _MATH = (
 )
 for _op in _MATH:
     _unary(
-        _op.capitalize() if _op != "sigmoid" else "Sigmoid", lambda x, _, op=_op: ir.unary(op, x)
+        _op.capitalize() if _op != "sigmoid" else "Sigmoid",
+        # (mypy infers no type for a lambda with a default argument)
+        lambda x, _, op=_op: ir.unary(op, x),  # type: ignore[misc]
     )
 
 _unary("Relu", _relu, NUMERIC)
@@ -255,8 +257,12 @@ def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     dtype = check_dtype(node, ctx, x, NUMERIC)
     if opset(ctx) < 11:
         check_dtype(node, ctx, x, FLOATS)
-        lo = ir.Const(float(node.attr("min")), dtype) if node.has_attr("min") else None
-        hi = ir.Const(float(node.attr("max")), dtype) if node.has_attr("max") else None
+        lo: ir.Expr | None = (
+            ir.Const(float(node.attr("min")), dtype) if node.has_attr("min") else None
+        )
+        hi: ir.Expr | None = (
+            ir.Const(float(node.attr("max")), dtype) if node.has_attr("max") else None
+        )
     else:
         # Bounds are scalars read from their buffers at run time (they may be graph inputs).
         lo = (

@@ -20,9 +20,15 @@ I32 = "int32"
 
 
 def _param(ctx: LowerContext, name: str, row: Aff, dtype: str) -> ir.Expr | None:
-    """A per-tensor (scalar / 1-element) or per-row/column parameter, as ``dtype``."""
+    """A per-tensor (scalar / 1-element) or per-row/column parameter, as ``dtype``; None for
+    an optional input left out."""
     if not name:
         return None
+    return _required(ctx, name, row, dtype)
+
+
+def _required(ctx: LowerContext, name: str, row: Aff, dtype: str) -> ir.Expr:
+    """The parameter ``name`` (see :func:`_param`) of an input that must be given."""
     shape = ctx.shape(name)
     size = int(np.prod(shape, dtype=np.int64))
     index = (
@@ -50,10 +56,10 @@ def _accumulate(
     iters = [*zip(names, batch, strict=True), ("i", acc_shape[-2]), ("j", acc_shape[-1])]
     out = (*(var(n) for n in names), var("i"), var("j"))
     k = var("k")
-    av = ir.Cast(
+    av: ir.Expr = ir.Cast(
         ir.Load(a, (*broadcast_index(a_shape[:-2], batch, names), var("i"), k), ctx.dtype(a)), I32
     )
-    bv = ir.Cast(
+    bv: ir.Expr = ir.Cast(
         ir.Load(b, (*broadcast_index(b_shape[:-2], batch, names), k, var("j")), ctx.dtype(b)), I32
     )
     azp, bzp = _param(ctx, a_zp, var("i"), I32), _param(ctx, b_zp, var("j"), I32)
@@ -93,11 +99,11 @@ def lower_qlinear_matmul(node: Node, ctx: LowerContext) -> Lowered:
     iters, out, body = _accumulate(node_ab, ctx, acc.name, tuple(ys), a_zp, b_zp)
     f = "float32"
     scale = (
-        _param(ctx, a_scale, var("i"), f)
-        * _param(ctx, b_scale, var("j"), f)
-        / _param(ctx, y_scale, var("j"), f)
+        _required(ctx, a_scale, var("i"), f)
+        * _required(ctx, b_scale, var("j"), f)
+        / _required(ctx, y_scale, var("j"), f)
     )
-    value = ir.unary("round", ir.Cast(ir.Load(acc.name, out, I32), f) * scale)
+    value: ir.Expr = ir.unary("round", ir.Cast(ir.Load(acc.name, out, I32), f) * scale)
     zp = _param(ctx, y_zp, var("j"), f)
     if zp is not None:
         value = value + zp

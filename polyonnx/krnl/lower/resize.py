@@ -327,7 +327,7 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
         final = ir.Select(e, ir.Const(extrapolation, wdtype), final)
     if dtype != wdtype:
         info = np.iinfo(dtype) if dtype != "bool" else None
-        rounded = ir.unary("round", final)
+        rounded: ir.Expr = ir.unary("round", final)
         if info is not None:
             rounded = ir.minimum(ir.maximum(rounded, float(info.min)), float(info.max))
         body.append(ir.Stmt("S", ir.Access(y, out_index), ir.Cast(rounded, dtype)))

@@ -29,6 +29,7 @@ different lengths would need a data-dependent write position and is refused.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -386,8 +387,8 @@ def lower_gru(node: Node, ctx: LowerContext) -> Lowered:
             )
         hh_input = s.preact(d, 2 * hidden, hidden, hidden_term=False, recurrent_bias=False)
         # preact() gives one b, j nest; append the recurrent part and g into it.
-        (b_loop,) = hh_input
-        (j_loop,) = b_loop.body
+        (b_loop,) = cast(tuple[ir.Loop], hh_input)
+        (j_loop,) = cast(tuple[ir.Loop], b_loop.body)
         j_loop = ir.Loop(
             j_loop.iterator,
             j_loop.lower,

@@ -123,10 +123,10 @@ def lower_slice(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     else:
         starts = _const_ints(node, ctx, 1, "starts") or []
         ends = _const_ints(node, ctx, 2, "ends") or []
-        axes = _const_ints(node, ctx, 3, "axes")
-        axes = list(range(len(starts))) if axes is None else axes
-        steps = _const_ints(node, ctx, 4, "steps")
-        steps = [1] * len(starts) if steps is None else steps
+        given_axes = _const_ints(node, ctx, 3, "axes")
+        axes = list(range(len(starts))) if given_axes is None else given_axes
+        given_steps = _const_ints(node, ctx, 4, "steps")
+        steps = [1] * len(starts) if given_steps is None else given_steps
     per_axis = slice_starts(node, xs, starts, ends, axes, steps)
     ys = ctx.shape(y)
     if tuple(c for _, _, c in per_axis) != tuple(ys):

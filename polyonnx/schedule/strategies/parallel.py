@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import islpy as isl
 import numpy as np
@@ -72,7 +73,7 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
         if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
             continue
         may = loops_that_may_carry(
-            s.dependences, below, [b.sched for b in nodes], range(len(names))
+            s.dependences, below, [cast(Band, b).sched for b in nodes], range(len(names))
         )
         safe = [n for m, n in enumerate(names) if m not in may]
         if safe:
