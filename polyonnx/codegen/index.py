@@ -18,6 +18,16 @@ from polyonnx.codegen.llvm_types import I64
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Aff
 
+_ARITHMETIC = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "sdiv",
+    "pdiv_q": "sdiv",
+    "pdiv_r": "srem",
+    "zdiv_r": "srem",
+}
+"""Loop-AST ops computed by :meth:`IndexEmitter.int` (folded and numbered), by its name."""
 _PREDICATES = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}
 
 
@@ -64,22 +74,12 @@ class IndexEmitter:
             return env[e.name]
         a = [self.expr(x, env) for x in e.args]
         op = e.op
-        if op in ("add", "sub", "mul"):
-            return self.int(op, a[0], a[1])
+        if op in _ARITHMETIC:
+            return self.int(_ARITHMETIC[op], a[0], a[1])
         if op == "neg":
             return self.int("sub", ir.Constant(I64, 0), a[0])
-        if op in ("div", "pdiv_q"):
-            return self.int("sdiv", a[0], a[1])
-        if op in ("pdiv_r", "zdiv_r"):
-            return self.int("srem", a[0], a[1])
         if op == "fdiv_q":
-            # floor(a / b) for b > 0: a >= 0 ? a / b : -((b - 1 - a) / b)
-            neg = b.sdiv(b.sub(b.sub(a[1], ir.Constant(I64, 1)), a[0]), a[1])
-            return b.select(
-                b.icmp_signed(">=", a[0], ir.Constant(I64, 0)),
-                b.sdiv(a[0], a[1]),
-                b.sub(ir.Constant(I64, 0), neg),
-            )
+            return self._floor_div(a[0], a[1])
         if op in ("min", "max"):
             out = a[0]
             for x in a[1:]:
@@ -88,13 +88,21 @@ class IndexEmitter:
             return out
         if op in _PREDICATES:
             return b.icmp_signed(_PREDICATES[op], a[0], a[1])
-        if op == "and":
-            return b.and_(a[0], a[1])
-        if op == "or":
-            return b.or_(a[0], a[1])
+        if op in ("and", "or"):
+            return b.and_(a[0], a[1]) if op == "and" else b.or_(a[0], a[1])
         if op == "select":
             return b.select(a[0], a[1], a[2])
         raise CodegenError(f"unknown loop-AST op {op!r}")
+
+    def _floor_div(self, a: ir.Value, d: ir.Value) -> ir.Value:
+        """floor(a / d) for d > 0: a >= 0 ? a / d : -((d - 1 - a) / d)."""
+        b = self.builder
+        neg = b.sdiv(b.sub(b.sub(d, ir.Constant(I64, 1)), a), d)
+        return b.select(
+            b.icmp_signed(">=", a, ir.Constant(I64, 0)),
+            b.sdiv(a, d),
+            b.sub(ir.Constant(I64, 0), neg),
+        )
 
     def aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
         """A krnl affine index at a statement instance (iterator values ``point``)."""

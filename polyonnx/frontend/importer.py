@@ -59,46 +59,14 @@ def import_model(
         (2, 8, 8, 8)
     """
     proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
+    init_names = {t.name for t in proto.graph.initializer}
+    if _specialise_inputs(proto.graph, init_names, dict(input_shapes or {})):
+        proto = _infer_again(proto)
     gp = proto.graph
-    init_names = {t.name for t in gp.initializer}
-    if _specialise_inputs(gp, init_names, dict(input_shapes or {})):
-        # Inference must run again: symbolic dims elsewhere in the graph follow from the inputs.
-        del gp.value_info[:]
-        for o in gp.output:
-            if o.type.HasField("tensor_type"):
-                o.type.tensor_type.ClearField("shape")
-        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-        gp = proto.graph
-
-    constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
-    raw_nodes: list[Node] = []
-    names: set[str] = set()
-    for i, n in enumerate(gp.node):
-        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
-        names.add(name)
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            constants[n.output[0]] = _constant_value(name, attrs)
-            continue
-        domain = "" if n.domain == "ai.onnx" else n.domain
-        raw_nodes.append(Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain))
-
+    raw_nodes, constants = _nodes_and_constants(gp)
     inputs = [vi for vi in gp.input if vi.name not in init_names]
     nodes = _toposort(raw_nodes, {vi.name for vi in inputs} | set(constants))
-
-    values: dict[str, Value] = {}
-    for vi in (*gp.input, *gp.value_info, *gp.output):
-        v = _value(vi)
-        if v is not None and v.is_static:
-            values[v.name] = v
-    for name, arr in constants.items():
-        values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
-    # Ops with data-dependent output extents are typed by polyonnx's own rule (or from their
-    # value when it is known at compile time), whatever extent the model declares.
-    for n in nodes:
-        if n.op_type in DYNAMIC_OPS and not n.domain:
-            for o in n.outputs:
-                values.pop(o, None)
+    values = _declared_values(gp, constants, nodes)
     if any(o and o not in values for n in nodes for o in n.outputs):
         _type_the_rest(nodes, values, constants, default_opset(proto))
     for vi in gp.output:
@@ -115,6 +83,55 @@ def import_model(
             opset=default_opset(proto),
         )
     )
+
+
+def _infer_again(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference from the (specialised) inputs again: symbolic dims elsewhere in the
+    graph follow from them."""
+    gp = proto.graph
+    del gp.value_info[:]
+    for o in gp.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    return shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+
+
+def _nodes_and_constants(gp: onnx.GraphProto) -> tuple[list[Node], dict[str, np.ndarray]]:
+    """The graph's nodes (named uniquely, in file order) and its constants: initializers and
+    the values of ``Constant`` nodes, which are not kept as nodes."""
+    constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
+    nodes: list[Node] = []
+    names: set[str] = set()
+    for i, n in enumerate(gp.node):
+        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
+        names.add(name)
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            constants[n.output[0]] = _constant_value(name, attrs)
+            continue
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        nodes.append(Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain))
+    return nodes, constants
+
+
+def _declared_values(
+    gp: onnx.GraphProto, constants: Mapping[str, np.ndarray], nodes: list[Node]
+) -> dict[str, Value]:
+    """The values the model types statically (inputs, value infos, outputs) and the
+    constants; the outputs of data-dependent ops are left to polyonnx's own rule (or to their
+    value when it is known at compile time), whatever extent the model declares."""
+    values: dict[str, Value] = {}
+    for vi in (*gp.input, *gp.value_info, *gp.output):
+        v = _value(vi)
+        if v is not None and v.is_static:
+            values[v.name] = v
+    for name, arr in constants.items():
+        values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+    for n in nodes:
+        if n.op_type in DYNAMIC_OPS and not n.domain:
+            for o in n.outputs:
+                values.pop(o, None)
+    return values
 
 
 #: Tensors up to this many elements are evaluated while typing the values ONNX inference left
@@ -258,43 +275,53 @@ def _specialise_inputs(
             raise UnsupportedOpError("graph input", detail=f"input {name!r} is not a tensor")
         dims = _dims(vi)
         if name not in shapes:
-            if dims is None or any(not isinstance(d, int) for d in dims):
-                which = (
-                    "its rank"
-                    if dims is None
-                    else ", ".join(
-                        f"dim {i} ({d or '?'})"
-                        for i, d in enumerate(dims)
-                        if not isinstance(d, int)
-                    )
-                )
-                raise ShapeError(
-                    f"input {name!r} has an unknown shape ({which}); pass "
-                    f"input_shapes={{{name!r}: (...)}} to give it concrete sizes"
-                )
+            _check_static(name, dims)
             continue
         given = tuple(shapes[name])
-        if any(not isinstance(d, (int, np.integer)) or d < 0 for d in given):
-            raise ShapeError(f"input_shapes[{name!r}] = {given} must be non-negative ints")
-        if dims is not None:
-            if len(dims) != len(given):
-                raise ShapeError(
-                    f"input_shapes[{name!r}] = {given} has rank {len(given)}, but "
-                    f"the model declares rank {len(dims)}"
-                )
-            for i, (d, g) in enumerate(zip(dims, given, strict=True)):
-                if isinstance(d, int) and d != g:
-                    raise ShapeError(
-                        f"input_shapes[{name!r}] = {given}: dim {i} is fixed to {d} by the model"
-                    )
-            if all(d == g for d, g in zip(dims, given, strict=True)):
-                continue
+        _check_given(name, dims, given)
+        if dims is not None and all(d == g for d, g in zip(dims, given, strict=True)):
+            continue
         shape = vi.type.tensor_type.shape
         shape.ClearField("dim")
         for g in given:
             shape.dim.add().dim_value = int(g)
         changed = True
     return changed
+
+
+def _check_static(name: str, dims: tuple[Dim, ...] | None) -> None:
+    """Refuse an input left out of ``input_shapes`` whose shape the model does not fix."""
+    if dims is not None and all(isinstance(d, int) for d in dims):
+        return
+    which = (
+        "its rank"
+        if dims is None
+        else ", ".join(
+            f"dim {i} ({d or '?'})" for i, d in enumerate(dims) if not isinstance(d, int)
+        )
+    )
+    raise ShapeError(
+        f"input {name!r} has an unknown shape ({which}); pass "
+        f"input_shapes={{{name!r}: (...)}} to give it concrete sizes"
+    )
+
+
+def _check_given(name: str, dims: tuple[Dim, ...] | None, given: tuple) -> None:
+    """Refuse a shape in ``input_shapes`` that is not one of the model's input's."""
+    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in given):
+        raise ShapeError(f"input_shapes[{name!r}] = {given} must be non-negative ints")
+    if dims is None:
+        return
+    if len(dims) != len(given):
+        raise ShapeError(
+            f"input_shapes[{name!r}] = {given} has rank {len(given)}, but "
+            f"the model declares rank {len(dims)}"
+        )
+    for i, (d, g) in enumerate(zip(dims, given, strict=True)):
+        if isinstance(d, int) and d != g:
+            raise ShapeError(
+                f"input_shapes[{name!r}] = {given}: dim {i} is fixed to {d} by the model"
+            )
 
 
 def _value(vi: onnx.ValueInfoProto) -> Value | None:
@@ -358,22 +385,7 @@ def _constant_value(node: str, attrs: Mapping[str, Any]) -> np.ndarray:
 
 def _toposort(nodes: list[Node], defined: set[str]) -> list[Node]:
     """Nodes in a topological order (stable), checking undefined inputs and duplicate outputs."""
-    producer: dict[str, Node] = {}
-    for n in nodes:
-        for o in n.outputs:
-            if not o:
-                continue
-            if o in producer or o in defined:
-                first = producer[o].name if o in producer else "a graph input or initializer"
-                raise ModelError(f"value {o!r} is defined twice: by node {n.name!r} and by {first}")
-            producer[o] = n
-    for n in nodes:
-        for i in n.inputs:
-            if i and i not in producer and i not in defined:
-                raise ModelError(
-                    f"node {n.name!r} ({n.op_type}) reads {i!r}, which no node, "
-                    "graph input or initializer defines"
-                )
+    _check_definitions(nodes, defined)
     # Kahn's algorithm with a min-heap on the original index: a model already in topological
     # order (the checker demands it) keeps its order exactly.
     users: dict[str, list[int]] = {}
@@ -398,3 +410,23 @@ def _toposort(nodes: list[Node], defined: set[str]) -> list[Node]:
         names = ", ".join(repr(n.name) for n in nodes if id(n) not in placed)
         raise ModelError(f"the graph has a cycle through nodes {names[:300]}")
     return order
+
+
+def _check_definitions(nodes: list[Node], defined: set[str]) -> None:
+    """Refuse a value defined twice, and a node input that nothing defines."""
+    producer: dict[str, Node] = {}
+    for n in nodes:
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in producer or o in defined:
+                first = producer[o].name if o in producer else "a graph input or initializer"
+                raise ModelError(f"value {o!r} is defined twice: by node {n.name!r} and by {first}")
+            producer[o] = n
+    for n in nodes:
+        for i in n.inputs:
+            if i and i not in producer and i not in defined:
+                raise ModelError(
+                    f"node {n.name!r} ({n.op_type}) reads {i!r}, which no node, "
+                    "graph input or initializer defines"
+                )

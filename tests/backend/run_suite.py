@@ -14,6 +14,7 @@ pass / fail / unsupported per op family; the full result goes to ``last_run.json
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -21,6 +22,7 @@ import sys
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 
 from tests.backend import suite
@@ -68,12 +70,10 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
     pending = list(reversed(names))
     slots = [_Slot(ctx) for _ in range(min(jobs, len(names)) or 1)]
     results: dict[str, dict] = {}
-    done = 0
 
     def record(name: str, status: str, detail: str, seconds: float) -> None:
-        nonlocal done
-        done += 1
         results[name] = {"status": status, "detail": detail, "seconds": round(seconds, 3)}
+        done = len(results)
         if verbose or status == "fail":
             first = detail.splitlines()[0][:160] if detail else ""
             print(f"[{done}/{len(names)}] {status:11s} {name} ({seconds:.2f}s) {first}", flush=True)
@@ -81,15 +81,7 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
             print(f"[{done}/{len(names)}]", flush=True)
 
     while pending or any(s.task for s in slots):
-        for i, s in enumerate(slots):
-            if s.task is None and pending:
-                s.task, s.started = pending.pop(), time.perf_counter()
-                try:
-                    s.conn.send(s.task)
-                except (BrokenPipeError, OSError):
-                    s.kill()
-                    pending.append(s.task)
-                    slots[i] = _Slot(ctx)
+        _dispatch(slots, pending, ctx)
         busy = [s for s in slots if s.task]
         if not busy:
             continue
@@ -97,43 +89,58 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
         left = min(s.started + timeout - now for s in busy)
         ready = wait([s.conn for s in busy], timeout=max(left, 0.01))
         for i, s in enumerate(slots):
-            if s.task is None:
-                continue
-            if s.conn in ready:
-                try:
-                    name, status, detail, seconds = s.conn.recv()
-                    record(name, status, detail, seconds)
-                    s.task = None
-                    continue
-                except (EOFError, OSError):
-                    code = s.proc.exitcode if not s.proc.is_alive() else None
-                    s.proc.join(1)
-                    record(
-                        s.task,
-                        "fail",
-                        f"worker crashed (exit code {s.proc.exitcode or code})",
-                        time.perf_counter() - s.started,
-                    )
-            elif time.perf_counter() - s.started > timeout:
-                record(
-                    s.task,
-                    "fail",
-                    f"timeout after {timeout:.0f} s",
-                    time.perf_counter() - s.started,
-                )
-            else:
-                continue
-            s.kill()
-            slots[i] = _Slot(ctx)
+            if s.task is not None and _finished(s, ready, timeout, record):
+                s.kill()
+                slots[i] = _Slot(ctx)
     for s in slots:
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             s.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
         s.proc.join(5)
         if s.proc.is_alive():
             s.kill()
     return results
+
+
+def _dispatch(slots: list[_Slot], pending: list[str], ctx: mp.context.BaseContext) -> None:
+    """The next pending case to every idle slot (a slot whose worker is gone gets a new one,
+    and the case goes back to the queue)."""
+    for i, s in enumerate(slots):
+        if s.task is None and pending:
+            s.task, s.started = pending.pop(), time.perf_counter()
+            try:
+                s.conn.send(s.task)
+            except (BrokenPipeError, OSError):
+                s.kill()
+                pending.append(s.task)
+                slots[i] = _Slot(ctx)
+
+
+def _finished(
+    s: _Slot, ready: list, timeout: float, record: Callable[[str, str, str, float], None]
+) -> bool:
+    """Record the busy slot's result if it came, or its crash or timeout; whether its worker
+    must be replaced."""
+    assert s.task is not None
+    if s.conn in ready:
+        try:
+            name, status, detail, seconds = s.conn.recv()
+        except (EOFError, OSError):
+            code = s.proc.exitcode if not s.proc.is_alive() else None
+            s.proc.join(1)
+            record(
+                s.task,
+                "fail",
+                f"worker crashed (exit code {s.proc.exitcode or code})",
+                time.perf_counter() - s.started,
+            )
+            return True
+        record(name, status, detail, seconds)
+        s.task = None
+        return False
+    if time.perf_counter() - s.started > timeout:
+        record(s.task, "fail", f"timeout after {timeout:.0f} s", time.perf_counter() - s.started)
+        return True
+    return False
 
 
 def summarise(results: dict[str, dict]) -> str:

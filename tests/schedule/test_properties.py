@@ -2,6 +2,7 @@
 what the unscheduled kernel computes."""
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
@@ -54,51 +55,55 @@ def _inner_loops(s: Schedule, block: str) -> list[str]:
     return []
 
 
-@st.composite
-def verb(draw, s: Schedule):
-    loops = list(s.loops)
-    kind = draw(
-        st.sampled_from(
-            [
-                "split",
-                "tile",
-                "interchange",
-                "fuse",
-                "distribute",
-                "compute_at",
-                "reverse_compute_at",
-                "vectorize",
-                "parallel",
-                "unroll",
-                "skew",
-                "reverse",
-                "isolate",
-                "cache_read",
-                "cache_write",
-                "pack",
-            ]
-        )
-    )
-    loop = draw(st.sampled_from(loops))
+Step = Callable[[Schedule], Schedule]
+
+
+def _pair_step(kind: str, draw, s: Schedule, loop: str) -> Step | None:
+    """Verbs on two adjacent loops of one nest (tile, interchange, skew)."""
+    if not _adjacent_bands(s):
+        return None
+    a, b = draw(st.sampled_from(_adjacent_bands(s)))
     small = st.integers(1, 4)
-    if kind == "split":
-        return lambda x: x.split(loop, draw(small))
-    if kind == "tile" and _adjacent_bands(s):
-        a, b = draw(st.sampled_from(_adjacent_bands(s)))
+    if kind == "tile":
         return lambda x: x.tile((a, b), (draw(small), draw(small)))
-    if kind == "interchange" and _adjacent_bands(s):
-        a, b = draw(st.sampled_from(_adjacent_bands(s)))
+    if kind == "interchange":
         return lambda x: x.interchange(a, b)
-    if kind in ("fuse", "compute_at", "reverse_compute_at") and _siblings(s):
-        a, b = draw(st.sampled_from(_siblings(s)))
-        if kind == "fuse":
-            return lambda x: x.fuse(a, b, draw(st.integers(1, 2)))
-        if kind == "compute_at" and _inner_loops(s, b):
-            at = draw(st.sampled_from(_inner_loops(s, b)))
-            return lambda x: x.compute_at(a, at)
-        if kind == "reverse_compute_at" and _inner_loops(s, a):
-            at = draw(st.sampled_from(_inner_loops(s, a)))
-            return lambda x: x.reverse_compute_at(b, at)
+    return lambda x: x.skew(a, b, draw(st.sampled_from([-1, 1, 2])))
+
+
+def _sibling_step(kind: str, draw, s: Schedule, loop: str) -> Step | None:
+    """Verbs on two sibling nests (fuse, compute_at, reverse_compute_at)."""
+    if not _siblings(s):
+        return None
+    a, b = draw(st.sampled_from(_siblings(s)))
+    if kind == "fuse":
+        return lambda x: x.fuse(a, b, draw(st.integers(1, 2)))
+    if kind == "compute_at" and _inner_loops(s, b):
+        at = draw(st.sampled_from(_inner_loops(s, b)))
+        return lambda x: x.compute_at(a, at)
+    if kind == "reverse_compute_at" and _inner_loops(s, a):
+        at = draw(st.sampled_from(_inner_loops(s, a)))
+        return lambda x: x.reverse_compute_at(b, at)
+    return None
+
+
+def _staging_step(kind: str, draw, s: Schedule, loop: str) -> Step:
+    """cache_read, cache_write, pack of a buffer at ``loop``."""
+    buffer = draw(st.sampled_from([b.name for b in s.original.buffers]))
+    if kind == "cache_read":
+        return lambda x: x.cache_read(buffer, loop)
+    if kind == "cache_write":
+        return lambda x: x.cache_write(buffer, loop)
+    factors = tuple(draw(st.sampled_from([0, 2])) for _ in s.original.buffer(buffer).shape)
+    dims = len(factors) + sum(f > 1 for f in factors)
+    order = tuple(draw(st.permutations(range(dims))))
+    return lambda x: x.pack(buffer, loop, order, factors)
+
+
+def _loop_step(kind: str, draw, s: Schedule, loop: str) -> Step:
+    """Verbs on one loop."""
+    if kind == "split":
+        return lambda x: x.split(loop, draw(st.integers(1, 4)))
     if kind == "distribute":
         return lambda x: x.distribute(loop)
     if kind == "vectorize":
@@ -107,22 +112,39 @@ def verb(draw, s: Schedule):
         return lambda x: x.parallel(loop)
     if kind == "unroll":
         return lambda x: x.unroll(loop, draw(st.sampled_from([0, 2, 3])))
-    if kind == "skew" and _adjacent_bands(s):
-        a, b = draw(st.sampled_from(_adjacent_bands(s)))
-        return lambda x: x.skew(a, b, draw(st.sampled_from([-1, 1, 2])))
     if kind == "reverse":
         return lambda x: x.reverse(loop)
-    if kind in ("cache_read", "cache_write", "pack"):
-        buffer = draw(st.sampled_from([b.name for b in s.original.buffers]))
-        if kind == "cache_read":
-            return lambda x: x.cache_read(buffer, loop)
-        if kind == "cache_write":
-            return lambda x: x.cache_write(buffer, loop)
-        factors = tuple(draw(st.sampled_from([0, 2])) for _ in s.original.buffer(buffer).shape)
-        dims = len(factors) + sum(f > 1 for f in factors)
-        order = tuple(draw(st.permutations(range(dims))))
-        return lambda x: x.pack(buffer, loop, order, factors)
     return lambda x: x.isolate(loop)
+
+
+_STEPS = {
+    "split": _loop_step,
+    "tile": _pair_step,
+    "interchange": _pair_step,
+    "fuse": _sibling_step,
+    "distribute": _loop_step,
+    "compute_at": _sibling_step,
+    "reverse_compute_at": _sibling_step,
+    "vectorize": _loop_step,
+    "parallel": _loop_step,
+    "unroll": _loop_step,
+    "skew": _pair_step,
+    "reverse": _loop_step,
+    "isolate": _loop_step,
+    "cache_read": _staging_step,
+    "cache_write": _staging_step,
+    "pack": _staging_step,
+}
+"""How each verb draws its arguments; a verb that does not apply to the schedule (None) is
+replaced by ``isolate`` of the drawn loop."""
+
+
+@st.composite
+def verb(draw, s: Schedule) -> Step:
+    kind = draw(st.sampled_from(list(_STEPS)))
+    loop = draw(st.sampled_from(list(s.loops)))
+    step = _STEPS[kind](kind, draw, s, loop)
+    return step if step is not None else (lambda x: x.isolate(loop))
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

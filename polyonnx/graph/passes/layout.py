@@ -44,99 +44,113 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
     """
     if block < 2 or not any(_eligible(graph, n, block) for n in graph.nodes):
         return graph
-    values = dict(graph.values)
-    constants = dict(graph.constants)
-    nodes: list[Node] = []
-    blocked: dict[str, str] = {}  # NCHW value -> its blocked twin
-    plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)  # NCHW available
-
-    def twin_of(name: str) -> str:
-        """The blocked twin of NCHW value ``name`` (declared, not yet produced)."""
-        twin = f"{name}__blk"
-        values[twin] = _blocked_value(values[name], twin, block)
-        blocked[name] = twin
-        return twin
-
-    def to_blocked(name: str) -> str:
-        if name not in blocked:
-            nodes.append(
-                Node(
-                    f"{name}__to_blocked",
-                    "ToBlocked",
-                    (name,),
-                    (twin_of(name),),
-                    {"block": block},
-                    DOMAIN,
-                )
-            )
-        return blocked[name]
-
-    def to_plain(name: str) -> str:
-        if name not in plain:
-            nodes.append(
-                Node(
-                    f"{name}__from_blocked",
-                    "FromBlocked",
-                    (blocked[name],),
-                    (name,),
-                    {"block": block},
-                    DOMAIN,
-                )
-            )
-            plain.add(name)
-        return name
-
+    out = _Rewrite(graph, block)
     for node in graph.nodes:
         if _eligible(graph, node, block):
-            x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
-            # Too few input channels to block (an RGB image): read them as they are.
-            plain_input = int(graph.value(x).shape[1]) % block != 0
-            packed = f"{w}__blocked{block}"
-            if packed not in constants:
-                constants[packed] = _pack_weights(graph.constants[w], block, plain_input)
-                values[packed] = Value(packed, "float32", constants[packed].shape)
-            attrs = {k: v for k, v in node.attrs if k != "group"}
-            source = (
-                to_plain(x)
-                if plain_input and x in blocked
-                else (x if plain_input else to_blocked(x))
-            )
-            nodes.append(
-                Node(
-                    node.name,
-                    "ConvBlocked",
-                    (source, packed, node.input(2)),
-                    (twin_of(y),),
-                    {**attrs, "block": block, "plain_input": int(plain_input)},
-                    DOMAIN,
-                )
-            )
-        elif _pool_follows_blocked(node, blocked):
-            nodes.append(
+            out.conv(node)
+        elif _pool_follows_blocked(node, out.blocked):
+            out.nodes.append(
                 Node(
                     node.name,
                     "MaxPoolBlocked",
-                    (blocked[node.inputs[0]],),
-                    (twin_of(node.outputs[0]),),
+                    (out.blocked[node.inputs[0]],),
+                    (out.twin_of(node.outputs[0]),),
                     node.attrs,
                     DOMAIN,
                 )
             )
-        elif _follows_blocked(graph, node, blocked):
-            ins = tuple(blocked.get(i, i) for i in node.inputs)
-            nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin_of(node.outputs[0]),)))
+        elif _follows_blocked(graph, node, out.blocked):
+            ins = tuple(out.blocked.get(i, i) for i in node.inputs)
+            twin = out.twin_of(node.outputs[0])
+            out.nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin,)))
         else:
-            ins = tuple(to_plain(i) if i in blocked else i for i in node.inputs)
-            nodes.append(dataclasses.replace(node, inputs=ins))
-            plain.update(o for o in node.outputs if o)
+            ins = tuple(out.to_plain(i) if i in out.blocked else i for i in node.inputs)
+            out.nodes.append(dataclasses.replace(node, inputs=ins))
+            out.plain.update(o for o in node.outputs if o)
     for v in graph.outputs:
-        if v.name in blocked:
-            to_plain(v.name)
-    used = {i for n in nodes for i in n.inputs} | {o for n in nodes for o in n.outputs}
-    values = {k: v for k, v in values.items() if k in used or k in plain}
+        if v.name in out.blocked:
+            out.to_plain(v.name)
+    used = {i for n in out.nodes for i in n.inputs} | {o for n in out.nodes for o in n.outputs}
+    values = {k: v for k, v in out.values.items() if k in used or k in out.plain}
     return eliminate_dead_code(
-        dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=constants)
+        dataclasses.replace(graph, nodes=tuple(out.nodes), values=values, constants=out.constants)
     )
+
+
+class _Rewrite:
+    """The graph being rewritten, node by node: its nodes so far, and which values exist in
+    which layout."""
+
+    def __init__(self, graph: Graph, block: int) -> None:
+        self.graph, self.block = graph, block
+        self.values = dict(graph.values)
+        self.constants = dict(graph.constants)
+        self.nodes: list[Node] = []
+        self.blocked: dict[str, str] = {}  # NCHW value -> its blocked twin
+        self.plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)
+
+    def twin_of(self, name: str) -> str:
+        """The blocked twin of NCHW value ``name`` (declared, not yet produced)."""
+        twin = f"{name}__blk"
+        self.values[twin] = _blocked_value(self.values[name], twin, self.block)
+        self.blocked[name] = twin
+        return twin
+
+    def to_blocked(self, name: str) -> str:
+        """``name``'s blocked twin, converted here the first time it is needed."""
+        if name not in self.blocked:
+            self.nodes.append(
+                Node(
+                    f"{name}__to_blocked",
+                    "ToBlocked",
+                    (name,),
+                    (self.twin_of(name),),
+                    {"block": self.block},
+                    DOMAIN,
+                )
+            )
+        return self.blocked[name]
+
+    def to_plain(self, name: str) -> str:
+        """``name`` in NCHW, converted back here the first time it is needed."""
+        if name not in self.plain:
+            self.nodes.append(
+                Node(
+                    f"{name}__from_blocked",
+                    "FromBlocked",
+                    (self.blocked[name],),
+                    (name,),
+                    {"block": self.block},
+                    DOMAIN,
+                )
+            )
+            self.plain.add(name)
+        return name
+
+    def conv(self, node: Node) -> None:
+        """An eligible Conv as a ConvBlocked on its repacked weights."""
+        x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        # Too few input channels to block (an RGB image): read them as they are.
+        plain_input = int(self.graph.value(x).shape[1]) % self.block != 0
+        packed = f"{w}__blocked{self.block}"
+        if packed not in self.constants:
+            self.constants[packed] = _pack_weights(self.graph.constants[w], self.block, plain_input)
+            self.values[packed] = Value(packed, "float32", self.constants[packed].shape)
+        attrs = {k: v for k, v in node.attrs if k != "group"}
+        if not plain_input:
+            source = self.to_blocked(x)
+        else:
+            source = self.to_plain(x) if x in self.blocked else x
+        self.nodes.append(
+            Node(
+                node.name,
+                "ConvBlocked",
+                (source, packed, node.input(2)),
+                (self.twin_of(y),),
+                {**attrs, "block": self.block, "plain_input": int(plain_input)},
+                DOMAIN,
+            )
+        )
 
 
 def _eligible(graph: Graph, node: Node, block: int) -> bool:

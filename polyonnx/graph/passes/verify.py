@@ -19,6 +19,26 @@ def verify(graph: Graph) -> None:
     before its first use; every graph output defined; every value typed with a static shape;
     constants agree with their types.
     """
+    defined = _defined_in_order(graph)
+    for v in graph.outputs:
+        if v.name not in defined:
+            raise ModelError(f"graph output {v.name!r} is not defined")
+    for name in defined - {""}:
+        v = graph.value(name)
+        if not v.is_static:
+            raise ShapeError(f"value {name!r} has a non-static shape {v.shape}")
+    for name, arr in graph.constants.items():
+        v = graph.value(name)
+        if (arr.dtype.name, tuple(arr.shape)) != (v.dtype, v.shape):
+            raise ShapeError(
+                f"constant {name!r} is {arr.dtype.name}{list(arr.shape)} but its "
+                f"value is typed {v.dtype}{list(v.shape)}"
+            )
+
+
+def _defined_in_order(graph: Graph) -> set[str]:
+    """Every value the graph defines (inputs, constants, node outputs), each checked to be
+    defined once and, for a node's inputs, before the node."""
     defined: set[str] = set()
     for v in graph.inputs:
         if v.name in defined:
@@ -40,17 +60,4 @@ def verify(graph: Graph) -> None:
             if o and o in defined:
                 raise ModelError(f"node {n.name!r} redefines {o!r}")
             defined.add(o)
-    for v in graph.outputs:
-        if v.name not in defined:
-            raise ModelError(f"graph output {v.name!r} is not defined")
-    for name in defined - {""}:
-        v = graph.value(name)
-        if not v.is_static:
-            raise ShapeError(f"value {name!r} has a non-static shape {v.shape}")
-    for name, arr in graph.constants.items():
-        v = graph.value(name)
-        if (arr.dtype.name, tuple(arr.shape)) != (v.dtype, v.shape):
-            raise ShapeError(
-                f"constant {name!r} is {arr.dtype.name}{list(arr.shape)} but its "
-                f"value is typed {v.dtype}{list(v.shape)}"
-            )
+    return defined

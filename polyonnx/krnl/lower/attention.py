@@ -18,6 +18,8 @@ causal frontier is offset by the past length or ``nonpad_kv_seqlen - q_len``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
@@ -33,20 +35,34 @@ def _cast(e: ir.Expr, dtype: str) -> ir.Expr:
     return e if e.dtype == dtype else ir.Cast(e, dtype)
 
 
-@register("Attention", since=23)
-def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
-    """Attention with GQA/MQA, 3-D or 4-D inputs, masks, causal/window, caches, softcap."""
-    q, k, v = node.input(0), node.input(1), node.input(2)
-    mask, past_k, past_v, nonpad = node.input(3), node.input(4), node.input(5), node.input(6)
-    y = node.outputs[0]
-    present_k_out = node.outputs[1] if len(node.outputs) > 1 else ""
-    present_v_out = node.outputs[2] if len(node.outputs) > 2 else ""
-    qk_out = node.outputs[3] if len(node.outputs) > 3 else ""
-    dtype = ctx.dtype(q)
-    if dtype not in ir.FLOAT_DTYPES:
-        raise unsupported(node, ctx, f"dtype {dtype}")
-    precision = int(node.attr("softmax_precision", 0) or 0)
-    cdt = "float64" if dtype == "float64" or precision == 11 else "float32"
+@dataclass(frozen=True, slots=True)
+class _Shapes:
+    """The sizes of one Attention: ``hq`` query heads in groups of ``reps`` per kv head,
+    ``sq`` queries, ``skv`` new keys after ``past`` cached ones (``total``), head widths
+    ``dq`` (queries and keys) and ``dv`` (values); ``three_d`` inputs keep the heads in their
+    last axis."""
+
+    three_d: bool
+    batch: int
+    hq: int
+    hkv: int
+    sq: int
+    skv: int
+    dq: int
+    dv: int
+    past: int
+
+    @property
+    def reps(self) -> int:
+        return self.hq // self.hkv
+
+    @property
+    def total(self) -> int:
+        return self.past + self.skv
+
+
+def _shapes(node: Node, ctx: LowerContext) -> _Shapes:
+    q, k, v, past_k = node.input(0), node.input(1), node.input(2), node.input(4)
     qs, ks, vs = ctx.shape(q), ctx.shape(k), ctx.shape(v)
     three_d = len(qs) == 3
     if three_d:
@@ -64,20 +80,26 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         raise ShapeError(
             f"node {node.name!r} (Attention): {hq} query heads are not a multiple of {hkv} kv heads"
         )
-    reps = hq // hkv
     past = ctx.shape(past_k)[2] if past_k else 0
-    total = past + skv
+    return _Shapes(three_d, batch, hq, hkv, sq, skv, dq, dv, past)
+
+
+@register("Attention", since=23)
+def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
+    """Attention with GQA/MQA, 3-D or 4-D inputs, masks, causal/window, caches, softcap."""
+    q, y = node.input(0), node.outputs[0]
+    qk_out = node.outputs[3] if len(node.outputs) > 3 else ""
+    dtype = ctx.dtype(q)
+    if dtype not in ir.FLOAT_DTYPES:
+        raise unsupported(node, ctx, f"dtype {dtype}")
+    precision = int(node.attr("softmax_precision", 0) or 0)
+    cdt = "float64" if dtype == "float64" or precision == 11 else "float32"
+    sh = _shapes(node, ctx)
     scale_attr = node.attr("scale")
-    scale = float(scale_attr) if scale_attr is not None else 1 / math.sqrt(dq)
+    scale = float(scale_attr) if scale_attr is not None else 1 / math.sqrt(sh.dq)
     root = math.sqrt(scale)
     softcap = float(node.attr("softcap", 0.0) or 0.0)
-    causal = bool(node.attr("is_causal", 0))
-    left = int(node.attr("left_window_size", -1))
-    right = int(node.attr("right_window_size", -1))
     mode = int(node.attr("qk_matmul_output_mode", 0))
-
-    b_, hk_, r_, i_, j_, d_ = (var(n) for n in ("b", "hk", "r", "i", "j", "d"))
-    h_ = hk_ * reps + r_
     temps: list[ir.Buffer] = []
 
     def temp(what: str, shape: tuple[int, ...], dt: str = cdt) -> str:
@@ -85,100 +107,24 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         temps.append(buf)
         return buf.name
 
-    # ---- present caches: past followed by the new tokens.
-    nests: list[ir.Node] = []
-    caches = []
-    for new, old, out, width, what in (
-        (k, past_k, present_k_out, dq, "key"),
-        (v, past_v, present_v_out, dv, "value"),
-    ):
-        name = out or temp(what, (batch, hkv, total, width), dtype)
-        caches.append(name)
-        iters = [("b", batch), ("hk", hkv)]
-        if old:
-            nests += nest(
-                iters + [("j", past), ("d", width)],
-                (
-                    ir.Stmt(
-                        "S",
-                        ir.Access(name, (b_, hk_, j_, d_)),
-                        ir.Load(old, (b_, hk_, j_, d_), dtype),
-                    ),
-                ),
-            )
-        src = (b_, j_, hk_ * width + d_) if three_d else (b_, hk_, j_, d_)
-        nests += nest(
-            iters + [("j", skv), ("d", width)],
-            (ir.Stmt("S", ir.Access(name, (b_, hk_, j_ + past, d_)), ir.Load(new, src, dtype)),),
-        )
-    key, value = caches
+    nests, key, value = _present_caches(node, ctx, sh, temp)
+    bias = _bias(node, ctx, sh, cdt)
 
-    # ---- the bias row.
-    neg_inf = ir.Const(float("-inf"), cdt)
-    zero = ir.Const(0.0, cdt)
-    jj, ii = ir.Iter("j"), ir.Iter("i")
-    allowed: ir.Expr | None = None
-
-    def conj(cond: ir.Expr) -> None:
-        nonlocal allowed
-        allowed = cond if allowed is None else ir.Binary("and", allowed, cond)
-
-    bias: ir.Expr = zero
-    if mask:
-        ms = ctx.shape(mask)
-        full = (batch, hq, sq, total)
-        idx: list[Aff] = []
-        names = (b_, h_, i_, j_)
-        for pos, size in enumerate(ms):
-            axis = 4 - len(ms) + pos
-            idx.append(Aff.lift(0) if size == 1 and full[axis] != 1 and axis != 3 else names[axis])
-        length = ms[-1]
-        if length < total:
-            conj(ir.Binary("lt", jj, ir.Const(length, I64)))
-            idx[-1] = Aff.lift(0) if length == 0 else idx[-1]
-        if ctx.dtype(mask) == "bool":
-            m_load = ir.Load(mask, tuple(idx), "bool")
-            # Clamp the read so positions past a short mask stay in range.
-            if length < total:
-                m_load = ir.Load(
-                    mask, (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64))), "bool"
-                )
-            conj(m_load)
-        else:
-            m_index: tuple[ir.Index, ...] = tuple(idx)
-            if length < total:
-                m_index = (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64)))
-            bias = _cast(ir.Load(mask, m_index, ctx.dtype(mask)), cdt)
-    offset: ir.Expr
-    if past_k:
-        offset = ir.Const(past, I64)
-    elif nonpad:
-        offset = as_int64(ir.Load(nonpad, (b_,), ctx.dtype(nonpad))) - ir.Const(sq, I64)
-    else:
-        offset = ir.Const(0, I64)
-    position = ii + offset
-    if causal:
-        conj(ir.Binary("le", jj, position))
-    if left >= 0:
-        conj(ir.Binary("le", position - jj, ir.Const(left, I64)))
-    if right >= 0:
-        conj(ir.Binary("le", jj - position, ir.Const(right, I64)))
-    if nonpad:
-        conj(ir.Binary("lt", jj, as_int64(ir.Load(nonpad, (b_,), ctx.dtype(nonpad)))))
-    if allowed is not None:
-        bias = ir.Select(allowed, bias, neg_inf)
-
+    b_, hk_, i_, j_, d_ = (var(n) for n in ("b", "hk", "i", "j", "d"))
+    h_ = hk_ * sh.reps + var("r")
+    total = sh.total
+    neg_inf, zero = ir.Const(float("-inf"), cdt), ir.Const(0.0, cdt)
     row = temp("bias", (total,))
     s = temp("scores", (total,))
     stats = temp("stats", (3,))  # max of bias, max of scores, sum
-    acc = temp("acc", (dv,))
+    acc = temp("acc", (sh.dv,))
     j_at = ir.Access(row, (j_,))
     s_at = ir.Access(s, (j_,))
     s_load = ir.Load(s, (j_,), cdt)
     bias_load = ir.Load(row, (j_,), cdt)
     bm_at, m_at, z_at = (ir.Access(stats, (n,)) for n in (0, 1, 2))
     bm, m, z = (ir.Load(stats, (Aff.lift(n),), cdt) for n in (0, 1, 2))
-    q_index = (b_, i_, h_ * dq + d_) if three_d else (b_, h_, i_, d_)
+    q_index = (b_, i_, h_ * sh.dq + d_) if sh.three_d else (b_, h_, i_, d_)
     q_load = _cast(ir.Load(q, q_index, dtype), cdt) * root
     k_load = _cast(ir.Load(key, (b_, hk_, j_, d_), dtype), cdt) * root
     qk_at = ir.Access(qk_out, (b_, h_, i_, j_)) if qk_out else None
@@ -192,7 +138,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         raise bad_attr(node, "qk_matmul_output_mode", f"must be 0-3, got {mode}")
     score_body: list[ir.Node] = [
         ir.Stmt("S", s_at, zero),
-        *nest([("d", dq)], (ir.Stmt("S", s_at, s_load + q_load * k_load),)),
+        *nest([("d", sh.dq)], (ir.Stmt("S", s_at, s_load + q_load * k_load),)),
     ]
     if softcap > 0:
         score_body.append(ir.Stmt("S", s_at, ir.unary("tanh", s_load / softcap) * softcap))
@@ -209,7 +155,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
     v_load = _cast(ir.Load(value, (b_, hk_, j_, var("v")), dtype), cdt)
     acc_at = ir.Access(acc, (var("v"),))
     acc_load = ir.Load(acc, (var("v"),), cdt)
-    y_index = (b_, i_, h_ * dv + var("v")) if three_d else (b_, h_, i_, var("v"))
+    y_index = (b_, i_, h_ * sh.dv + var("v")) if sh.three_d else (b_, h_, i_, var("v"))
     body = (
         *nest([("j", total)], (ir.Stmt("S", j_at, bias),)),
         ir.Stmt("S", bm_at, neg_inf),
@@ -227,7 +173,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         ),
         *nest([("j", total)], (ir.Stmt("S", s_at, prob), *qk_write(3, s_load))),
         *nest(
-            [("v", dv)],
+            [("v", sh.dv)],
             (
                 ir.Stmt("S", acc_at, zero),
                 *nest([("j", total)], (ir.Stmt("S", acc_at, acc_load + s_load * v_load),)),
@@ -235,5 +181,109 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
             ),
         ),
     )
-    nests += nest([("b", batch), ("hk", hkv), ("r", reps), ("i", sq)], body)
+    nests += nest([("b", sh.batch), ("hk", sh.hkv), ("r", sh.reps), ("i", sh.sq)], body)
     return Lowered(tuple(nests), tuple(temps))
+
+
+def _present_caches(
+    node: Node, ctx: LowerContext, sh: _Shapes, temp: Callable[[str, tuple[int, ...], str], str]
+) -> tuple[list[ir.Node], str, str]:
+    """The copies into the present key and value caches (``past`` followed by the new
+    tokens: the ``present_key`` / ``present_value`` outputs, or temps), and their names."""
+    k, v, past_k, past_v = node.input(1), node.input(2), node.input(4), node.input(5)
+    present_k_out = node.outputs[1] if len(node.outputs) > 1 else ""
+    present_v_out = node.outputs[2] if len(node.outputs) > 2 else ""
+    dtype = ctx.dtype(node.input(0))
+    b_, hk_, j_, d_ = (var(n) for n in ("b", "hk", "j", "d"))
+    nests: list[ir.Node] = []
+    caches = []
+    for new, old, out, width, what in (
+        (k, past_k, present_k_out, sh.dq, "key"),
+        (v, past_v, present_v_out, sh.dv, "value"),
+    ):
+        name = out or temp(what, (sh.batch, sh.hkv, sh.total, width), dtype)
+        caches.append(name)
+        iters = [("b", sh.batch), ("hk", sh.hkv)]
+        if old:
+            nests += nest(
+                iters + [("j", sh.past), ("d", width)],
+                (
+                    ir.Stmt(
+                        "S",
+                        ir.Access(name, (b_, hk_, j_, d_)),
+                        ir.Load(old, (b_, hk_, j_, d_), dtype),
+                    ),
+                ),
+            )
+        src = (b_, j_, hk_ * width + d_) if sh.three_d else (b_, hk_, j_, d_)
+        nests += nest(
+            iters + [("j", sh.skv), ("d", width)],
+            (ir.Stmt("S", ir.Access(name, (b_, hk_, j_ + sh.past, d_)), ir.Load(new, src, dtype)),),
+        )
+    return nests, caches[0], caches[1]
+
+
+def _bias(node: Node, ctx: LowerContext, sh: _Shapes, cdt: str) -> ir.Expr:
+    """The bias of key ``j`` for query ``i``: the float mask's value (or 0), and ``-inf``
+    where a boolean mask, the causal frontier, the window or the padding leaves it out."""
+    mask, past_k, nonpad = node.input(3), node.input(4), node.input(6)
+    causal = bool(node.attr("is_causal", 0))
+    left = int(node.attr("left_window_size", -1))
+    right = int(node.attr("right_window_size", -1))
+    jj, ii = ir.Iter("j"), ir.Iter("i")
+    terms: list[ir.Expr] = []
+    bias: ir.Expr = ir.Const(0.0, cdt)
+    float_mask = _mask_terms(node, ctx, sh, cdt, terms) if mask else None
+    if float_mask is not None:
+        bias = float_mask
+    offset: ir.Expr
+    if past_k:
+        offset = ir.Const(sh.past, I64)
+    elif nonpad:
+        offset = as_int64(ir.Load(nonpad, (var("b"),), ctx.dtype(nonpad))) - ir.Const(sh.sq, I64)
+    else:
+        offset = ir.Const(0, I64)
+    position = ii + offset
+    if causal:
+        terms.append(ir.Binary("le", jj, position))
+    if left >= 0:
+        terms.append(ir.Binary("le", position - jj, ir.Const(left, I64)))
+    if right >= 0:
+        terms.append(ir.Binary("le", jj - position, ir.Const(right, I64)))
+    if nonpad:
+        terms.append(ir.Binary("lt", jj, as_int64(ir.Load(nonpad, (var("b"),), ctx.dtype(nonpad)))))
+    if not terms:
+        return bias
+    allowed = terms[0]
+    for cond in terms[1:]:
+        allowed = ir.Binary("and", allowed, cond)
+    return ir.Select(allowed, bias, ir.Const(float("-inf"), cdt))
+
+
+def _mask_terms(
+    node: Node, ctx: LowerContext, sh: _Shapes, cdt: str, terms: list[ir.Expr]
+) -> ir.Expr | None:
+    """The attention mask: appends its conditions to ``terms`` (a boolean mask; positions past
+    a mask shorter than the keys) and returns a float mask's value as the bias, else None."""
+    mask = node.input(3)
+    ms = ctx.shape(mask)
+    jj = ir.Iter("j")
+    full = (sh.batch, sh.hq, sh.sq, sh.total)
+    names = (var("b"), var("hk") * sh.reps + var("r"), var("i"), var("j"))
+    idx: list[Aff] = []
+    for pos, size in enumerate(ms):
+        axis = 4 - len(ms) + pos
+        idx.append(Aff.lift(0) if size == 1 and full[axis] != 1 and axis != 3 else names[axis])
+    length = ms[-1]
+    short = length < sh.total
+    if short:
+        terms.append(ir.Binary("lt", jj, ir.Const(length, I64)))
+        idx[-1] = Aff.lift(0) if length == 0 else idx[-1]
+    # Clamp the read so positions past a short mask stay in range.
+    index: tuple[ir.Index, ...] = (
+        (*idx[:-1], ir.minimum(jj, ir.Const(length - 1, I64))) if short else tuple(idx)
+    )
+    if ctx.dtype(mask) == "bool":
+        terms.append(ir.Load(mask, index, "bool"))
+        return None
+    return _cast(ir.Load(mask, index, ctx.dtype(mask)), cdt)

@@ -21,6 +21,7 @@ boolean table per axis. The tables follow the ONNX reference implementation exac
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -178,20 +179,96 @@ def _floats(ctx: LowerContext, node: Node, name: str) -> np.ndarray | None:
     return arr if arr.size else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Interpolation:
+    """What a Resize's attributes and constant inputs ask for: how each output position maps
+    to input positions (``ctm``), how taps are weighted (``mode``), and the per-axis ``scale``
+    and region of interest (``roi``: the begins of every axis, then the ends)."""
+
+    mode: str
+    ctm: str
+    nearest_mode: str
+    antialias: bool
+    exclude_outside: bool
+    cubic_a: float
+    extrapolation: float
+    scale: tuple[float, ...]
+    roi: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """The constant tap tables of the resized axes and how the kernel reads them."""
+
+    index: tuple[ir.Index, ...]
+    """The input index read: affine on axes kept, a table load on resized ones."""
+    weights: tuple[ir.Expr, ...]
+    taps: tuple[tuple[str, int], ...]
+    """The tap loops (one per axis with more than one tap)."""
+    extrapolated: tuple[ir.Expr, ...]
+    constants: tuple[tuple[str, np.ndarray], ...]
+
+
 @register("Resize")
 @register("Upsample")
 def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     """Resize: nearest / linear / cubic over any axes, scales or sizes given as constants."""
     x, y = node.input(0), node.outputs[0]
     xs, ys = ctx.shape(x), ctx.shape(y)
-    rank = len(xs)
     dtype = ctx.dtype(x)
-    legacy = node.op_type == "Upsample" or opset(ctx) < 11
+    how = _interpolation(node, ctx, xs, ys)
+    out_names = [f"o{d}" for d in range(len(xs))]
+    wdtype = dtype if dtype in ir.FLOAT_DTYPES else "float32"
+    tables = _tables(node, how, xs, ys, out_names, wdtype)
+    out_index = tuple(var(n) for n in out_names)
+    tap = ir.Load(x, tables.index, dtype)
+    iters = list(zip(out_names, ys, strict=True))
+    if any(s == 0 for s in ys):
+        return Lowered((), (), tables.constants)
+    if not tables.weights:
+        value: ir.Expr = tap
+        for e in tables.extrapolated:
+            value = ir.Select(e, ir.Const(_typed(how.extrapolation, dtype), dtype), value)
+        return Lowered(
+            nest(iters, (ir.Stmt("S", ir.Access(y, out_index), value),)), (), tables.constants
+        )
+    # Weighted sum of the taps, accumulated in the output (or a float temp for integers).
+    acc_name = y if dtype == wdtype else f"{node.name}__acc"
+    temps = () if acc_name == y else (ir.Buffer(acc_name, wdtype, tuple(ys)),)
+    acc = ir.Access(acc_name, out_index)
+    acc_load = ir.Load(acc_name, out_index, wdtype)
+    product: ir.Expr = tap if dtype == wdtype else ir.Cast(tap, wdtype)
+    for w_load in tables.weights:
+        product = w_load * product
+    body: list[ir.Node] = [
+        ir.Stmt("S", acc, ir.Const(0.0, wdtype)),
+        *nest(list(tables.taps), (ir.Stmt("S", acc, acc_load + product),)),
+    ]
+    final: ir.Expr = acc_load
+    for e in tables.extrapolated:
+        final = ir.Select(e, ir.Const(how.extrapolation, wdtype), final)
+    if dtype != wdtype:
+        info = np.iinfo(dtype) if dtype != "bool" else None
+        rounded: ir.Expr = ir.unary("round", final)
+        if info is not None:
+            rounded = ir.minimum(ir.maximum(rounded, float(info.min)), float(info.max))
+        body.append(ir.Stmt("S", ir.Access(y, out_index), ir.Cast(rounded, dtype)))
+    elif tables.extrapolated:
+        body.append(ir.Stmt("S", acc, final))
+    return Lowered(nest(iters, body), temps, tables.constants)
+
+
+def _interpolation(
+    node: Node, ctx: LowerContext, xs: tuple[int, ...], ys: tuple[int, ...]
+) -> _Interpolation:
+    """The node's interpolation, its attributes and constant inputs checked, and its output
+    shape checked against its scales or sizes."""
+    rank = len(xs)
     mode = str_attr(node, "mode", "nearest")
     if mode not in ("nearest", "linear", "cubic", "bilinear", "trilinear"):
         raise bad_attr(node, "mode", f"has unknown value {mode!r}")
     mode = "linear" if mode in ("bilinear", "trilinear") else mode
-    if legacy:
+    if node.op_type == "Upsample" or opset(ctx) < 11:
         # Upsample and Resize-10: asymmetric coordinates, nearest rounds down.
         ctm, nearest_mode = "asymmetric", "floor"
         scales = (
@@ -217,7 +294,36 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     cubic_a = float(node.attr("cubic_coeff_a", -0.75))
     extrapolation = float(node.attr("extrapolation_value", 0.0))
     policy = str_attr(node, "keep_aspect_ratio_policy", "stretch")
+    scale = _scales(node, xs, axes, scales, sizes, policy)
+    roi = [0.0] * rank + [1.0] * rank
+    if roi_v is not None and ctm == "tf_crop_and_resize":
+        for k, a in enumerate(axes):
+            roi[a], roi[rank + a] = float(roi_v[k]), float(roi_v[len(axes) + k])
+    _check_output_shape(node, xs, ys, axes, scale, sizes, policy)
+    return _Interpolation(
+        mode,
+        ctm,
+        nearest_mode,
+        antialias,
+        exclude_outside,
+        cubic_a,
+        extrapolation,
+        tuple(scale),
+        tuple(roi),
+    )
 
+
+def _scales(
+    node: Node,
+    xs: tuple[int, ...],
+    axes: list[int],
+    scales: np.ndarray | None,
+    sizes: np.ndarray | None,
+    policy: str,
+) -> list[float]:
+    """The scale of every axis, from ``sizes`` (with the aspect-ratio ``policy``) or
+    ``scales``."""
+    rank = len(xs)
     scale = [1.0] * rank
     if sizes is not None:
         out = list(xs)
@@ -235,11 +341,19 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
             scale[a] = float(scales[k])
     else:
         raise bad_attr(node, "scales", "or sizes must be given")
-    roi = [0.0] * rank + [1.0] * rank
-    if roi_v is not None and ctm == "tf_crop_and_resize":
-        for k, a in enumerate(axes):
-            roi[a], roi[rank + a] = float(roi_v[k]), float(roi_v[len(axes) + k])
+    return scale
 
+
+def _check_output_shape(
+    node: Node,
+    xs: tuple[int, ...],
+    ys: tuple[int, ...],
+    axes: list[int],
+    scale: list[float],
+    sizes: np.ndarray | None,
+    policy: str,
+) -> None:
+    rank = len(xs)
     if sizes is not None and policy == "stretch":
         expected = [int(sizes[axes.index(d)]) if d in axes else xs[d] for d in range(rank)]
     elif sizes is not None:
@@ -252,37 +366,47 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
             f"not match the scales / sizes (expected {tuple(expected)})"
         )
 
-    out_names = [f"o{d}" for d in range(rank)]
+
+def _tables(
+    node: Node,
+    how: _Interpolation,
+    xs: tuple[int, ...],
+    ys: tuple[int, ...],
+    out_names: list[str],
+    wdtype: str,
+) -> _Tables:
+    """The tap tables (:func:`axis_table`) of every resized axis, as constants named after
+    the node, and the loads that read them."""
+    rank = len(xs)
     index: list[ir.Index] = []
     weights: list[ir.Expr] = []
     tap_iters: list[tuple[str, int]] = []
     ext: list[ir.Expr] = []
     constants: list[tuple[str, np.ndarray]] = []
-    wdtype = dtype if dtype in ir.FLOAT_DTYPES else "float32"
     for d in range(rank):
         o = var(out_names[d])
         identity = (
-            math.isclose(scale[d], 1.0)
+            math.isclose(how.scale[d], 1.0)
             and ys[d] == xs[d]
-            and math.isclose(roi[d], 0.0)
-            and math.isclose(roi[rank + d], 1.0)
+            and math.isclose(how.roi[d], 0.0)
+            and math.isclose(how.roi[rank + d], 1.0)
         )
         if identity:
             index.append(o)
             continue
-        if scale[d] <= 0:
-            raise bad_attr(node, "scales", f"must be positive, got {scale[d]}")
+        if how.scale[d] <= 0:
+            raise bad_attr(node, "scales", f"must be positive, got {how.scale[d]}")
         idx, w, extrapolated = axis_table(
-            mode=mode,
-            ctm=ctm,
-            nearest_mode=nearest_mode,
-            cubic_a=cubic_a,
-            antialias=antialias,
-            exclude_outside=exclude_outside,
+            mode=how.mode,
+            ctm=how.ctm,
+            nearest_mode=how.nearest_mode,
+            cubic_a=how.cubic_a,
+            antialias=how.antialias,
+            exclude_outside=how.exclude_outside,
             in_w=xs[d],
             out_w=ys[d],
-            scale=scale[d],
-            roi=(roi[d], roi[rank + d]),
+            scale=how.scale[d],
+            roi=(how.roi[d], how.roi[rank + d]),
         )
         taps = idx.shape[1]
         t = var(f"t{d}") if taps > 1 else Aff.lift(0)
@@ -291,7 +415,7 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
         idx_name = f"{node.name}__idx{d}"
         constants.append((idx_name, idx))
         index.append(ir.Load(idx_name, (o, t), "int64"))
-        if mode != "nearest":
+        if how.mode != "nearest":
             w_name = f"{node.name}__w{d}"
             constants.append((w_name, w.astype(wdtype)))
             weights.append(ir.Load(w_name, (o, t), wdtype))
@@ -299,41 +423,7 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
             e_name = f"{node.name}__ext{d}"
             constants.append((e_name, extrapolated.astype(bool)))
             ext.append(ir.Load(e_name, (o,), "bool"))
-    out_index = tuple(var(n) for n in out_names)
-    target = ir.Access(y, out_index)
-    tap = ir.Load(x, tuple(index), dtype)
-    iters = list(zip(out_names, ys, strict=True))
-    if any(s == 0 for s in ys):
-        return Lowered((), (), tuple(constants))
-    if not weights:
-        value: ir.Expr = tap
-        for e in ext:
-            value = ir.Select(e, ir.Const(_typed(extrapolation, dtype), dtype), value)
-        return Lowered(nest(iters, (ir.Stmt("S", target, value),)), (), tuple(constants))
-    # Weighted sum of the taps, accumulated in the output (or a float temp for integers).
-    acc_name = y if dtype == wdtype else f"{node.name}__acc"
-    temps = () if acc_name == y else (ir.Buffer(acc_name, wdtype, tuple(ys)),)
-    acc = ir.Access(acc_name, out_index)
-    acc_load = ir.Load(acc_name, out_index, wdtype)
-    product: ir.Expr = tap if dtype == wdtype else ir.Cast(tap, wdtype)
-    for w_load in weights:
-        product = w_load * product
-    body: list[ir.Node] = [
-        ir.Stmt("S", acc, ir.Const(0.0, wdtype)),
-        *nest(tap_iters, (ir.Stmt("S", acc, acc_load + product),)),
-    ]
-    final: ir.Expr = acc_load
-    for e in ext:
-        final = ir.Select(e, ir.Const(extrapolation, wdtype), final)
-    if dtype != wdtype:
-        info = np.iinfo(dtype) if dtype != "bool" else None
-        rounded: ir.Expr = ir.unary("round", final)
-        if info is not None:
-            rounded = ir.minimum(ir.maximum(rounded, float(info.min)), float(info.max))
-        body.append(ir.Stmt("S", ir.Access(y, out_index), ir.Cast(rounded, dtype)))
-    elif ext:
-        body.append(ir.Stmt("S", acc, final))
-    return Lowered(nest(iters, body), temps, tuple(constants))
+    return _Tables(tuple(index), tuple(weights), tuple(tap_iters), tuple(ext), tuple(constants))
 
 
 def _typed(value: float, dtype: str) -> float | int | bool:
