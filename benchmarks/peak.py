@@ -140,7 +140,7 @@ def hot_loop(asm: str) -> list[str]:
 
 
 def _fma_count(insns: Sequence[str]) -> int:
-    return sum(1 for s in insns if s.startswith("vfmadd") or s.startswith("vfnmadd"))
+    return sum(1 for s in insns if s.startswith(("vfmadd", "vfnmadd")))
 
 
 @dataclass

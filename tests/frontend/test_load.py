@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -57,7 +58,7 @@ def test_missing_file(tmp_path):
 
 @pytest.mark.parametrize("cut", [0.3, 0.9])
 def test_truncated_file_names_the_file(tmp_path, cut):
-    data = open(os.path.join(LIGHT, "light_squeezenet.onnx"), "rb").read()
+    data = Path(LIGHT, "light_squeezenet.onnx").read_bytes()
     path = tmp_path / "cut.onnx"
     path.write_bytes(data[: int(len(data) * cut)])
     with pytest.raises(ModelError, match="cut.onnx"):

@@ -44,17 +44,18 @@ def _ops_for(fn) -> int:
 
 def test_budget_turns_isl_exhaustion_into_budget_exceeded_and_is_lifted_after():
     s = isl.Set("{ [i, j] : 0 <= i, j < 100 and 3i - 7j >= 5 }")
-    with pytest.raises(BudgetExceeded, match="a lexmin: isl exceeded its budget of 5 "):
-        with isl_budget(5, "a lexmin"):
-            s.lexmin()
+    with (
+        pytest.raises(BudgetExceeded, match="a lexmin: isl exceeded its budget of 5 "),
+        isl_budget(5, "a lexmin"),
+    ):
+        s.lexmin()
     assert isl.DEFAULT_CONTEXT.get_max_operations() == 0
     assert str(s.lexmin()) == "{ [i = 2, j = 0] }"
 
 
 def test_other_isl_errors_pass_through_unchanged():
-    with pytest.raises(isl.Error) as info:
-        with isl_budget(1_000_000, "parsing"):
-            isl.Set("{ [i] : this is not isl }")
+    with pytest.raises(isl.Error) as info, isl_budget(1_000_000, "parsing"):
+        isl.Set("{ [i] : this is not isl }")
     assert not isinstance(info.value, BudgetExceeded)
 
 

@@ -3,6 +3,7 @@ the tree-building strategies before them produced (``data/default_asts.json``, r
 on purpose with ``python -m tests.schedule.default_zoo --update``), and their traces replay."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from polyonnx.schedule.strategies import default_schedule, parallel
 from polyonnx.schedule.trace import Trace
 from tests.schedule.default_zoo import FIXTURE, cases, default_ast
 
-EXPECTED = json.load(open(FIXTURE, encoding="utf-8"))
+EXPECTED = json.loads(Path(FIXTURE).read_text(encoding="utf-8"))
 CASES = {key: (k, t, p) for key, k, t, p in cases()}
 
 # A scan (cumsum) carries a dependence along its vector-looking loop: the verbs refuse the vector

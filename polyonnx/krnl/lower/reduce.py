@@ -143,10 +143,7 @@ def _lower_reduce(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowere
     axes = reduce_axes(node, ctx, rank, opset(ctx) >= _AXES_INPUT_SINCE[op])
     keepdims = int(node.attr("keepdims", 1))
     if axes is None:
-        if int(node.attr("noop_with_empty_axes", 0)):
-            axes = []
-        else:
-            axes = list(range(rank))
+        axes = [] if int(node.attr("noop_with_empty_axes", 0)) else list(range(rank))
     names = _iter_names(rank, axes)
     kept = [d for d in range(rank) if d not in axes]
     out_index = tuple(
