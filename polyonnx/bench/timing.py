@@ -19,7 +19,7 @@ def interleaved(
 
     With ``warm_s``, every timed call follows untimed calls of the same contender for at
     least that long: multi-threaded contenders' worker threads spin for a while after a call
-    (onnxruntime; OpenBLAS for up to ~0.1 s) and would take the cores of whichever contender
+    (onnxruntime's, OpenBLAS's) and would take the cores of whichever contender
     runs next, or sleep when idle and wake slowly (polyonnx's pool; see docs/performance.md,
     "Measuring"). Each contender is then timed as it runs when called back to back.
 

@@ -79,7 +79,7 @@ class Executable:
     ) -> None:
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self._call, self._weights = call, weights
-        # (Addresses looked up once: ``.ctypes.data`` costs ~1.5 µs, MNIST runs in ~30.)
+        # Addresses looked up once: ``.ctypes.data`` is slow next to a small model's run.
         self._weights_address = weights.ctypes.data if weights is not None else None
         self._workspace_bytes = workspace_bytes
         self._kernel_ops = kernel_ops
