@@ -1,8 +1,8 @@
 """Forked worker pools return results in order and fail, not hang, when a worker dies."""
 
+import multiprocessing
 import os
 import signal
-import time
 
 import pytest
 
@@ -37,21 +37,28 @@ def test_a_killed_worker_is_an_error_not_a_hang() -> None:
         forked_map(_die_on_three, list(range(6)), workers=2, error=CodegenError)
 
 
-def _pid_after_a_while(_: int) -> int:
-    time.sleep(0.2)
-    return os.getpid()
+_meanwhile_ran = multiprocessing.get_context("fork").Event()  # the workers inherit it
+
+
+def _wait_for_meanwhile(_: int) -> tuple[int, bool]:
+    """In a worker: its pid, and whether the parent's ``meanwhile`` ran while this job was
+    running. (The timeout only keeps a broken ``forked_map`` from hanging the suite.)"""
+    return os.getpid(), _meanwhile_ran.wait(timeout=120)
 
 
 def test_meanwhile_runs_here_once_while_the_workers_work() -> None:
-    seen: list[tuple[int, float]] = []
-    start = time.perf_counter()
-    pids = forked_map(
-        _pid_after_a_while,
-        [0, 1],
-        workers=2,
-        error=CodegenError,
-        meanwhile=lambda: seen.append((os.getpid(), time.perf_counter())),
+    _meanwhile_ran.clear()
+    calls: list[tuple[int, set[int]]] = []
+
+    def meanwhile() -> None:
+        calls.append((os.getpid(), {p.pid for p in multiprocessing.active_children()}))
+        _meanwhile_ran.set()
+
+    results = forked_map(
+        _wait_for_meanwhile, [0, 1], workers=2, error=CodegenError, meanwhile=meanwhile
     )
-    assert [pid for pid, _ in seen] == [os.getpid()] and os.getpid() not in pids
-    # Called before the jobs were done (each sleeps 0.2 s), not after.
-    assert seen[0][1] - start < 0.2
+    [(where, alive)] = calls  # once
+    workers = {pid for pid, _ in results}
+    assert where == os.getpid() and where not in workers  # here, not in a worker
+    assert workers <= alive  # the workers were alive when it ran
+    assert all(saw for _, saw in results)  # and their jobs were not done: they waited for it
