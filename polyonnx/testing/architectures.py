@@ -34,6 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from polyonnx.testing.reference import onnxruntime_outputs
+
 OPSET = 17
 IR_VERSION = 8
 """The IR version of opset 17 (onnx 1.12); onnxruntime 1.32 reads up to IR 11."""
@@ -267,8 +269,6 @@ def _calibrate(model: onnx.ModelProto, seed: int) -> None:
     statistics of its input, on one random input of the model, when every earlier
     BatchNormalization normalises with its own batch statistics (so with the statistics set
     here: one run covers every depth)."""
-    import onnxruntime as ort
-
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     graph = probe.graph
@@ -317,12 +317,8 @@ def _calibrate(model: onnx.ModelProto, seed: int) -> None:
         )
         for i in graph.input
     }
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3  # (the probe leaves the running statistics unused)
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
     n_own = len(model.graph.output)
-    values = sess.run(None, feeds)[n_own:]
+    values = onnxruntime_outputs(probe, feeds)[n_own:]
     by_name = {t.name: t for t in model.graph.initializer}
     for (mean, var), m, v in zip(stats, values[0::2], values[1::2], strict=True):
         by_name[mean].CopyFrom(numpy_helper.from_array(m.reshape(-1).astype(np.float32), mean))

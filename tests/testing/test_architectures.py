@@ -8,11 +8,11 @@ import functools
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import polyonnx
 from polyonnx.testing.architectures import ARCHITECTURES, multiply_adds, parameters
+from polyonnx.testing.reference import onnxruntime_outputs
 
 #: Parameters and multiply-adds as published (torchvision's model table, the papers,
 #: ultralytics' model summary at 640 / 4, BERT-base per layer), and the relative tolerance of
@@ -65,13 +65,6 @@ def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
 def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
     assert got.shape == want.shape, (got.shape, want.shape)
     return float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
@@ -94,8 +87,8 @@ def test_architecture_is_valid_and_runs_in_onnxruntime(name):
     model = _model(name)
     onnx.checker.check_model(model, full_check=True)
     assert model.opset_import[0].version == 17 and model.ir_version == 8
-    [a] = _onnxruntime(model, _feeds(model, 1))
-    [b] = _onnxruntime(model, _feeds(model, 2))
+    [a] = onnxruntime_outputs(model, _feeds(model, 1))
+    [b] = onnxruntime_outputs(model, _feeds(model, 2))
     assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
     # Meaningful logits: O(1), and another input gives other ones.
     assert 1e-2 < float(np.std(a)) < 1e3
@@ -129,7 +122,7 @@ def test_batch_norm_statistics_are_those_of_the_calibration_input():
             for n in picked
         ]
     )
-    values = _onnxruntime(model, _feeds(model, 1))[1:]
+    values = onnxruntime_outputs(model, _feeds(model, 1))[1:]
     for node, x in zip(picked, values, strict=True):
         np.testing.assert_allclose(
             x.mean(axis=(0, 2, 3)), inits[node.input[3]], atol=1e-3, rtol=1e-3
@@ -144,7 +137,7 @@ def test_batch_norm_statistics_are_those_of_the_calibration_input():
 def test_polyonnx_matches_onnxruntime(name):
     model = _model(name)
     feeds = _feeds(model, 1)
-    [want] = _onnxruntime(model, feeds)
+    [want] = onnxruntime_outputs(model, feeds)
     [got] = polyonnx.InferenceSession(model).run(None, feeds)
     for part, w in _parts(name, want).items():
         err = _rel_err(_parts(name, got)[part], w)
