@@ -27,6 +27,7 @@ Example (``mm`` tiled, ``cache_read(B, k_o)``)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import islpy as isl
@@ -38,6 +39,7 @@ from polyonnx.krnl.ir import (
     Buffer,
     Cond,
     Expr,
+    Index,
     Kernel,
     Load,
     Loop,
@@ -492,7 +494,9 @@ def _ranges(prefix: isl.UnionMap, poly: PolyKernel, name: str) -> list[tuple[int
     ]
 
 
-def _redirect_loads(e: Expr, buffer: str, temp: str, redirect) -> Expr:
+def _redirect_loads(
+    e: Expr, buffer: str, temp: str, redirect: Callable[[tuple[Index, ...]], tuple[Aff, ...]]
+) -> Expr:
     if isinstance(e, Load):
         if e.buffer == buffer:
             return Load(temp, redirect(e.index), e.dtype)
