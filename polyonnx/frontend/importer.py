@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -142,7 +143,11 @@ def _type_the_rest(
             _type_dynamic(n, values, {**constants, **known}, opset)
         if any(o and o not in values for o in n.outputs):
             validate_node(n, values)  # a bad attribute is the likely reason inference failed
-            for v in _infer_alone(n, values, known, opset) or infer_outputs(n, values):
+            for v in (
+                _infer_alone(n, values, known, opset)
+                or _range_output(n, known)
+                or infer_outputs(n, values)
+            ):
                 values.setdefault(v.name, v)
         for o in n.outputs:
             if o and o not in values:
@@ -179,6 +184,27 @@ def _type_dynamic(
         for name, arr in (evaluate_node(n, known, opset) or {}).items():
             arr = np.asarray(arr)
             values.setdefault(name, Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape)))
+
+
+def _range_output(n: Node, known: Mapping[str, np.ndarray]) -> tuple[Value, ...]:
+    """Range's output from known scalar operands, which ONNX inference types only for some
+    element types (not float16). Its extent by the ONNX formula, not by evaluating it: a huge
+    range is then refused by the size limit instead of being allocated."""
+    if (
+        n.op_type != "Range"
+        or n.domain
+        or len(n.inputs) != 3
+        or any(i not in known for i in n.inputs)
+    ):
+        return ()
+    operands = [np.asarray(known[i]) for i in n.inputs]
+    if any(a.size != 1 for a in operands):
+        return ()
+    start, limit, delta = (float(a.reshape(-1)[0]) for a in operands)
+    if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+        return ()
+    extent = max(math.ceil((limit - start) / delta), 0)
+    return (Value(n.outputs[0], operands[0].dtype.name, (extent,)),)
 
 
 def _infer_alone(

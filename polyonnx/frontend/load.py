@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import inliner, shape_inference, version_converter
 
 from polyonnx.errors import ModelError, ShapeError
+from polyonnx.frontend.value_types import check_inputs, infer_checked
 
 #: Opset that models older than it are upgraded to by default: opset 13 moved axes of
 #: Squeeze/Unsqueeze/ReduceSum and the split sizes of Split to inputs, so lowerings only handle
@@ -52,6 +53,7 @@ def load_model(
     if target_opset is None and any(p.key == LOADED_MARK for p in proto.metadata_props):
         return proto  # already checked, upgraded and inferred by this function
     _load_external_data(proto, folder, where)
+    check_inputs(proto.graph, where)
     # The checker, converter and shape inference copy the whole proto several times; with the
     # weights set aside they copy the graph alone.
     weights = _detach_weights(proto)
@@ -64,12 +66,16 @@ def load_model(
         proto = inliner.inline_local_functions(proto)
     proto = _convert(proto, target_opset, where)
     try:
-        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        proto = infer_checked(proto, _infer, where)
     except (onnx.shape_inference.InferenceError, RuntimeError) as e:
         raise ShapeError(f"{where}: ONNX shape inference failed: {_one_line(e)}") from None
     _attach_weights(proto, weights)
     proto.metadata_props.add(key=LOADED_MARK, value="1")
     return proto
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
 
 
 #: Metadata key marking a model :func:`load_model` returned, so loading it again is a copy.
