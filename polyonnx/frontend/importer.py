@@ -24,7 +24,13 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.frontend.load import ModelSource, default_opset, load_model
+from polyonnx.frontend.load import (
+    DATA_PROP_MAX_ELEMENTS,
+    ModelSource,
+    default_opset,
+    infer_shapes,
+    load_model,
+)
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -67,7 +73,7 @@ def import_model(
         for o in gp.output:
             if o.type.HasField("tensor_type"):
                 o.type.tensor_type.ClearField("shape")
-        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        proto = infer_shapes(proto)
         gp = proto.graph
 
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
@@ -231,7 +237,13 @@ def _infer_alone(
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        # (Data propagation only for small vectors: see DATA_PROP_MAX_ELEMENTS.)
+        small = all(
+            len(values[i].shape) != 1 or values[i].shape[0] <= DATA_PROP_MAX_ELEMENTS
+            for i in ins
+            if i not in known
+        )
+        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=small)
     except Exception:  # inference raises assorted C++ errors; other rules get their turn
         return ()
     out = [_value(vi) for vi in inferred.graph.output]

@@ -176,3 +176,31 @@ def test_malformed_type_fields_are_model_errors(make, needles):
         assert "\n" not in message
         for needle in needles:
             assert needle in message, message
+
+
+_HUGE_VECTOR = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+import numpy as np
+from onnx import helper
+import polyonnx
+from tests.reliability.models import const, model, tensor
+m = model([helper.make_node("Add", ["x", "s"], ["y"], name="add")], [tensor("x", [2**40])],
+          [tensor("y", [2**40])], [const("s", np.array(0.5, np.float32))])
+try:
+    polyonnx.compile(m)
+except polyonnx.ModelError as e:
+    print(e)
+"""
+
+
+def test_a_huge_vector_is_refused_without_running_out_of_memory():
+    # ONNX's data propagation allocated ~70 bytes per element of a 1-D Add with a constant.
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _HUGE_VECTOR], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "'x'" in proc.stdout and "max_tensor_bytes" in proc.stdout, proc.stdout
