@@ -1,53 +1,66 @@
 """Recurrent layers: RNN, GRU, LSTM.
 
 A layer is lowered as the two products a fast implementation computes, each a loop nest the
-scheduler can tile:
+scheduler tiles:
 
-1. the **input projection** of every time step at once, one GEMM per direction into the temp
-   ``<node>__xw`` ``[D, T, B, gates, H]`` (in step order: the reverse direction's step ``s``
-   reads ``X[T-1-s]``), its init the biases;
-2. per direction ``d`` a **step loop** ``s`` (a real loop-carried dependence): the
-   recurrent product ``G[d, b, q, v] = sum_h state[d, s, b, h] * R^T[d, h, q, v]``, a GEMV
-   for batch 1 whose vector loop ``v`` runs along the rows of the packed weights, then the
-   gate non-linearities and the state update, element-wise along ``v``.
+1. the **input projection** of every time step at once: per direction one GEMM into the temp
+   ``<node>__xw`` ``[D, T, B, gates, H]`` in step order (the reverse direction's step ``s``
+   reads ``X[T-1-s]``), starting from the biases;
+2. a **step loop** ``s``, which carries the recurrence: the recurrent product
+   ``G[d, b, q, v] = sum_h hs[d, s, b, h] * RT[d, q, h, v]`` (a GEMV for a batch of one, its
+   vector loop ``v`` along the rows of the packed weights), then the gate non-linearities and
+   the state update, element-wise along ``v``.
 
-The directions of a bidirectional layer that share their activations share one step loop
-under a loop ``d`` over them: nothing flows between directions, so ``d`` is parallel.
+The directions of a bidirectional layer share one step loop under a loop ``d`` over them
+when their activations agree: nothing flows between directions, so ``d`` is a parallel loop.
 
-``W`` and ``R`` are repacked to ``[D, k, gates, H]`` (the output column ``v`` contiguous): at
-compile time when they are constant, else by a transpose nest in the kernel. The hidden state
-of step ``s`` is ``<node>__hs[d, s]`` (``[D, T+1, B, H]``, ``hs[d, 0]`` the initial state):
-the recurrent product of a step reads one slice and the update writes the next, and ``Y`` is
-copied from it in time order at the end. The cell state of an LSTM is updated in place.
+``W`` and ``R`` are repacked gate by gate to ``[D, gates, k, H]`` (a gate's output column
+``v`` contiguous): at compile time when they are constant, else by a transpose nest. The
+hidden state of every step is kept, ``<node>__hs[d, s]`` (``[D, T+1, B, H]``, ``hs[d, 0]``
+the initial state): a step's product reads one slice and its update writes the next, and
+``Y`` is copied from it in time order at the end. An LSTM's cell state is updated in place.
 
 ``sequence_lens`` masks each row: a step at a time ``>= sequence_lens[b]`` keeps the state
-(so a reverse pass starts from the initial state at the row's last time) and ``Y`` is zero
-there. For an RNN (``B = 1``, forward)::
+(so the reverse direction starts from the initial state at the row's last time) and ``Y`` is
+zero there. A bidirectional RNN (``T = 3, B = 1, I = 2, H = 4``)::
 
     for d in [0, 1):
-      for s in [0, T):
+      for s in [0, 3):
         for b in [0, 1):
           for q in [0, 1):
-            for v in [0, H):
-              S: xw[d, s, b, q, v] = (B[d, q*H + v] + B[d, H + q*H + v])   (a constant)
-              for k in [0, I):
-                S: xw[d, s, b, q, v] = (xw[...] + (X[s, b, k] * WT[d, k, q, v]))
-    for d, b, h:
-      S: hs[d, 0, b, h] = 0.0
+            for v in [0, 4):
+              S0: rnn__xw[d, s, b, q, v] = rnn__bias[d, q, v]
+              for k in [0, 2):
+                S1: rnn__xw[d, s, b, q, v] = (rnn__xw[d, s, b, q, v] + (X[s, b, k] * rnn__wt[d, q, k, v]))
+    for d in [1, 2):
+      ... the same, reading X[-s + 2, b, k]
+    for d in [0, 2):
+      for b in [0, 1):
+        for h in [0, 4):
+          S4: rnn__hs[d, 0, b, h] = 0.0
+    for d in [0, 2):
+      for s in [0, 3):
+        for b in [0, 1):
+          for q in [0, 1):
+            for v in [0, 4):
+              S5: rnn__gates[d, b, q, v] = 0.0
+              for h in [0, 4):
+                S6: rnn__gates[d, b, q, v] = (rnn__gates[d, b, q, v] + (rnn__hs[d, s, b, h] * rnn__rt[d, q, h, v]))
+        for b in [0, 1):
+          for v in [0, 4):
+            S7: rnn__hs[d, s + 1, b, v] = tanh((rnn__xw[d, s, b, 0, v] + rnn__gates[d, b, 0, v]))
     for d in [0, 1):
-      for s in [0, T):
-        for b, q, v:
-          S: G[d, b, q, v] = 0.0
-          for h in [0, H):
-            S: G[d, b, q, v] = (G[d, b, q, v] + (hs[d, s, b, h] * RT[d, h, q, v]))
-        for b, v:
-          S: hs[d, s + 1, b, v] = tanh((xw[d, s, b, 0, v] + G[d, b, 0, v]))
-    for d in [0, 1):
-      for t, b, v:
-        S: Y[t, d, b, v] = hs[d, t + 1, b, v]
-    for d, b, v:
-      S: Y_h[d, b, v] = hs[d, T, b, v]
-"""
+      for t in [0, 3):
+        for b in [0, 1):
+          for h in [0, 4):
+            S8: Y[t, d, b, h] = rnn__hs[d, t + 1, b, h]
+    for d in [1, 2):
+      ... the same from rnn__hs[d, -t + 3, b, h]
+    for d in [0, 2):
+      for b in [0, 1):
+        for h in [0, 4):
+          S10: Y_h[d, b, h] = rnn__hs[d, 3, b, h]
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -209,12 +222,17 @@ class _Rnn:
         self.xw = self.temp("xw", shape)
         self.hs = self.temp("hs", (self.directions, self.seq + 1, self.batch, self.hidden))
         self.g = self.temp("gates", (self.directions, self.batch, gates, self.hidden))
+        self.wt = self.rt = ""
+
+    def prologue(self) -> None:
+        """The nests before the step loops: packed weights, biases, the input projection and
+        the initial hidden state."""
         self.wt = self._packed(self.w, "wt", self.inp)
         self.rt = self._packed(self.r, "rt", self.hidden)
         bias = self._bias()
         for d in range(self.directions):
             self.nests += self._projection(d, bias)
-        self.nests += self._init_state(self.hs, (var("d"), 0, var("b"), var("h")), self.h0)
+        self.nests += self.init_state(self.hs, (var("d"), 0, var("b"), var("h")), self.h0)
 
     def temp(self, what: str, shape: tuple[int, ...]) -> str:
         buf = ir.Buffer(f"{self.node.name}__{what}", self.dtype, shape)
@@ -271,18 +289,8 @@ class _Rnn:
         r_b = ir.Load(self.b, (d, q * hidden + v + gates * hidden), self.dtype)
         for lo, hi, value_expr in ((0, self.fold, w_b + r_b), (self.fold, gates, w_b)):
             if hi > lo:
-                self.nests.append(
-                    ir.Loop(
-                        "d",
-                        0,
-                        self.directions,
-                        (
-                            ir.Loop(
-                                "q", lo, hi, nest([("v", hidden)], (ir.Stmt("S", at, value_expr),))
-                            ),
-                        ),
-                    )
-                )
+                gate = ir.Loop("q", lo, hi, nest([("v", hidden)], (ir.Stmt("S", at, value_expr),)))
+                self.nests.append(ir.Loop("d", 0, self.directions, (gate,)))
         return name
 
     def _projection(self, d: int, bias: str) -> tuple[ir.Node, ...]:
@@ -300,7 +308,7 @@ class _Rnn:
         )
         return (ir.Loop("d", d, d + 1, inner),)
 
-    def _init_state(
+    def init_state(
         self, buf: str, index: tuple[ir.AffLike, ...], initial: str
     ) -> tuple[ir.Node, ...]:
         d, b, h = var("d"), var("b"), var("h")
@@ -438,6 +446,7 @@ class _Rnn:
 def lower_rnn(node: Node, ctx: LowerContext) -> Lowered:
     """Simple RNN: ``H = f(X W^T + H R^T + Wb + Rb)``."""
     s = _Rnn(node, ctx, 1, ("Tanh",))
+    s.prologue()
     for lo, hi in s.groups():
         (f,) = s.acts(lo)
         pre = s.clipped(s.xw_at(0) + s.sum_at(0))
@@ -463,6 +472,7 @@ def lower_gru(node: Node, ctx: LowerContext) -> Lowered:
     """
     linear_before_reset = int(node.attr("linear_before_reset", 0))
     s = _Rnn(node, ctx, 3, ("Sigmoid", "Tanh"), fold=2 if linear_before_reset else 3)
+    s.prologue()
     hidden, dtype = s.hidden, s.dtype
     rh = "" if linear_before_reset else s.temp("rh", (s.directions, s.batch, hidden))
     d, b, v = var("d"), var("b"), var("v")
@@ -496,12 +506,13 @@ def lower_gru(node: Node, ctx: LowerContext) -> Lowered:
 def lower_lstm(node: Node, ctx: LowerContext) -> Lowered:
     """LSTM (gates i, o, f, c; optional peepholes ``P = [Pi, Po, Pf]``, ``input_forget``)."""
     s = _Rnn(node, ctx, 4, ("Sigmoid", "Tanh", "Tanh"))
+    s.prologue()
     hidden, dtype = s.hidden, s.dtype
     c0, peep = node.input(6), node.input(7)
     input_forget = int(node.attr("input_forget", 0))
     d, b, v = var("d"), var("b"), var("v")
     c = s.temp("c", (s.directions, s.batch, hidden))
-    s.nests += s._init_state(c, (d, b, var("h")), c0)
+    s.nests += s.init_state(c, (d, b, var("h")), c0)
     c_at = ir.Access(c, (d, b, v))
     c_now = ir.Load(c, c_at.index, dtype)  # before its statement: the old cell, after: the new
     for lo, hi in s.groups():

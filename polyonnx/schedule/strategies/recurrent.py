@@ -22,14 +22,15 @@ step:
 :func:`plan_recurrent` makes the plan (a :class:`RecurrentPlan`), :func:`apply_recurrent`
 applies it with the schedule verbs.
 
-Example:
-    >>> plan = plan_recurrent(kernel.body[3], s.tree.children[3], s, Tiling.for_vector_bits(512))  # doctest: +SKIP
-    >>> print(plan)                                                    # doctest: +SKIP
-    recurrent (d, s):
-      product (b_2, q, v) over (h_1): tile 1 row x 8 blocks x 32 lanes
-      vectorize v_1 of (b_3, v_1)
-    >>> s, bands = apply_recurrent(s, plan)                            # doctest: +SKIP
-"""  # noqa: E501
+Example (a bidirectional LSTM, batch 1, hidden 256, AVX-512: the whole row of a gate's weights
+in one tile of 16 accumulators; ``d_4`` becomes the parallel loop):
+    >>> plan = plan_kernel(s, Tiling.for_vector_bits(512))            # doctest: +SKIP
+    >>> print(plan.nests[4])                                          # doctest: +SKIP
+    recurrent (d_4, s_2):
+      product (b_4, q_2, v_2) over (h_2): tile 1 row x 8 blocks x 32 lanes
+      vectorize v_3 of (b_5, v_3)
+    >>> s, bands = apply_recurrent(s, plan.nests[4])                  # doctest: +SKIP
+"""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class Case:
         )
 
 
-def _arrays(case: Case, seed: int) -> dict[str, np.ndarray]:
+def case_arrays(case: Case, seed: int) -> dict[str, np.ndarray]:
     """Inputs in layout 0 (onnxruntime's), weights scaled so the states stay in range."""
     rng = np.random.default_rng(seed)
     dirs = 2 if case.direction == "bidirectional" else 1
@@ -84,7 +84,7 @@ def _arrays(case: Case, seed: int) -> dict[str, np.ndarray]:
 _TO_BATCH_MAJOR = {"x": (1, 0, 2), "h0": (1, 0, 2), "c0": (1, 0, 2)}
 
 
-def _model(case: Case, arrays: dict[str, np.ndarray], layout: int) -> onnx.ModelProto:
+def case_model(case: Case, arrays: dict[str, np.ndarray], layout: int) -> onnx.ModelProto:
     order = ["x", "w", "r", "b", "l", "h0"] + (["c0", "p"] if case.op == "LSTM" else [])
     names = [n if n in arrays else "" for n in order]
     while not names[-1]:
@@ -124,9 +124,9 @@ def _model(case: Case, arrays: dict[str, np.ndarray], layout: int) -> onnx.Model
 
 
 def _check(case: Case, threads: int, seed: int = 0) -> None:
-    arrays = _arrays(case, seed)
-    model = _model(case, arrays, case.layout)
-    reference = _model(case, arrays, 0)
+    arrays = case_arrays(case, seed)
+    model = case_model(case, arrays, case.layout)
+    reference = case_model(case, arrays, 0)
     feeds0 = {i.name: arrays[i.name] for i in reference.graph.input}
     want = onnxruntime_outputs(reference, feeds0)
     if case.layout:  # (onnxruntime has no batch-major layout: its results, transposed)
