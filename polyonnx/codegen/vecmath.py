@@ -11,17 +11,20 @@ result with integer exponent arithmetic.
   ``r = x - n ln 2`` in two steps (Cody-Waite: ``n * LN2_HI`` is exact), ``e**r = 1 + r +
   r**2 P(r)`` on ``|r| <= ln 2 / 2``, times ``2**n`` built in the exponent field, in two
   factors so that results between the least denormal and the largest float are each rounded
-  once; past 89 it is inf, below -104 zero, NaN stays NaN.
+  once; past 89 it is inf, below -104 zero, NaN stays NaN. ``e**x - 1`` (inside tanh and
+  erf) is ``2**n (e**r - 1) + (2**n - 1)``: accurate near 0 too, and one factor suffices for
+  the arguments it gets.
 * ``log(x)``: ``x = 2**e * m`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read off the bits (a
   denormal is scaled by 2**23 first), ``log(1 + f) = f - f**2 / 2 + f**3 Q(f)`` for ``f = m -
   1`` (exact), plus ``e ln 2`` in two parts; 0 gives -inf, negatives and NaN give NaN, inf inf.
-* ``tanh(x)``: odd, so on ``a = |x|``: ``a + a**3 P(a**2)`` below 0.625, else ``1 - 2 / (e**(2a)
-  + 1)`` (no cancellation there: the quotient is below 1/2), with the sign of ``x`` put back
-  (-0 stays -0).
+* ``tanh(x)``: odd, so on ``a = |x|`` with the sign put back (-0 stays -0): with ``u = e**2a -
+  1``, ``u / (u + 2)``, or ``1 - 2 / (u + 2)`` past 0.625 (the quotient is below 1/2 there, so
+  its error shrinks): one division either way, no cancellation, and no overflow (``a`` stops
+  at 10, where tanh is 1).
 * ``sigmoid(x)``: with ``e = exp(-|x|)`` (never overflows), ``1 / (1 + e)`` for ``x >= 0`` and
   ``e / (1 + e)`` below, so large negative inputs keep their relative accuracy down to the
   denormals instead of dividing by an overflowed ``exp(-x)``.
-* ``erf(x)``: odd; ``a + a P(a**2)`` below 0.875, else ``1 - exp(L(a))`` with ``L`` a
+* ``erf(x)``: odd; ``a + a P(a**2)`` below 0.875, else ``-(e**L(a) - 1)`` with ``L`` a
   polynomial for ``log(erfc(a))`` on ``[0.875, 4]`` (erf rounds to 1 past about 3.92).
 
 The polynomials are this module's own minimax fits: Remez exchange on a dense grid in float64,
@@ -99,9 +102,10 @@ LOG_POLY = (
 # ------------------------------------------------------------------ tanh
 
 TANH_SMALL = 0.625
-"""Below it tanh is a polynomial; above, ``1 - 2 / (e**(2a) + 1)``."""
-TANH_POLY = (-0.3333328, 0.13331406, -0.053736515, 0.02062838, -0.0056929095)
-"""``(tanh(a) - a) / a**3`` as a polynomial in ``a**2`` on ``a <= TANH_SMALL``."""
+"""Above it ``tanh(a) = 1 - 2 / (e**2a + 1)``, below ``(e**2a - 1) / (e**2a + 1)``: either
+way no cancellation."""
+TANH_ONE = 10.0
+"""tanh rounds to 1 in float32 past about 9.01: the argument of exp stops here."""
 
 # ------------------------------------------------------------------ erf
 
@@ -173,35 +177,61 @@ class _Lanes:
     def abs(self, x: ir.Value) -> ir.Value:
         return self.of_bits(self.b.and_(self.bits(x), self.i(0x7FFFFFFF)))
 
-    def with_sign_of(self, magnitude: ir.Value, x: ir.Value) -> ir.Value:
-        """``magnitude`` (non-negative, or NaN) with the sign bit of ``x``."""
-        sign = self.b.and_(self.bits(x), self.i(-0x80000000))
-        return self.of_bits(self.b.or_(self.bits(magnitude), sign))
+    def copysign(self, magnitude: ir.Value, sign: ir.Value) -> ir.Value:
+        """``|magnitude|`` with the sign of ``sign`` (bit operations: one instruction with
+        AVX-512, and no call in the IR)."""
+        b = self.b
+        size = b.and_(self.bits(magnitude), self.i(0x7FFFFFFF))
+        return self.of_bits(b.or_(size, b.and_(self.bits(sign), self.i(-0x80000000))))
+
+    def clamp_above(self, x: ir.Value, hi: float) -> ir.Value:
+        """``min(x, hi)``; NaN stays NaN."""
+        return self.b.select(self.gt(x, self.f(hi)), self.f(hi), x)
 
     def clamp(self, x: ir.Value, lo: float, hi: float) -> ir.Value:
         """``x`` limited to ``[lo, hi]``; NaN stays NaN."""
-        x = self.b.select(self.gt(x, self.f(hi)), self.f(hi), x)
+        x = self.clamp_above(x, hi)
         return self.b.select(self.lt(x, self.f(lo)), self.f(lo), x)
 
-    def pow2(self, n: ir.Value) -> ir.Value:
-        """``2**n`` for integers ``-126 <= n <= 127``, made in the exponent field."""
-        return self.of_bits(self.b.shl(self.b.add(n, self.i(127)), self.i(23)))
+    def pow2_shifted(self, n: ir.Value) -> ir.Value:
+        """``2**k`` for ``n = k + c * 2**9`` (any ``c``) with ``-126 <= k <= 127``: built in the
+        exponent field, where ``n << 23`` leaves only ``k``."""
+        return self.of_bits(self.b.add(self.b.shl(n, self.i(23)), self.i(127 << 23)))
 
 
 def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """``e**x``."""
     m = _Lanes(b, x.type)
-    x = m.clamp(x, EXP_MIN, EXP_MAX)
+    return _exp(m, m.clamp(x, EXP_MIN, EXP_MAX))
+
+
+def _exp(m: _Lanes, x: ir.Value) -> ir.Value:
+    """``e**x`` for ``EXP_MIN <= x <= EXP_MAX`` (or NaN)."""
+    b = m.b
     shifted = m.mul_add(x, m.f(LOG2_E), m.f(ROUND_INT))
     n_float = m.sub(shifted, m.f(ROUND_INT))
     r = m.mul_add(n_float, m.f(-LN2_HI), x)
     r = m.mul_add(n_float, m.f(-LN2_LO), r)
-    p = m.add(m.mul_add(m.mul(r, r), m.poly(r, EXP_POLY), r), m.f(1.0))
-    # n from the bits (no fptosi: that is poison for NaN); -151 <= n <= 129 here, so both
-    # halves of 2**n are normal floats and only the second product rounds.
-    n = b.sub(m.bits(shifted), m.bits(m.f(ROUND_INT)))
-    half = b.ashr(n, m.i(1))
-    return m.mul(m.mul(p, m.pow2(half)), m.pow2(b.sub(n, half)))
+    p = m.poly(r, (1.0, 1.0, *EXP_POLY))
+    # 2**n in two normal factors (-151 <= n <= 129), so only the second product rounds. The
+    # bits of shifted are ROUND_INT's plus n (no fptosi: that is poison for NaN), and
+    # ROUND_INT's low 22 bits are 0: shifting left by 23 leaves only n's.
+    n_bits = m.bits(shifted)
+    half = b.ashr(n_bits, m.i(1))
+    p = m.mul(p, m.pow2_shifted(half))
+    return m.mul(p, m.pow2_shifted(b.sub(n_bits, half)))
+
+
+def _expm1(m: _Lanes, x: ir.Value) -> ir.Value:
+    """``e**x - 1`` for ``-87 <= x <= 88`` (or NaN), accurate relative to itself also near 0:
+    ``2**n (e**r - 1) + (2**n - 1)``, ``e**r - 1`` by the polynomial without its 1."""
+    shifted = m.mul_add(x, m.f(LOG2_E), m.f(ROUND_INT))
+    n_float = m.sub(shifted, m.f(ROUND_INT))
+    r = m.mul_add(n_float, m.f(-LN2_HI), x)
+    r = m.mul_add(n_float, m.f(-LN2_LO), r)
+    below_one = m.mul_add(m.mul(r, r), m.poly(r, EXP_POLY), r)
+    scale = m.pow2_shifted(m.bits(shifted))
+    return m.mul_add(scale, below_one, m.sub(scale, m.f(1.0)))
 
 
 def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -229,16 +259,18 @@ def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """The hyperbolic tangent of ``x``."""
     m = _Lanes(b, x.type)
     a = m.abs(x)
-    small = m.mul_add(m.mul(a, m.mul(a, a)), m.poly(m.mul(a, a), TANH_POLY), a)
-    e = exp(b, m.add(a, a))
-    large = m.sub(m.f(1.0), b.fdiv(m.f(2.0), m.add(e, m.f(1.0))))
-    return m.with_sign_of(b.select(m.lt(a, m.f(TANH_SMALL)), small, large), x)
+    limited = m.clamp_above(a, TANH_ONE)
+    above_one = _expm1(m, m.add(limited, limited))  # e**2a - 1
+    large = m.gt(a, m.f(TANH_SMALL))
+    # One division for either form: (e**2a - 1) / (e**2a + 1), or 1 - 2 / (e**2a + 1).
+    q = b.fdiv(b.select(large, m.f(-2.0), above_one), m.add(above_one, m.f(2.0)))
+    return m.copysign(b.select(large, m.add(q, m.f(1.0)), q), x)
 
 
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """``1 / (1 + e**-x)``."""
     m = _Lanes(b, x.type)
-    e = exp(b, b.fneg(m.abs(x)))
+    e = _exp(m, b.fneg(m.clamp_above(m.abs(x), -EXP_MIN)))
     numerator = b.select(m.lt(x, m.f(0.0)), e, m.f(1.0))
     return b.fdiv(numerator, m.add(m.f(1.0), e))
 
@@ -248,9 +280,9 @@ def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     m = _Lanes(b, x.type)
     a = m.abs(x)
     small = m.mul_add(a, m.poly(m.mul(a, a), ERF_POLY), a)
-    tail = exp(b, m.poly(m.clamp(a, ERF_SMALL, ERF_ONE), ERFC_LOG_POLY))
-    large = m.sub(m.f(1.0), tail)
-    return m.with_sign_of(b.select(m.lt(a, m.f(ERF_SMALL)), small, large), x)
+    # L is between -18 and -0.2 on its interval: within expm1's range.
+    large = b.fneg(_expm1(m, m.poly(m.clamp(a, ERF_SMALL, ERF_ONE), ERFC_LOG_POLY)))
+    return m.copysign(b.select(m.lt(a, m.f(ERF_SMALL)), small, large), x)
 
 
 FUNCTIONS: dict[str, Function] = {

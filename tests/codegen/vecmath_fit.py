@@ -116,14 +116,6 @@ def _log_tail(f: np.ndarray) -> np.ndarray:
     return np.where(np.abs(f) < 0.15, series, (np.log1p(f) - f + f * f / 2) / safe**3)
 
 
-def _tanh_tail(y: np.ndarray) -> np.ndarray:
-    """(tanh(a) - a) / a**3 at a = sqrt(y)."""
-    a = np.sqrt(y)
-    taylor = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075)
-    safe = np.where(a == 0, 1.0, a)
-    return np.where(a < 0.05, _horner(np.array(taylor), y), (np.tanh(a) - a) / safe**3)
-
-
 def _erf_tail(y: np.ndarray) -> np.ndarray:
     """erf(a) / a - 1 at a = sqrt(y)."""
     a = np.sqrt(y)
@@ -160,14 +152,6 @@ FITS: tuple[Fit, ...] = (
         _relative(lambda f: f**3, np.log1p),
         (math.sqrt(0.5) - 1) * _SLACK,
         (math.sqrt(2) - 1) * _SLACK,
-    ),
-    Fit(
-        "TANH_POLY",
-        vm.TANH_POLY,
-        _tanh_tail,
-        _relative(lambda y: y**1.5, _root(np.tanh)),
-        _TINY,
-        vm.TANH_SMALL**2 * _SLACK,
     ),
     Fit(
         "ERF_POLY",
