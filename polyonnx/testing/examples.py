@@ -1,7 +1,8 @@
 """Tiny kernels and models for examples: the docstrings' doctests, docs/schedule.md and tests.
 
 The kernels are hand-built krnl kernels (no ONNX, no isl); :func:`conv_model` is a small ONNX
-model, Conv -> BatchNormalization -> Relu with seeded weights, that compiles in about a second.
+model, Conv -> BatchNormalization -> Relu with seeded weights, that compiles in about a second;
+:func:`lstm_model` a bidirectional LSTM.
 
 Example:
     >>> print(matmul(2, 3, 4))
@@ -159,3 +160,33 @@ def conv_model(
         weights,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def lstm_model(
+    hidden: int = 64, inputs: int = 8, steps: int = 5, batch: int = 1, seed: int = 0
+) -> onnx.ModelProto:
+    """A bidirectional ``LSTM`` of ``hidden`` units over ``x: float32[steps, batch, inputs]``
+    (outputs ``Y``, ``Y_h``, ``Y_c``; opset 14, seeded weights and biases)."""
+    rng = np.random.default_rng(seed)
+    h = hidden
+    weights = [
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape).astype(np.float32), name)
+        for name, shape in (("w", (2, 4 * h, inputs)), ("r", (2, 4 * h, h)), ("b", (2, 8 * h)))
+    ]
+    node = helper.make_node(
+        "LSTM",
+        ["x", "w", "r", "b"],
+        ["Y", "Y_h", "Y_c"],
+        "lstm",
+        hidden_size=h,
+        direction="bidirectional",
+    )
+    out = {"Y": [steps, 2, batch, h], "Y_h": [2, batch, h], "Y_c": [2, batch, h]}
+    graph = helper.make_graph(
+        [node],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, inputs])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in out.items()],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)

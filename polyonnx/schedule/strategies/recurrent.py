@@ -24,12 +24,19 @@ applies it with the schedule verbs.
 
 Example (a bidirectional LSTM, batch 1, hidden 256, AVX-512: the whole row of a gate's weights
 in one tile of 16 accumulators; ``d_4`` becomes the parallel loop):
-    >>> plan = plan_kernel(s, Tiling.for_vector_bits(512))            # doctest: +SKIP
-    >>> print(plan.nests[4])                                          # doctest: +SKIP
+    >>> from polyonnx import pipeline
+    >>> from polyonnx.schedule.strategies import plan_kernel
+    >>> from polyonnx.testing.examples import lstm_model
+    >>> (kernel,) = pipeline.lower(pipeline.to_graph(lstm_model(hidden=256))).kernels
+    >>> s = Schedule.from_kernel(kernel)
+    >>> plan = plan_kernel(s, Tiling.for_vector_bits(512))
+    >>> print(plan.nests[4])
     recurrent (d_4, s_2):
       product (b_4, q_2, v_2) over (h_2): tile 1 row x 8 blocks x 32 lanes
       vectorize v_3 of (b_5, v_3)
-    >>> s, bands = apply_recurrent(s, plan.nests[4])                  # doctest: +SKIP
+    >>> s, bands = apply_recurrent(s, plan.nests[4])
+    >>> bands
+    [('d_4', 's_2')]
 """
 
 from __future__ import annotations
