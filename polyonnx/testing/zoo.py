@@ -1,4 +1,4 @@
-"""Whole-model builders shared by ``tests/models`` and ``benchmarks/models.py``.
+"""Whole-model builders shared by ``tests/models``, ``benchmarks/`` and ``polyonnx bench``.
 
 ``mnist_model()`` is the ONNX model zoo's mnist-8 architecture with random weights;
 ``light_model(name)`` is one of the "light" models shipped in the onnx package (real
