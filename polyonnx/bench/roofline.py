@@ -22,11 +22,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 import polyonnx
+from polyonnx.bench.host import last_level_cache_bytes
 from polyonnx.bench.profile import profile
 from polyonnx.bench.timing import Spread
 
@@ -34,16 +34,8 @@ from polyonnx.bench.timing import Spread
 
 
 def l3_bytes() -> int:
-    """The host's last-level cache (sysfs; 32 MiB where it cannot be read)."""
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if (index / "level").read_text().strip() == "3":
-                size = (index / "size").read_text().strip()
-                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1], 1)
-                return int(size.rstrip("KM")) * scale
-        except OSError:
-            continue
-    return 32 << 20
+    """The host's last-level cache (32 MiB where sysfs does not say)."""
+    return last_level_cache_bytes() or 32 << 20
 
 
 #: Elements of a triad step: its product goes to a temporary of this many floats, which stays
