@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
 import math
 import os
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 
 import polyonnx
 from polyonnx.bench import gemm, peak, roofline
+from polyonnx.bench.document import write
 from polyonnx.bench.host import fingerprint, versions
 from polyonnx.bench.models import MODELS, RTOL, Refused, geometric_mean
 from polyonnx.bench.models import measure as measure_model
@@ -109,7 +111,7 @@ def require_extras() -> None:
     plots) are the ``bench`` extra."""
     for module in ("onnxruntime", "matplotlib"):
         try:
-            __import__(module)
+            importlib.import_module(module)
         except ImportError as e:
             raise ImportError(
                 f"{module} is not installed; polyonnx bench needs it: pip install polyonnx[bench]"
@@ -126,9 +128,6 @@ def report(
     """Measure (:func:`measure`) and write the report folder ``out``: ``report.json``,
     ``report.md``, ``report.html`` and the plots. Returns the report; progress goes to
     stderr."""
-    from polyonnx.bench.document import write
-
-    require_extras()
     data = measure(settings or Settings.of(models, threads, quick))
     write(data, Path(out))
     return data
