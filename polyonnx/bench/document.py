@@ -100,6 +100,15 @@ def sections_of(report: dict[str, Any], plots: dict[str, str]) -> list[Section]:
             "figures are only as good as the machine was quiet.",
         ]
     )
+    busy = max(host["load"][0], report["load_after"][0])
+    usable = host["cores"]["usable"] or host["cores"]["logical"] or 1
+    if busy > usable:
+        headline += (
+            f"\n\n**The machine was busy** (load average {busy:.1f} on {usable} usable "
+            "core(s)): the roofs were measured low (a GEMM or kernel above 100% of its bound "
+            "says so), and multi-threaded peers that spin-wait (OpenBLAS) can lose far more than "
+            "polyonnx. Re-run on a quiet machine before quoting absolute figures."
+        )
     out = [Section("Summary", headline)]
 
     caches = "; ".join(
