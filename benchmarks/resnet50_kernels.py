@@ -1,7 +1,7 @@
 """ResNet50's convolutions one by one: polyonnx against onnxruntime in the same run.
 
 The distinct Conv shapes are read off the real graph (``light_model("resnet50")`` from
-``tests/models/builders.py``, imported with :func:`polyonnx.pipeline.to_graph`, so BatchNorm is
+:mod:`polyonnx.testing.zoo`, imported with :func:`polyonnx.pipeline.to_graph`, so BatchNorm is
 already folded and every conv has a bias): (C_in, C_out, H, W, kernel, stride, pads, group) and
 how many times each occurs. Each becomes a one-op Conv model (batch 1, random weights and bias)
 run by polyonnx (``InferenceSession(num_threads=t)``) and by onnxruntime (CPU provider,
@@ -28,13 +28,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import onnx
@@ -42,21 +39,11 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
+from polyonnx.bench.peak import measure_peak
 from polyonnx.bench.timing import WARM_S, interleaved
 from polyonnx.pipeline import to_graph
 from polyonnx.testing import max_errors
-
-HERE = Path(__file__).resolve().parent
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    """A module imported by path (tests and benchmarks are not installed packages)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it runs
-    spec.loader.exec_module(module)
-    return module
+from polyonnx.testing.zoo import light_model
 
 
 @dataclass(frozen=True, order=True)
@@ -105,11 +92,8 @@ class ConvShape:
 
 def resnet50_convs() -> list[tuple[ConvShape, int]]:
     """Every distinct Conv of ResNet50 with its count, in order of first appearance."""
-    builders = _load(HERE.parent / "tests" / "models" / "builders.py", "polyonnx_test_builders")
     # (in ONNX's layout: the compiler's own graph has them as channel-blocked ConvBlocked)
-    graph = to_graph(
-        builders.light_model("resnet50"), options=polyonnx.Options(channel_blocks=False)
-    )
+    graph = to_graph(light_model("resnet50"), options=polyonnx.Options(channel_blocks=False))
     counts: Counter[ConvShape] = Counter()
     for node in graph.nodes:
         if node.op_type != "Conv":
@@ -259,8 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     peak = args.peak
     if peak is None:
-        peak_module = _load(HERE / "peak.py", "polyonnx_bench_peak")
-        peak = peak_module.measure_peak(threads=1, repeat=20, best=True)
+        peak = measure_peak(threads=1, repeat=20, best=True)
         print(
             f"peak: {peak:.1f} GFLOP/s per core (fastest of 20 rounds of benchmarks/peak.py's "
             "kernel, 1 thread, measured now; pass --peak to fix it)"

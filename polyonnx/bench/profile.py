@@ -20,13 +20,13 @@ Example:
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from polyonnx.bench.timing import Spread
 from polyonnx.codegen.kernel_call import kernel_callable
 from polyonnx.compiled import Compiled
 from polyonnx.krnl.ir import Kernel
@@ -36,10 +36,16 @@ from polyonnx.schedule.signature import kernel_flops
 
 @dataclass(frozen=True)
 class KernelTime:
+    """A kernel's time (median, min, max of the calls timed) and FLOPs."""
+
     name: str
     ops: tuple[str, ...]
-    seconds: float
+    time: Spread
     flops: int
+
+    @property
+    def seconds(self) -> float:
+        return self.time.median
 
     @property
     def gflops(self) -> float:
@@ -47,7 +53,7 @@ class KernelTime:
 
 
 def profile(compiled: Compiled, repeat: int = 10, in_model: bool = False) -> list[KernelTime]:
-    """Median time of every kernel of ``compiled`` (a :class:`polyonnx.Compiled`): each alone
+    """The time of every kernel of ``compiled`` (a :class:`polyonnx.Compiled`): each alone
     (``repeat`` calls in a row), or with ``in_model`` in the model's order and memory
     (``repeat`` passes over the whole model)."""
     rng = np.random.default_rng(0)
@@ -62,12 +68,12 @@ def profile(compiled: Compiled, repeat: int = 10, in_model: bool = False) -> lis
                 start = time.perf_counter()
                 run(a)
                 t.append(time.perf_counter() - start)
-        medians = [statistics.median(t[1:]) for t in times]
+        spreads = [Spread.of(t[1:]) for t in times]
     else:
-        medians = [_alone(run, k, rng, repeat) for run, (k, _) in zip(runs, kernels, strict=True)]
+        spreads = [_alone(run, k, rng, repeat) for run, (k, _) in zip(runs, kernels, strict=True)]
     rows = [
         KernelTime(k.name, k.ops, m, kernel_flops(k))
-        for (k, _), m in zip(kernels, medians, strict=True)
+        for (k, _), m in zip(kernels, spreads, strict=True)
     ]
     return sorted(rows, key=lambda r: -r.seconds)
 
@@ -77,7 +83,7 @@ def _alone(
     kernel: Kernel,
     rng: np.random.Generator,
     repeat: int,
-) -> float:
+) -> Spread:
     arrays = {}
     for b in kernel.buffers:
         values = (
@@ -92,7 +98,7 @@ def _alone(
         t = time.perf_counter()
         run(arrays)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return Spread.of(times)
 
 
 _Place = Callable[[str, tuple[int, ...], str], np.ndarray]

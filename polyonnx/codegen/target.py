@@ -39,6 +39,11 @@ def _init_all_targets() -> None:
 
 
 @functools.cache
+def llvm_version() -> str:
+    """The version of the LLVM that llvmlite links, e.g. ``"15.0.7"``."""
+    return ".".join(str(v) for v in llvm.llvm_version_info)
+
+
 def host_cpu() -> tuple[str, str, str]:
     """(triple, cpu name, feature string) of this machine."""
     init_llvm()

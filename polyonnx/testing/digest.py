@@ -19,17 +19,17 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import importlib.util
 import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import onnx
+
+from polyonnx.testing.zoo import light_model, mnist_model
 
 LIGHT = (
     "bvlc_alexnet",
@@ -44,21 +44,10 @@ LIGHT = (
 )
 
 
-def _builders() -> ModuleType:
-    """tests/models/builders.py of this checkout (tests are not an installed package)."""
-    path = Path(__file__).resolve().parents[2] / "tests" / "models" / "builders.py"
-    spec = importlib.util.spec_from_file_location("polyonnx_digest_builders", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def models() -> dict[str, Callable[[], onnx.ModelProto]]:
-    b = _builders()
-    out: dict[str, Callable[[], onnx.ModelProto]] = {"mnist": b.mnist_model}
+    out: dict[str, Callable[[], onnx.ModelProto]] = {"mnist": mnist_model}
     for name in LIGHT:
-        out[name] = functools.partial(b.light_model, name)
+        out[name] = functools.partial(light_model, name)
     return out
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import onnx
 import pytest
 
-from .builders import light_model as build_light_model
-from .builders import mnist_model as build_mnist_model
+from polyonnx.testing.zoo import light_model as build_light_model
+from polyonnx.testing.zoo import mnist_model as build_mnist_model
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from onnx import numpy_helper
 
 import polyonnx
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs, random_feeds
-
-from .builders import LIGHT_MODELS, light_expected_output_path, light_path
+from polyonnx.testing.zoo import LIGHT_MODELS, light_expected_output_path, light_path
 
 
 @pytest.mark.slow

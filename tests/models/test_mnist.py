@@ -7,8 +7,7 @@ import pytest
 
 import polyonnx
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
-
-from .builders import mnist_model as build_mnist_model
+from polyonnx.testing.zoo import mnist_model as build_mnist_model
 
 
 def test_mnist_matches_onnxruntime_on_several_inputs(mnist_model):

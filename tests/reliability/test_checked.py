@@ -15,7 +15,7 @@ from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.strategies import default_schedule
 from polyonnx.testing import onnxruntime_outputs
-from tests.models.builders import mnist_model
+from polyonnx.testing.zoo import mnist_model
 from tests.reliability.models import const, conv_net, model, tensor
 
 CHECKED = polyonnx.Options(checked=True)

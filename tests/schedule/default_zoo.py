@@ -1,6 +1,6 @@
 """The kernels whose default-schedule ASTs are pinned in ``data/default_asts.json``.
 
-Every distinct kernel (by signature) of MNIST and light ResNet50 (``tests/models/builders.py``)
+Every distinct kernel (by signature) of MNIST and light ResNet50 (``polyonnx.testing.zoo``)
 plus the small kernels of ``tests/schedule/zoo.py``, each under the tilings the pipeline uses for
 AVX2 and AVX-512 hosts; the small kernels also with every nest big enough to be parallel.
 
@@ -39,7 +39,7 @@ def model_kernels(block: int) -> tuple[tuple[str, Kernel], ...]:
     from polyonnx.graph.passes.layout import blocked_layout
     from polyonnx.options import Options
     from polyonnx.pipeline import lower, to_graph
-    from tests.models.builders import light_model, mnist_model
+    from polyonnx.testing.zoo import light_model, mnist_model
 
     out: dict[str, tuple[str, Kernel]] = {}
     for name, model in (("mnist", mnist_model()), ("resnet50", light_model("resnet50"))):

@@ -1,4 +1,4 @@
-"""Whole-model builders shared by ``tests/models`` and ``benchmarks/models.py``.
+"""Whole-model builders shared by ``tests/models``, ``benchmarks/`` and ``polyonnx bench``.
 
 ``mnist_model()`` is the ONNX model zoo's mnist-8 architecture with random weights;
 ``light_model(name)`` is one of the "light" models shipped in the onnx package (real
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -74,7 +75,7 @@ def mnist_model(seed: int = 0, opset: int = 8) -> onnx.ModelProto:
         numpy_helper.from_array(np.array([1, 256], np.int64), "Pooling160_Output_0_reshape0_shape"),
         numpy_helper.from_array(np.array([256, 10], np.int64), "Parameter193_reshape1_shape"),
     ]
-    conv = {"kernel_shape": [5, 5], "strides": [1, 1], "auto_pad": "SAME_UPPER"}
+    conv: dict[str, Any] = {"kernel_shape": [5, 5], "strides": [1, 1], "auto_pad": "SAME_UPPER"}
     nodes = [
         helper.make_node(
             "Reshape",
