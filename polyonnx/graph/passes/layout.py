@@ -6,11 +6,16 @@ on the tile it just computed. This pass rewrites every eligible ``Conv`` (2-D sp
 ``group == 1``, constant weights, float32, output channels a multiple of ``block``) to
 ``polyonnx.ConvBlocked`` with output ``[N, C/block, spatial..., block]`` (its input blocked
 too, unless its channels are not a multiple of ``block``: an image's three colours), and moves
-the element-wise ops whose tensor inputs are all blocked, and MaxPools of blocked values
-(``polyonnx.MaxPoolBlocked``), into the blocked domain with it. Layout
-changes (``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value
-crosses between the domains, and at most once per value: in ResNet50 that is once, before the
-final pooling, instead of a transpose per convolution.
+the element-wise ops that follow blocked values, MaxPools of blocked values
+(``polyonnx.MaxPoolBlocked``) and their global pools (a ``ReduceMean`` or ``ReduceMax`` over
+the spatial axes, the block of channels still the contiguous axis) into the blocked domain
+with it. An element-wise op follows when one input is a blocked value of its output's shape
+and the others broadcast over the blocks: blocked values, one-element tensors, constants
+(a per-channel scale, PRelu's slope: repacked once, at compile time) and computed per-channel
+``[N, C, 1, 1]`` values (a squeeze-excitation gate: a small ``ToBlocked``). Layout changes
+(``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value crosses
+between the domains, and at most once per value: in ResNet50 that is once, after the final
+pooling, instead of a transpose per convolution.
 
 Weights are repacked once, at compile time, to ``[OC/block, IC/block, kernel..., block_in,
 block_out]`` (``[OC/block, IC, kernel..., block_out]`` for an unblocked input): the block of
@@ -83,6 +88,35 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
             plain.add(name)
         return name
 
+    def blocked_operand(name: str, node: Node) -> str:
+        """The input ``name`` of element-wise ``node`` as its blocked twin reads it."""
+        kind = _operand_kind(graph, name, graph.value(node.outputs[0]).shape, blocked)
+        if kind == "blocked":
+            return blocked[name]
+        if kind == "repack":
+            packed = f"{name}__blocked{block}"
+            if packed not in constants:
+                constants[packed] = _pack_operand(graph.constants[name], _rank(graph, node), block)
+                values[packed] = Value(packed, values[name].dtype, constants[packed].shape)
+            return packed
+        return to_blocked(name) if kind == "to_blocked" else name
+
+    def reduce_blocked(node: Node) -> Node:
+        """A global pool of a blocked value as the reduction of its twin over the spatial
+        axes: the block of channels stays the contiguous (vector) axis."""
+        x = blocked[node.inputs[0]]
+        axes = list(range(2, len(values[x].shape) - 1))
+        inputs, attrs = (x,), {"keepdims": 1}
+        if graph.opset >= _AXES_INPUT_SINCE:
+            axes_name = f"{x}__spatial_axes"
+            constants[axes_name] = np.array(axes, np.int64)
+            values[axes_name] = Value(axes_name, "int64", (len(axes),))
+            inputs = (x, axes_name)
+        else:
+            attrs["axes"] = axes
+        reduce = _GLOBAL_POOLS[node.op_type]
+        return Node(node.name, reduce, inputs, (twin_of(node.outputs[0]),), attrs)
+
     for node in graph.nodes:
         if _eligible(graph, node, block):
             x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
@@ -119,8 +153,10 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
                     DOMAIN,
                 )
             )
+        elif _global_pool_follows_blocked(node, blocked):
+            nodes.append(reduce_blocked(node))
         elif _follows_blocked(graph, node, blocked):
-            ins = tuple(blocked.get(i, i) for i in node.inputs)
+            ins = tuple(blocked_operand(i, node) for i in node.inputs)
             nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin_of(node.outputs[0]),)))
         else:
             ins = tuple(to_plain(i) if i in blocked else i for i in node.inputs)
@@ -161,17 +197,78 @@ def _pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
     )
 
 
+#: Global pools and the reductions over their blocked inputs' spatial axes that compute them.
+_GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+#: The opset from which ReduceMean and ReduceMax take their axes as an input.
+_AXES_INPUT_SINCE = 18
+
+
+def _global_pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
+    return node.op_type in _GLOBAL_POOLS and not node.domain and node.inputs[0] in blocked
+
+
 def _follows_blocked(graph: Graph, node: Node, blocked: dict[str, str]) -> bool:
-    """An element-wise node whose tensor inputs are all blocked values of its output's shape
-    (other inputs: one-element constants, such as Clip's bounds)."""
+    """An element-wise node with a blocked input of its output's shape whose other inputs
+    broadcast over the blocks (see :func:`_operand_kind`)."""
     if node.domain or node.op_type not in ELEMENTWISE or len(node.outputs) != 1:
         return False
     shape = graph.value(node.outputs[0]).shape
-    tensors = [i for i in node.inputs if i and i in blocked]
-    if not tensors or any(graph.value(i).shape != shape for i in tensors):
+    if not any(i in blocked and graph.value(i).shape == shape for i in node.inputs):
         return False
-    others = [i for i in node.inputs if i and i not in blocked]
-    return all(i in graph.constants and graph.constants[i].size == 1 for i in others)
+    return all(_operand_kind(graph, i, shape, blocked) is not None for i in node.inputs if i)
+
+
+def _operand_kind(
+    graph: Graph, name: str, shape: tuple[int | str, ...], blocked: dict[str, str]
+) -> str | None:
+    """How the blocked twin of an element-wise op with output ``shape`` reads input ``name``:
+    ``"blocked"`` (its blocked twin: ``shape``, or per-channel ``[N|1, C, 1...]``), ``"as_is"``
+    (one element, which broadcasts in either layout), ``"repack"`` (a constant that broadcasts
+    to ``shape``, repacked once at compile time) or ``"to_blocked"`` (a computed per-channel
+    value ``[N|1, C, 1...]``, a gate for instance: a small layout change); None when it would
+    take a layout change of a full tensor."""
+    value = graph.value(name)
+    if name in blocked:
+        return "blocked" if value.shape == shape or _per_channel(value.shape, shape) else None
+    if int(np.prod(value.shape, dtype=np.int64)) == 1:
+        return "as_is"
+    if name in graph.constants:
+        return "repack" if _broadcasts(value.shape, shape) else None
+    return "to_blocked" if _per_channel(value.shape, shape) else None
+
+
+def _broadcasts(operand: tuple[int | str, ...], shape: tuple[int | str, ...]) -> bool:
+    """Whether ``operand`` broadcasts to ``shape`` (ONNX's rule: aligned right, each dim 1 or
+    equal)."""
+    if len(operand) > len(shape):
+        return False
+    return all(d in (1, s) for d, s in zip(operand[::-1], shape[::-1], strict=False))
+
+
+def _per_channel(operand: tuple[int | str, ...], shape: tuple[int | str, ...]) -> bool:
+    """Whether ``operand`` is ``[N|1, C, 1...]`` for ``shape`` ``[N, C, spatial...]``."""
+    return (
+        len(operand) == len(shape)
+        and operand[0] in (1, shape[0])
+        and operand[1] == shape[1]
+        and all(d == 1 for d in operand[2:])
+    )
+
+
+def _rank(graph: Graph, node: Node) -> int:
+    return len(graph.value(node.outputs[0]).shape)
+
+
+def _pack_operand(a: np.ndarray, rank: int, block: int) -> np.ndarray:
+    """A constant broadcasting to an NCHW value of ``rank`` as it broadcasts to the value's
+    blocked twin: ``[n, C, s...]`` -> ``[n, C/b, s..., b]`` (``[n, 1, s..., 1]`` for one
+    channel)."""
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    n, c, *spatial = a.shape
+    if c == 1:
+        return a.reshape(n, 1, *spatial, 1)
+    split = a.reshape(n, c // block, block, *spatial)
+    return np.ascontiguousarray(split.transpose(0, 1, *range(3, 3 + len(spatial)), 2))
 
 
 def _blocked_value(v: Value, name: str, block: int) -> Value:
