@@ -8,10 +8,11 @@ on the tile it just computed. This pass rewrites every eligible ``Conv`` (2-D sp
 too, unless its channels are not a multiple of ``block``: an image's three colours), and moves
 the element-wise ops that follow blocked values, MaxPools of blocked values
 (``polyonnx.MaxPoolBlocked``) and their global pools (a ``ReduceMean`` or ``ReduceMax`` over
-the spatial axes, the block of channels still the contiguous axis) into the blocked domain
-with it. An element-wise op follows when one input is a blocked value of its output's shape
-and the others broadcast over the blocks: blocked values, one-element tensors, constants
-(a per-channel scale, PRelu's slope: repacked once, at compile time) and computed per-channel
+the spatial axes, the block of channels still the contiguous axis), Concats and Splits along
+the channels in whole blocks and Resizes of the spatial axes into the blocked domain with it.
+An element-wise op follows when one input is a blocked value of its output's shape and the
+others broadcast over the blocks: blocked values, one-element tensors, constants (a
+per-channel scale, PRelu's slope: repacked once, at compile time) and computed per-channel
 ``[N, C, 1, 1]`` values (a squeeze-excitation gate: a small ``ToBlocked``). Layout changes
 (``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value crosses
 between the domains, and at most once per value: in ResNet50 that is once, after the final
@@ -117,6 +118,41 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
         reduce = _GLOBAL_POOLS[node.op_type]
         return Node(node.name, reduce, inputs, (twin_of(node.outputs[0]),), attrs)
 
+    def blocks_constant(name: str, array: np.ndarray) -> str:
+        constants[name] = array
+        values[name] = Value(name, str(array.dtype), array.shape)
+        return name
+
+    def move_blocks(node: Node) -> Node:
+        """A Concat or Split along the channels, or a Resize of the spatial axes, on blocked
+        twins (see :func:`_moves_whole_blocks`): the same copies, one block at a time."""
+        attrs = dict(node.attrs)
+        ins = list(node.inputs)
+        if node.op_type == "Concat":
+            ins = [to_blocked(i) for i in ins]
+            attrs["axis"] = 1
+        elif node.op_type == "Split":
+            ins = [blocked[ins[0]]]
+            sizes = np.array([int(graph.value(o).shape[1]) // block for o in node.outputs])
+            attrs.pop("num_outputs", None)
+            if graph.opset >= _SPLIT_INPUT_SINCE:
+                ins.append(blocks_constant(f"{node.name}__split_blocks", sizes.astype(np.int64)))
+            else:
+                attrs["split"] = [int(v) for v in sizes]
+            attrs["axis"] = 1
+        else:  # Resize: the block axis keeps its size
+            ins[0] = blocked[ins[0]]
+            if node.input(3):
+                sizes = graph.constants[ins[3]].astype(np.int64)
+                sizes = np.array([*sizes[:1], sizes[1] // block, *sizes[2:], block], np.int64)
+                ins[3] = blocks_constant(f"{node.name}__blocked_sizes", sizes)
+            else:
+                scales = graph.constants[ins[2]].astype(np.float32)
+                scales = np.array([*scales, 1.0], np.float32)
+                ins[2] = blocks_constant(f"{node.name}__blocked_scales", scales)
+        outs = tuple(twin_of(o) for o in node.outputs)
+        return dataclasses.replace(node, inputs=tuple(ins), outputs=outs, attrs=attrs)
+
     for node in graph.nodes:
         if _eligible(graph, node, block):
             x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
@@ -155,6 +191,8 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
             )
         elif _global_pool_follows_blocked(node, blocked):
             nodes.append(reduce_blocked(node))
+        elif _moves_whole_blocks(graph, node, blocked, block):
+            nodes.append(move_blocks(node))
         elif _follows_blocked(graph, node, blocked):
             ins = tuple(blocked_operand(i, node) for i in node.inputs)
             nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin_of(node.outputs[0]),)))
@@ -205,6 +243,49 @@ _AXES_INPUT_SINCE = 18
 
 def _global_pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
     return node.op_type in _GLOBAL_POOLS and not node.domain and node.inputs[0] in blocked
+
+
+#: The opset from which Split takes its sizes as an input.
+_SPLIT_INPUT_SINCE = 13
+
+
+def _moves_whole_blocks(graph: Graph, node: Node, blocked: dict[str, str], block: int) -> bool:
+    """A Concat with a blocked input or a Split of a blocked value, along the channels, every
+    part whole blocks; or a Resize of a blocked value that keeps its channels (scales or
+    sizes constant, no region of interest, no axes). Their copies run on the blocked twins,
+    each block of channels a contiguous run: no layout change around them (YOLO's C2f and
+    neck: Split, Concat of the parts, Resize, Concat)."""
+    if node.domain or node.op_type not in ("Concat", "Split", "Resize") or not node.inputs:
+        return False
+    parts = [v for v in (node.inputs if node.op_type == "Concat" else node.outputs) if v]
+    rank = len(graph.value(node.inputs[0]).shape)
+    if rank < 3 or any(len(graph.value(v).shape) != rank for v in parts):
+        return False
+    if node.op_type == "Resize":
+        return _resize_keeps_channels(graph, node) and node.inputs[0] in blocked
+    if int(node.attr("axis", 1 if node.op_type == "Concat" else 0)) % rank != 1:
+        return False
+    if any(not isinstance(d, int) or d % block for d in (graph.value(v).shape[1] for v in parts)):
+        return False
+    if node.op_type == "Concat":
+        return any(i in blocked for i in parts)
+    return node.inputs[0] in blocked
+
+
+def _resize_keeps_channels(graph: Graph, node: Node) -> bool:
+    """A Resize (opset 11 on) scaling neither batch nor channels, by constant scales or sizes,
+    without a region of interest or axes."""
+    mode = node.attr("coordinate_transformation_mode", "half_pixel")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if graph.opset < 11 or node.has_attr("axes") or mode == "tf_crop_and_resize":
+        return False
+    x = graph.value(node.inputs[0])
+    scales, sizes = node.input(2), node.input(3)
+    if sizes:
+        return sizes in graph.constants and tuple(graph.constants[sizes][:2]) == x.shape[:2]
+    if not scales or scales not in graph.constants:
+        return False
+    return tuple(float(v) for v in graph.constants[scales][:2]) == (1.0, 1.0)
 
 
 def _follows_blocked(graph: Graph, node: Node, blocked: dict[str, str]) -> bool:
