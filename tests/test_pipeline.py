@@ -59,5 +59,6 @@ def test_the_last_pass_shows_the_kernels_compile_uses() -> None:
 
 @pytest.mark.parametrize("stage, after", [("krnl", "fuse"), ("ast", "lower")])
 def test_after_needs_krnl_and_a_pass_name(stage: str, after: str) -> None:
-    with pytest.raises(PolyonnxError, match=f"after='{after}' .* one of lower, inline_pointwise"):
+    passes = "lower, distribute_finishes, inline_pointwise"
+    with pytest.raises(PolyonnxError, match=f"after='{after}' .* one of {passes}"):
         pipeline.emit(_matmul_add_relu(), stage, after=after)

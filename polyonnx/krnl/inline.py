@@ -2,9 +2,12 @@
 
 A fusion group lowers to one nest per node, so ``Conv -> Relu`` writes the convolution's result
 to a temp and reads it back in the next nest. When a temp is written once per element by a
-one-statement nest and read back, at the same point only, by the next nest over the same
-loops, the producer's expression is substituted into the consumer and the temp disappears:
-one pass over memory instead of two.
+one-statement nest and read, at the same point only, by one statement of a later nest over
+the same loops, the producer's expression is substituted into that statement and the temp
+disappears: one pass over memory instead of two. The reader need not be the next nest (a
+fusion group is a DAG: in ``x * sigmoid(x)`` both nests read ``x``), and it may read the temp
+more than once (each read becomes a copy of the expression, within one statement, where LLVM
+computes it once).
 
 Example (before, after)::
 
@@ -48,35 +51,74 @@ def _rewrite(e: Expr, names: dict[str, str], temp: str, producer: Expr | None) -
     return map_children(e, lambda c: _rewrite(c, names, temp, producer))
 
 
-def _readers(kernel: Kernel, buffer: str) -> int:
-    return sum(1 for _, s in kernel.statements() for ld in loads(s.body) if ld.buffer == buffer)
+def _producer(kernel: Kernel, node: Node) -> tuple[list[Loop], Stmt] | None:
+    """(loops, statement) of a one-statement nest over constant bounds writing every point
+    of a temp at its own point (and not reading it), or None."""
+    nest = perfect_nest(node)
+    if nest is None or not isinstance(nest[1], Stmt):
+        return None
+    loops, p = nest
+    if kernel.buffer(p.write.buffer).kind != "temp" or p.guards:
+        return None
+    if any(not (lp.lower.is_const and lp.upper.is_const) for lp in loops):
+        return None
+    if p.write.index != tuple(Aff.var(lp.iterator) for lp in loops):
+        return None
+    if any(ld.buffer == p.write.buffer for ld in loads(p.body)):
+        return None
+    return loops, p
 
 
-def _try_inline(kernel: Kernel, first: Node, second: Node) -> Node | None:
-    a, b = perfect_nest(first), perfect_nest(second)
-    if a is None or b is None:
-        return None
-    (p_loops, p), (c_loops, c) = a, b
-    temp = p.write.buffer
-    if kernel.buffer(temp).kind != "temp" or p.guards or c.guards:
-        return None
-    bounds = [(lp.lower, lp.upper) for lp in p_loops]
-    if bounds != [(lp.lower, lp.upper) for lp in c_loops] or any(
-        not (lo.is_const and hi.is_const) for lo, hi in bounds
-    ):
-        return None
-    p_point = tuple(Aff.var(lp.iterator) for lp in p_loops)
-    c_point = tuple(Aff.var(lp.iterator) for lp in c_loops)
-    if p.write.index != p_point or any(ld.buffer == temp for ld in loads(p.body)):
-        return None
-    reads = [ld for ld in loads(c.body) if ld.buffer == temp]
-    if not reads or any(ld.index != c_point for ld in reads) or c.write.buffer == temp:
-        return None
-    if _readers(kernel, temp) != len(reads):
-        return None  # someone else reads the temp too
-    names = {lp.iterator: cl.iterator for lp, cl in zip(p_loops, c_loops, strict=True)}
-    producer = _rewrite(p.body, names, "", None)
-    return _rebuild(c_loops, replace(c, body=_rewrite(c.body, {}, temp, producer)))
+def _writes(node: Node) -> set[str]:
+    if isinstance(node, Stmt):
+        return {node.write.buffer}
+    return {b for child in node.body for b in _writes(child)}
+
+
+def _reads(node: Node, buffer: str) -> int:
+    """How many statements under ``node`` read ``buffer``."""
+    if isinstance(node, Stmt):
+        return int(any(ld.buffer == buffer for ld in loads(node.body)))
+    return sum(_reads(child, buffer) for child in node.body)
+
+
+def _inline_one(kernel: Kernel) -> Kernel | None:
+    """``kernel`` with its first inlinable producer (see the module docstring) inlined, or
+    None when there is none."""
+    body = kernel.body
+    for i, node in enumerate(body):
+        found = _producer(kernel, node)
+        if found is None:
+            continue
+        p_loops, p = found
+        temp = p.write.buffer
+        readers = [j for j in range(len(body)) if _reads(body[j], temp)]
+        others = [n for k, n in enumerate(body) if k != i and temp in _writes(n)]
+        if len(readers) != 1 or readers[0] <= i or _reads(body[readers[0]], temp) != 1 or others:
+            continue
+        j = readers[0]
+        nest = perfect_nest(body[j])
+        if nest is None or not isinstance(nest[1], Stmt) or nest[1].guards:
+            continue
+        c_loops, c = nest
+        if [(lp.lower, lp.upper) for lp in p_loops] != [(lp.lower, lp.upper) for lp in c_loops]:
+            continue
+        c_point = tuple(Aff.var(lp.iterator) for lp in c_loops)
+        if any(ld.index != c_point for ld in loads(c.body) if ld.buffer == temp):
+            continue
+        # What the producer reads must hold the same values where the reader runs.
+        inputs = {ld.buffer for ld in loads(p.body)}
+        if any(inputs & _writes(n) for n in body[i + 1 : j + 1]):
+            continue
+        names = {lp.iterator: cl.iterator for lp, cl in zip(p_loops, c_loops, strict=True)}
+        producer = _rewrite(p.body, names, "", None)
+        merged = _rebuild(c_loops, replace(c, body=_rewrite(c.body, {}, temp, producer)))
+        return replace(
+            kernel,
+            body=(*body[:i], *body[i + 1 : j], merged, *body[j + 1 :]),
+            buffers=tuple(b for b in kernel.buffers if b.name != temp),
+        )
+    return None
 
 
 def _rebuild(loops: list[Loop], stmt: Stmt) -> Node:
@@ -87,17 +129,7 @@ def _rebuild(loops: list[Loop], stmt: Stmt) -> Node:
 
 
 def inline_pointwise(kernel: Kernel) -> Kernel:
-    """``kernel`` with every point-wise producer nest inlined into its consumer (see above)."""
-    body = list(kernel.body)
-    changed = True
-    while changed:
-        changed = False
-        for i in range(len(body) - 1):
-            merged = _try_inline(replace(kernel, body=tuple(body)), body[i], body[i + 1])
-            if merged is not None:
-                temp = perfect_nest(body[i])[1].write.buffer  # type: ignore[index]
-                body[i : i + 2] = [merged]
-                kernel = replace(kernel, buffers=tuple(b for b in kernel.buffers if b.name != temp))
-                changed = True
-                break
-    return replace(kernel, body=tuple(body))
+    """``kernel`` with every point-wise producer nest inlined into its reader (see above)."""
+    while (inlined := _inline_one(kernel)) is not None:
+        kernel = inlined
+    return kernel

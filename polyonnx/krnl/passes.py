@@ -6,18 +6,21 @@ kernel into the one the scheduler sees, each a ``Kernel -> Kernel`` function rea
 needs of the program around the kernel from a :class:`KernelContext`. They run in this order,
 each relying on the ones before:
 
-1. ``inline_pointwise`` (:mod:`~polyonnx.krnl.inline`): point-wise producers are substituted
-   into their consumers, so a chain of epilogues (``Add -> Relu``) becomes one nest. First:
-   the next pass matches a reduction's temp to the one epilogue reading it.
-2. ``accumulate_in_place`` (:mod:`~polyonnx.krnl.in_place`): a reduction accumulates straight
+1. ``distribute_finishes`` (:mod:`~polyonnx.krnl.distribute`): a reduction's finish
+   (``y = acc / n``) moves out of its nest into a nest of its own, so that the reduction is a
+   nest the scheduler register-tiles and the finish an epilogue like any other.
+2. ``inline_pointwise`` (:mod:`~polyonnx.krnl.inline`): point-wise producers are substituted
+   into their consumers, so a chain of epilogues (``Add -> Relu``) becomes one nest. Before
+   the next pass: it matches a reduction's temp to the one epilogue reading it.
+3. ``accumulate_in_place`` (:mod:`~polyonnx.krnl.in_place`): a reduction accumulates straight
    into the buffer its epilogue writes.
-3. ``residual_in_place`` (:mod:`~polyonnx.krnl.residual`): a reduction whose epilogue adds a
+4. ``residual_in_place`` (:mod:`~polyonnx.krnl.residual`): a reduction whose epilogue adds a
    dying residual starts its sums at the residual, in the residual's memory. It looks for the
    reduction writing the epilogue's output, which the pass before made so.
-4. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
+5. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
    bordered buffers. After the epilogues are in place: the passes before match a temp to the
    value it becomes by shape, and a bordered buffer is larger than its value.
-5. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
+6. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
    Last: lowerings name their statements with placeholders, and the passes merge and drop
    statements.
 
@@ -26,8 +29,8 @@ prints the kernels as they are after ``PASS``, or as lowered with ``--after lowe
 
 Example:
     >>> [p.name for p in PASSES]  # doctest: +NORMALIZE_WHITESPACE
-    ['inline_pointwise', 'accumulate_in_place', 'residual_in_place', 'store_bordered',
-     'renumber_statements']
+    ['distribute_finishes', 'inline_pointwise', 'accumulate_in_place', 'residual_in_place',
+     'store_bordered', 'renumber_statements']
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from polyonnx.krnl import ir
 from polyonnx.krnl.borders import store_bordered
+from polyonnx.krnl.distribute import distribute_finishes
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
 from polyonnx.krnl.residual import residual_in_place
@@ -99,6 +103,7 @@ def _residual_in_place(kernel: ir.Kernel, context: KernelContext) -> PassResult:
 
 
 PASSES: tuple[KernelPass, ...] = (
+    KernelPass("distribute_finishes", lambda k, _: PassResult(distribute_finishes(k))),
     KernelPass("inline_pointwise", lambda k, _: PassResult(inline_pointwise(k))),
     KernelPass("accumulate_in_place", lambda k, _: PassResult(accumulate_in_place(k))),
     KernelPass("residual_in_place", _residual_in_place),

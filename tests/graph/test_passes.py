@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 import pytest
@@ -16,7 +14,6 @@ from polyonnx.graph.passes import (
     eliminate_dead_code,
     fold_batchnorm,
     fold_constants,
-    fuse,
     optimize,
     remove_identities,
     verify,
@@ -298,80 +295,6 @@ def test_dce_drops_dead_nodes_and_constants_keeps_inputs():
     assert _ops(g) == ["Relu"] and not g.constants
     assert [v.name for v in g.inputs] == ["x", "unused_in"] and "dead" not in g.values
     verify(g)
-
-
-# --------------------------------------------------------------------------- fuse
-
-
-def _fusion_graph() -> Graph:
-    """x → convA → Add(·, convB(x)) → Relu → Reshape → Relu, plus a Sigmoid with two users."""
-    w = RNG.standard_normal((2, 2, 1, 1)).astype(np.float32)
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["a"], name="convA"),
-        helper.make_node("Conv", ["x", "w"], ["b"], name="convB"),
-        helper.make_node("Add", ["a", "b"], ["s"], name="add"),
-        helper.make_node("Relu", ["s"], ["r"], name="relu"),
-        helper.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
-        helper.make_node("Relu", ["f"], ["y"], name="relu2"),
-        helper.make_node("Sigmoid", ["x"], ["sg"], name="sig"),
-        helper.make_node("Neg", ["sg"], ["z1"], name="neg"),
-        helper.make_node("Mul", ["sg", "sg"], ["z2"], name="sq"),
-        helper.make_node("Mul", ["z2", "big"], ["z3"], name="bcast"),
-    ]
-    m = _model(
-        nodes,
-        [("x", [1, 2, 3, 3])],
-        [("y", [1, 18]), ("z1", [1, 2, 3, 3]), ("z3", [2, 1, 2, 3, 3])],
-        {"w": w, "shape": np.array([1, -1]), "big": np.ones((2, 1, 1, 1, 1), np.float32)},
-    )
-    return optimize(import_model(m))
-
-
-def _names(groups):
-    return [[n.name for n in grp.nodes] for grp in groups]
-
-
-def test_fuse_chains_and_views():
-    g = _fusion_graph()
-    groups = fuse(g)
-    assert _names(groups) == [
-        ["convB"],
-        ["convA", "add", "relu"],
-        ["flat"],
-        ["relu2"],
-        ["sig"],
-        ["neg"],
-        ["sq"],
-        ["bcast"],
-    ]
-    assert [grp.name for grp in groups][:2] == ["convB", "convA"]
-
-
-def test_fuse_groups_execute_in_order_and_boundaries():
-    g = _fusion_graph()
-    groups = fuse(g)
-    assert sorted(n.name for grp in groups for n in grp.nodes) == sorted(n.name for n in g.nodes)
-    ready = {v.name for v in g.inputs} | set(g.constants)
-    for grp in groups:
-        ins, outs = grp.boundary(g)
-        assert set(ins) <= ready, grp.name
-        ready.update(outs)
-    conv_a = next(grp for grp in groups if grp.name == "convA")
-    assert conv_a.boundary(g) == (("x", "w", "b"), ("r",))
-
-
-def test_fuse_light_squeezenet_groups_run_in_order():
-    path = os.path.join(
-        os.path.dirname(onnx.__file__), "backend/test/data/light", "light_squeezenet.onnx"
-    )
-    g = optimize(import_model(path))
-    groups = fuse(g)
-    ready = {v.name for v in g.inputs} | set(g.constants)
-    for grp in groups:
-        ins, outs = grp.boundary(g)
-        assert set(ins) <= ready
-        ready.update(outs)
-    assert {tuple(n.op_type for n in grp.nodes) for grp in groups} >= {("Conv", "Relu")}
 
 
 # --------------------------------------------------------------------------- optimize

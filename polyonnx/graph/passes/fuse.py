@@ -1,11 +1,19 @@
 """Fusion grouping: which nodes become one kernel.
 
-Rule: every node is its own group, except that an elementwise op joins the group of the node
-producing one of its inputs when that producer is a Conv, Gemm, MatMul or elementwise op, the
-input is read by this node only (and is not a graph output), and the op's output has the shape
-of the group's anchor (its first node). So ``Conv → Relu`` and ``Conv → Add(residual) → Relu``
-are one group each. View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity) always stand
-alone. A join that would make the graph of groups cyclic is never made.
+Rule: every node is its own group, except that an elementwise op joins a group that produces
+one of its inputs when the group's first node (its anchor) is a Conv, Gemm, MatMul or
+elementwise op and the op's output has the anchor's shape: every value of a group then has
+that shape, so the op reads the group's values point for point and the kernel's nests
+collapse into one epilogue (:mod:`polyonnx.krnl.inline`). Values of the group may have several
+consumers inside it (``x * Sigmoid(x)``, GELU's ``0.5 * x * (1 + Erf(x / sqrt 2))``) and
+outside it; those used outside, or graph outputs, become the kernel's outputs. The op's other
+inputs (constants, values of other groups) are the kernel's inputs. So ``Conv -> Relu``,
+``Conv -> Add(residual) -> Relu`` and ``Conv -> Sigmoid -> Mul`` are one group each.
+
+Among the groups it could join, an op prefers one where every consumer of the values it reads
+from the group is then inside the group (those values never reach memory), then the earliest
+input. View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity) always stand alone. A join
+that would make the graph of groups cyclic is never made.
 
 Example:
     >>> from polyonnx.graph.ir import Graph, Node, Value
@@ -101,10 +109,15 @@ def fuse(graph: Graph) -> list[Group]:
     dag = nx.DiGraph()  # group -> group data dependences
     for n in graph.nodes:
         preds = {group_of[i] for i in n.inputs if i in group_of}
-        target = _join_target(n, graph, consumers, graph_outputs, members, group_of)
-        # Joining ``target`` is acyclic unless another input's group depends on ``target``.
-        if target is not None and any(h != target and nx.has_path(dag, target, h) for h in preds):
-            target = None
+        target = next(
+            (
+                k
+                for k in _join_candidates(n, graph, consumers, graph_outputs, members, group_of)
+                # Joining ``k`` is acyclic unless another input's group depends on ``k``.
+                if not any(h != k and nx.has_path(dag, k, h) for h in preds)
+            ),
+            None,
+        )
         if target is None:
             target = len(members)
             members.append([])
@@ -118,32 +131,40 @@ def fuse(graph: Graph) -> list[Group]:
     return [Group(members[k][0].name, tuple(members[k])) for k in order]
 
 
-def _join_target(
+def _join_candidates(
     n: Node,
     graph: Graph,
     consumers: dict[str, list[Node]],
     graph_outputs: set[str],
     members: list[list[Node]],
     group_of: dict[str, int],
-) -> int | None:
-    """The group ``n`` may join, or None."""
+) -> list[int]:
+    """The groups ``n`` may join, best first (see the module docstring)."""
     if n.domain or n.op_type not in ELEMENTWISE or len(n.outputs) != 1:
-        return None
+        return []
     shape = graph.value(n.outputs[0]).shape
-    for i in n.inputs:
-        if not i or i not in group_of or i in graph_outputs:
-            continue
-        if {c.name for c in consumers.get(i, ())} != {n.name}:
-            continue
-        k = group_of[i]
-        producer, anchor = members[k][-1], members[k][0]
-        anchors = (
-            INTERNAL_ANCHORS
-            if producer.domain == INTERNAL_DOMAIN
-            else (ANCHORS if not producer.domain else frozenset())
+    groups = dict.fromkeys(group_of[i] for i in n.inputs if i in group_of)
+    fits = [k for k in groups if _anchors(members[k][0]) and _shape(graph, members[k]) == shape]
+
+    def leaks(k: int) -> bool:
+        """Whether a value ``n`` reads from group ``k`` is still used outside it after."""
+        inside = {m.name for m in members[k]} | {n.name}
+        return any(
+            i in graph_outputs or any(c.name not in inside for c in consumers[i])
+            for i in n.inputs
+            if group_of.get(i) == k
         )
-        if producer.op_type not in anchors or i not in producer.outputs:
-            continue
-        if graph.value(anchor.outputs[0]).shape == shape:
-            return k
-    return None
+
+    return sorted(fits, key=leaks)
+
+
+def _anchors(anchor: Node) -> bool:
+    """Whether elementwise consumers may join the group ``anchor`` starts."""
+    if anchor.domain == INTERNAL_DOMAIN:
+        return anchor.op_type in INTERNAL_ANCHORS
+    return not anchor.domain and anchor.op_type in ANCHORS
+
+
+def _shape(graph: Graph, group: list[Node]) -> tuple[int | str, ...]:
+    """The shape of every value a group makes (its anchor's output)."""
+    return graph.value(group[0].outputs[0]).shape

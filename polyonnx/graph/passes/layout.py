@@ -6,11 +6,17 @@ on the tile it just computed. This pass rewrites every eligible ``Conv`` (2-D sp
 ``group == 1``, constant weights, float32, output channels a multiple of ``block``) to
 ``polyonnx.ConvBlocked`` with output ``[N, C/block, spatial..., block]`` (its input blocked
 too, unless its channels are not a multiple of ``block``: an image's three colours), and moves
-the element-wise ops whose tensor inputs are all blocked, and MaxPools of blocked values
-(``polyonnx.MaxPoolBlocked``), into the blocked domain with it. Layout
-changes (``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value
-crosses between the domains, and at most once per value: in ResNet50 that is once, before the
-final pooling, instead of a transpose per convolution.
+the element-wise ops that follow blocked values, MaxPools of blocked values
+(``polyonnx.MaxPoolBlocked``) and their global pools (a ``ReduceMean`` or ``ReduceMax`` over
+the spatial axes, the block of channels still the contiguous axis), Concats and Splits along
+the channels in whole blocks and Resizes of the spatial axes into the blocked domain with it.
+An element-wise op follows when one input is a blocked value of its output's shape and the
+others broadcast over the blocks: blocked values, one-element tensors, constants (a
+per-channel scale, PRelu's slope: repacked once, at compile time) and computed per-channel
+``[N, C, 1, 1]`` values (a squeeze-excitation gate: a small ``ToBlocked``). Layout changes
+(``polyonnx.ToBlocked`` / ``polyonnx.FromBlocked``) are inserted only where a value crosses
+between the domains, and at most once per value: in ResNet50 that is once, after the final
+pooling, instead of a transpose per convolution.
 
 Weights are repacked once, at compile time, to ``[OC/block, IC/block, kernel..., block_in,
 block_out]`` (``[OC/block, IC, kernel..., block_out]`` for an unblocked input): the block of
@@ -28,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -46,27 +53,7 @@ def blocked_layout(graph: Graph, block: int) -> Graph:
         return graph
     out = _Rewrite(graph, block)
     for node in graph.nodes:
-        if _eligible(graph, node, block):
-            out.conv(node)
-        elif _pool_follows_blocked(node, out.blocked):
-            out.nodes.append(
-                Node(
-                    node.name,
-                    "MaxPoolBlocked",
-                    (out.blocked[node.inputs[0]],),
-                    (out.twin_of(node.outputs[0]),),
-                    node.attrs,
-                    DOMAIN,
-                )
-            )
-        elif _follows_blocked(graph, node, out.blocked):
-            ins = tuple(out.blocked.get(i, i) for i in node.inputs)
-            twin = out.twin_of(node.outputs[0])
-            out.nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin,)))
-        else:
-            ins = tuple(out.to_plain(i) if i in out.blocked else i for i in node.inputs)
-            out.nodes.append(dataclasses.replace(node, inputs=ins))
-            out.plain.update(o for o in node.outputs if o)
+        out.node(node)
     for v in graph.outputs:
         if v.name in out.blocked:
             out.to_plain(v.name)
@@ -88,6 +75,35 @@ class _Rewrite:
         self.nodes: list[Node] = []
         self.blocked: dict[str, str] = {}  # NCHW value -> its blocked twin
         self.plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)
+
+    def node(self, node: Node) -> None:
+        """``node`` in the layout its inputs and kind call for."""
+        graph, block, blocked = self.graph, self.block, self.blocked
+        if _eligible(graph, node, block):
+            self.conv(node)
+        elif _pool_follows_blocked(node, blocked):
+            self.nodes.append(
+                Node(
+                    node.name,
+                    "MaxPoolBlocked",
+                    (blocked[node.inputs[0]],),
+                    (self.twin_of(node.outputs[0]),),
+                    node.attrs,
+                    DOMAIN,
+                )
+            )
+        elif _global_pool_follows_blocked(node, blocked):
+            self.nodes.append(self.reduce_blocked(node))
+        elif _moves_whole_blocks(graph, node, blocked, block):
+            self.nodes.append(self.move_blocks(node))
+        elif _follows_blocked(graph, node, blocked):
+            ins = tuple(self.blocked_operand(i, node) for i in node.inputs)
+            twin = self.twin_of(node.outputs[0])
+            self.nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin,)))
+        else:
+            ins = tuple(self.to_plain(i) if i in blocked else i for i in node.inputs)
+            self.nodes.append(dataclasses.replace(node, inputs=ins))
+            self.plain.update(o for o in node.outputs if o)
 
     def twin_of(self, name: str) -> str:
         """The blocked twin of NCHW value ``name`` (declared, not yet produced)."""
@@ -152,6 +168,74 @@ class _Rewrite:
             )
         )
 
+    def constant(self, name: str, array: np.ndarray) -> str:
+        """A new constant ``name`` holding ``array``."""
+        self.constants[name] = array
+        self.values[name] = Value(name, str(array.dtype), array.shape)
+        return name
+
+    def blocked_operand(self, name: str, node: Node) -> str:
+        """The input ``name`` of element-wise ``node`` as its blocked twin reads it."""
+        kind = _operand_kind(
+            self.graph, name, self.graph.value(node.outputs[0]).shape, self.blocked
+        )
+        if kind == "blocked":
+            return self.blocked[name]
+        if kind == "repack":
+            packed = f"{name}__blocked{self.block}"
+            if packed not in self.constants:
+                array = _pack_operand(
+                    self.graph.constants[name], _rank(self.graph, node), self.block
+                )
+                self.constant(packed, array.astype(self.graph.constants[name].dtype, copy=False))
+            return packed
+        return self.to_blocked(name) if kind == "to_blocked" else name
+
+    def reduce_blocked(self, node: Node) -> Node:
+        """A global pool of a blocked value as the reduction of its twin over the spatial
+        axes: the block of channels stays the contiguous (vector) axis."""
+        x = self.blocked[node.inputs[0]]
+        axes = list(range(2, len(self.values[x].shape) - 1))
+        inputs: tuple[str, ...] = (x,)
+        attrs: dict[str, Any] = {"keepdims": 1}
+        if self.graph.opset >= _AXES_INPUT_SINCE:
+            inputs = (x, self.constant(f"{x}__spatial_axes", np.array(axes, np.int64)))
+        else:
+            attrs["axes"] = axes
+        reduce = _GLOBAL_POOLS[node.op_type]
+        return Node(node.name, reduce, inputs, (self.twin_of(node.outputs[0]),), attrs)
+
+    def move_blocks(self, node: Node) -> Node:
+        """A Concat or Split along the channels, or a Resize of the spatial axes, on blocked
+        twins (see :func:`_moves_whole_blocks`): the same copies, one block at a time."""
+        graph, block = self.graph, self.block
+        attrs = dict(node.attrs)
+        ins = list(node.inputs)
+        if node.op_type == "Concat":
+            ins = [self.to_blocked(i) for i in ins]
+            attrs["axis"] = 1
+        elif node.op_type == "Split":
+            ins = [self.blocked[ins[0]]]
+            sizes = np.array([int(graph.value(o).shape[1]) // block for o in node.outputs])
+            attrs.pop("num_outputs", None)
+            if graph.opset >= _SPLIT_INPUT_SINCE:
+                ins.append(self.constant(f"{node.name}__split_blocks", sizes.astype(np.int64)))
+            else:
+                attrs["split"] = [int(v) for v in sizes]
+            attrs["axis"] = 1
+        else:  # Resize: the block axis keeps its size
+            ins[0] = self.blocked[ins[0]]
+            if node.input(3):
+                sizes = graph.constants[ins[3]].astype(np.int64)
+                sizes = np.array([*sizes[:1], sizes[1] // block, *sizes[2:], block], np.int64)
+                ins[3] = self.constant(f"{node.name}__blocked_sizes", sizes)
+            else:
+                scales = graph.constants[ins[2]].astype(np.float32)
+                scales = np.array([*scales, 1.0], np.float32)
+                ins[2] = self.constant(f"{node.name}__blocked_scales", scales)
+        outs = tuple(self.twin_of(o) for o in node.outputs)
+        return Node(node.name, node.op_type, tuple(ins), outs, attrs, node.domain)
+
 
 def _eligible(graph: Graph, node: Node, block: int) -> bool:
     if node.op_type != "Conv" or node.domain or int(node.attr("group", 1)) != 1:
@@ -178,17 +262,121 @@ def _pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
     )
 
 
+#: Global pools and the reductions over their blocked inputs' spatial axes that compute them.
+_GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+#: The opset from which ReduceMean and ReduceMax take their axes as an input.
+_AXES_INPUT_SINCE = 18
+
+
+def _global_pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
+    return node.op_type in _GLOBAL_POOLS and not node.domain and node.inputs[0] in blocked
+
+
+#: The opset from which Split takes its sizes as an input.
+_SPLIT_INPUT_SINCE = 13
+
+
+def _moves_whole_blocks(graph: Graph, node: Node, blocked: dict[str, str], block: int) -> bool:
+    """A Concat with a blocked input or a Split of a blocked value, along the channels, every
+    part whole blocks; or a Resize of a blocked value that keeps its channels (scales or
+    sizes constant, no region of interest, no axes). Their copies run on the blocked twins,
+    each block of channels a contiguous run: no layout change around them (YOLO's C2f and
+    neck: Split, Concat of the parts, Resize, Concat)."""
+    if node.domain or node.op_type not in ("Concat", "Split", "Resize") or not node.inputs:
+        return False
+    parts = [v for v in (node.inputs if node.op_type == "Concat" else node.outputs) if v]
+    rank = len(graph.value(node.inputs[0]).shape)
+    if rank < 3 or any(len(graph.value(v).shape) != rank for v in parts):
+        return False
+    if node.op_type == "Resize":
+        return _resize_keeps_channels(graph, node) and node.inputs[0] in blocked
+    if int(node.attr("axis", 1 if node.op_type == "Concat" else 0)) % rank != 1:
+        return False
+    if any(not isinstance(d, int) or d % block for d in (graph.value(v).shape[1] for v in parts)):
+        return False
+    if node.op_type == "Concat":
+        return any(i in blocked for i in parts)
+    return node.inputs[0] in blocked
+
+
+def _resize_keeps_channels(graph: Graph, node: Node) -> bool:
+    """A Resize (opset 11 on) scaling neither batch nor channels, by constant scales or sizes,
+    without a region of interest or axes."""
+    mode = node.attr("coordinate_transformation_mode", "half_pixel")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if graph.opset < 11 or node.has_attr("axes") or mode == "tf_crop_and_resize":
+        return False
+    x = graph.value(node.inputs[0])
+    scales, sizes = node.input(2), node.input(3)
+    if sizes:
+        return sizes in graph.constants and tuple(graph.constants[sizes][:2]) == x.shape[:2]
+    if not scales or scales not in graph.constants:
+        return False
+    return tuple(float(v) for v in graph.constants[scales][:2]) == (1.0, 1.0)
+
+
 def _follows_blocked(graph: Graph, node: Node, blocked: dict[str, str]) -> bool:
-    """An element-wise node whose tensor inputs are all blocked values of its output's shape
-    (other inputs: one-element constants, such as Clip's bounds)."""
+    """An element-wise node with a blocked input of its output's shape whose other inputs
+    broadcast over the blocks (see :func:`_operand_kind`)."""
     if node.domain or node.op_type not in ELEMENTWISE or len(node.outputs) != 1:
         return False
     shape = graph.value(node.outputs[0]).shape
-    tensors = [i for i in node.inputs if i and i in blocked]
-    if not tensors or any(graph.value(i).shape != shape for i in tensors):
+    if not any(i in blocked and graph.value(i).shape == shape for i in node.inputs):
         return False
-    others = [i for i in node.inputs if i and i not in blocked]
-    return all(i in graph.constants and graph.constants[i].size == 1 for i in others)
+    return all(_operand_kind(graph, i, shape, blocked) is not None for i in node.inputs if i)
+
+
+def _operand_kind(
+    graph: Graph, name: str, shape: tuple[int | str, ...], blocked: dict[str, str]
+) -> str | None:
+    """How the blocked twin of an element-wise op with output ``shape`` reads input ``name``:
+    ``"blocked"`` (its blocked twin: ``shape``, or per-channel ``[N|1, C, 1...]``), ``"as_is"``
+    (one element, which broadcasts in either layout), ``"repack"`` (a constant that broadcasts
+    to ``shape``, repacked once at compile time) or ``"to_blocked"`` (a computed per-channel
+    value ``[N|1, C, 1...]``, a gate for instance: a small layout change); None when it would
+    take a layout change of a full tensor."""
+    value = graph.value(name)
+    if name in blocked:
+        return "blocked" if value.shape == shape or _per_channel(value.shape, shape) else None
+    if all(d == 1 for d in value.shape):
+        return "as_is"
+    if name in graph.constants:
+        return "repack" if _broadcasts(value.shape, shape) else None
+    return "to_blocked" if _per_channel(value.shape, shape) else None
+
+
+def _broadcasts(operand: tuple[int | str, ...], shape: tuple[int | str, ...]) -> bool:
+    """Whether ``operand`` broadcasts to ``shape`` (ONNX's rule: aligned right, each dim 1 or
+    equal)."""
+    if len(operand) > len(shape):
+        return False
+    return all(d in (1, s) for d, s in zip(operand[::-1], shape[::-1], strict=False))
+
+
+def _per_channel(operand: tuple[int | str, ...], shape: tuple[int | str, ...]) -> bool:
+    """Whether ``operand`` is ``[N|1, C, 1...]`` for ``shape`` ``[N, C, spatial...]``."""
+    return (
+        len(operand) == len(shape)
+        and operand[0] in (1, shape[0])
+        and operand[1] == shape[1]
+        and all(d == 1 for d in operand[2:])
+    )
+
+
+def _rank(graph: Graph, node: Node) -> int:
+    return len(graph.value(node.outputs[0]).shape)
+
+
+def _pack_operand(a: np.ndarray, rank: int, block: int) -> np.ndarray:
+    """A constant broadcasting to an NCHW value of ``rank`` as it broadcasts to the value's
+    blocked twin: ``[n, C, s...]`` -> ``[n, C/b, s..., b]`` (``[n, 1, s..., 1]`` for one
+    channel)."""
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    n, c, *spatial = a.shape
+    if c == 1:
+        return a.reshape(n, 1, *spatial, 1)
+    split = a.reshape(n, c // block, block, *spatial)
+    return np.ascontiguousarray(split.transpose(0, 1, *range(3, 3 + len(spatial)), 2))
 
 
 def _blocked_value(v: Value, name: str, block: int) -> Value:
