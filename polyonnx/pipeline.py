@@ -66,9 +66,15 @@ def to_graph(
     options = options or Options()
     graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
     if options.channel_blocks:
-        # A block of channels is one register tile wide.
-        graph = blocked_layout(graph, block=Tiling.for_vector_bits(vector_bits(options)).vector)
+        graph = blocked_layout(graph, *channel_blocks(Tiling.for_vector_bits(vector_bits(options))))
     return graph
+
+
+def channel_blocks(tiling: Tiling) -> tuple[int, int]:
+    """The channel blocks of the blocked layout under ``tiling``: (block, smallest). A block
+    is one register tile wide; one vector is allowed where the tiles hold two blocks side by
+    side (32 vector registers: AVX-512), where it ran as fast (docs/performance.md)."""
+    return tiling.vector, tiling.vector // 2 if tiling.paired_rows else tiling.vector
 
 
 def lower(graph: Graph, *, after: str | None = None) -> Program:
