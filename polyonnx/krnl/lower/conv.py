@@ -17,7 +17,11 @@ computes needs no copy: that kernel writes it into a zero-bordered buffer
 split the output channel into ``g`` (group) and ``oc`` (channel within the group) because the
 input channel ``g * C/group + ic`` must stay affine; a depthwise Conv has no ``oc``/``ic`` loop.
 An unpadded 1x1 Conv, grouped or not, is a (batched) matrix product over the output pixels
-(:func:`_pointwise`). Convolutions whose channels fit blocks run channel-blocked instead
+(:func:`_pointwise`), except an ungrouped one on one row of pixels (what
+:mod:`polyonnx.graph.passes.pixels` makes of it): the direct nest already runs its rows along
+the pixels and writes Y itself, so its epilogue fuses. A grouped direct nest accumulates into
+``acc[n, g, oc, spatial...]`` (the output index a point of the nest) and then writes Y.
+Convolutions whose channels fit blocks run channel-blocked instead
 (:mod:`polyonnx.krnl.lower.blocked`): these NCHW nests are what is left (odd channel counts per
 group, depthwise multipliers, a depthwise conv on an NCHW value).
 """
@@ -75,35 +79,23 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     win = window(node, ctx, in_spatial, kernel)
     check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode=False)
 
-    if group == 1:
-        channel_iters = [("oc", out_channels)]
-        oc, xc_base = var("oc"), Aff.lift(0)
-    else:
-        channel_iters = [("g", group)] + ([("oc", mg)] if mg > 1 else [])
-        oc = var("g") * mg + (var("oc") if mg > 1 else 0)
-        xc_base = var("g") * cg
-    ic_iters = [("ic", cg)] if cg > 1 else []
-    ic = var("ic") if cg > 1 else Aff.lift(0)
-
     names = spatial_names(rank)
     o_names = [f"o{s}" for s in names]
     k_names = [f"k{s}" for s in names]
     positions = [win.position(k, o_names[k], k_names[k]) for k in range(rank)]
-    guards = tuple(
-        g
-        for k in range(rank)
-        for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k])
+    reaches_padding = any(
+        win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k]) for k in range(rank)
     )
-
     source, prologue, temps = x, (), ()
-    if guards:
+    if reaches_padding:
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
-        guards = ()
 
     weights = ctx.constant(w)
-    if weights is not None and source == x and all(k == 1 for k in kernel):
+    pointwise = weights is not None and source == x and all(k == 1 for k in kernel)
+    one_row = all(s == 1 for s in (*out_spatial[:-1], *win.strides))
+    if pointwise and not (group == 1 and one_row):
         return _pointwise(node, ctx, dtype, group, out_spatial, win.strides)
-    if group == 1 and weights is not None:
+    if weights is not None and group == 1 and not pointwise:
         return _channels_last(
             node,
             ctx,
@@ -118,16 +110,41 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
             temps,
         )
 
-    out = ir.Access(y, (var("n"), oc, *(var(o) for o in o_names)))
+    # The direct nest: ungrouped (a 1x1 conv on one row of pixels: rows of output channels
+    # along the pixels; weights given at run time), depthwise, or grouped into ``acc[n, g, oc,
+    # spatial...]`` (its index a point of the nest) and then copied to Y.
+    grouped = group > 1 and mg > 1
+    if group == 1:
+        channel_iters = [("oc", out_channels)]
+        oc, xc_base = var("oc"), Aff.lift(0)
+    else:
+        channel_iters = [("g", group)] + ([("oc", mg)] if mg > 1 else [])
+        oc = var("g") * mg + (var("oc") if mg > 1 else 0)
+        xc_base = var("g") * cg
+    ic_iters = [("ic", cg)] if cg > 1 else []
+    ic = var("ic") if cg > 1 else Aff.lift(0)
+    spatial = tuple(var(o) for o in o_names)
+    if grouped:
+        acc = ir.Buffer(f"{node.name}__acc", dtype, (n_batch, group, mg, *out_spatial), "temp")
+        out = ir.Access(acc.name, (var("n"), var("g"), var("oc"), *spatial))
+        temps = (*temps, acc)
+    else:
+        out = ir.Access(y, (var("n"), oc, *spatial))
     init_value = load(ctx, b, (oc,)) if b else zero(dtype)
     init = ir.Stmt("S", out, init_value)
-    out_load = ir.Load(y, out.index, dtype)
+    out_load = ir.Load(out.buffer, out.index, dtype)
     product = ir.Load(source, (var("n"), xc_base + ic, *positions), dtype) * load(
         ctx, w, (oc, ic, *(var(k) for k in k_names))
     )
-    update = ir.Stmt("S", out, out_load + product, guards)
+    update = ir.Stmt("S", out, out_load + product)
     reduction = nest(ic_iters + pairs(k_names, kernel), (update,))
-    body = nest([("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)], (init, *reduction))
+    iters = [("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)]
+    body = nest(iters, (init, *reduction))
+    if grouped:
+        store = ir.Stmt(
+            "S", ir.Access(y, (var("n"), oc, *spatial)), ir.Load(acc.name, out.index, dtype)
+        )
+        body = (*body, *nest(iters, (store,)))
     return Lowered((*prologue, *body), temps)
 
 
