@@ -36,15 +36,14 @@ def model_kernels(tiling: Tiling) -> tuple[tuple[str, Kernel], ...]:
     """(model name, kernel) for each distinct kernel of the two models, their convolutions on
     the channel blocks of ``tiling`` (what a host with the matching vectors compiles, whatever
     host runs the tests)."""
-    from polyonnx.graph.passes.layout import blocked_layout
-    from polyonnx.options import Options
-    from polyonnx.pipeline import channel_blocks, lower, to_graph
+    from polyonnx.frontend.importer import import_model
+    from polyonnx.graph.passes import optimize
+    from polyonnx.pipeline import choose_layouts, lower
     from tests.models.builders import light_model, mnist_model
 
     out: dict[str, tuple[str, Kernel]] = {}
     for name, model in (("mnist", mnist_model()), ("resnet50", light_model("resnet50"))):
-        graph = to_graph(model, options=Options(channel_blocks=False))
-        graph = blocked_layout(graph, *channel_blocks(tiling))
+        graph = choose_layouts(optimize(import_model(model)), tiling)
         for k in lower(graph).kernels:
             out.setdefault(kernel_signature(k), (name, k))
     return tuple(out.values())
