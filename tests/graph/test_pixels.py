@@ -97,3 +97,13 @@ def test_ineligible_convs_keep_their_shape(why: str, attrs: dict, k: int, shape:
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], **attrs)]
     graph = graph_from_model(_model(nodes, {"w": rand(6, 6, k, k, seed=1)}, ["y"], shape))
     assert flat_pixels(graph) is graph, why
+
+
+def test_3d_conv_keeps_its_rank() -> None:
+    inits = {"w": rand(5, 6, 1, 1, 1, seed=1), "b": rand(5, seed=2)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    ops = _check(_model(nodes, inits, ["y"], shape=(1, 6, 3, 4, 2)))
+    assert ops == ["Reshape", "Conv", "Relu", "Reshape"]

@@ -118,6 +118,14 @@ CASES = {
     "grouped_3x3_4_per_group": (32, (12, 12), [ConvSpec(32, 3, 8, _pads(2, 1), "Relu")], False),
     "depthwise_on_input": (40, (14, 14), [ConvSpec(40, 3, 40, _pads(2, 1), "Relu")], False),
     "depthwise_multiplier_2": (12, (15, 15), [ConvSpec(24, 3, 12, {"strides": [2, 2]})], False),
+    "grouped_3_odd_strided_dilated": (
+        15,
+        (13, 11),
+        [ConvSpec(21, 3, 3, {"strides": [2, 1], "dilations": [1, 2], **_pads(2, 2)}, "Relu")],
+        False,
+    ),
+    "grouped_3_1d_strided": (21, (40,), [ConvSpec(9, 4, 3, {"strides": [3]}, "Relu")], False),
+    "grouped_3d": (12, (5, 6, 7), [ConvSpec(18, 3, 3, _pads(3, 1))], False),
     "depthwise_odd_channels": (
         32,
         (14, 14),
@@ -143,4 +151,37 @@ def test_grouped_conv_matches_onnxruntime(case: str, threads: int) -> None:
     names = [o.name for o in model.graph.output]
     assert_relative_error(
         sess.run(None, {"x": x}), onnxruntime_outputs(model, {"x": x}), 1e-4, names
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_random_grouped_conv_matches_onnxruntime(seed: int) -> None:
+    # Random rank, group count, channels per group (odd ones too), kernel, stride, dilation
+    # and pads, after a 1x1 conv so that whole-block shapes run on a blocked input.
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(1, 4))
+    group = int(rng.choice([2, 3, 4, 5]))
+    per_group = int(rng.choice([1, 3, 7, 16, 32]))
+    out_per_group = per_group if per_group == 1 else int(rng.choice([per_group, 5, 16]))
+    kernel = int(rng.integers(1, 4))
+    attrs = {
+        "strides": [int(rng.integers(1, 3)) for _ in range(rank)],
+        "dilations": [int(rng.integers(1, 3)) for _ in range(rank)],
+        "pads": [int(rng.integers(0, kernel)) for _ in range(2 * rank)],
+    }
+    spatial = tuple(int(rng.integers(6, 14 if rank < 3 else 8)) for _ in range(rank))
+    channels = group * per_group
+    convs = [
+        ConvSpec(channels, 1, act="Relu"),
+        ConvSpec(group * out_per_group, kernel, group, attrs, "Relu"),
+    ]
+    model = _chain_model(channels, spatial, convs, seed)
+    x = rng.standard_normal((1, channels, *spatial)).astype(np.float32)
+    names = [o.name for o in model.graph.output]
+    assert_relative_error(
+        polyonnx.InferenceSession(model).run(None, {"x": x}),
+        onnxruntime_outputs(model, {"x": x}),
+        1e-4,
+        names,
     )

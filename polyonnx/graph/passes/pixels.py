@@ -8,7 +8,8 @@ Add after it would mostly run in scalar code. On one row of pixels they run alon
 
 This pass rewrites every such ``Conv`` left in ONNX's layout (not channel-blocked by
 :mod:`polyonnx.graph.passes.layout`; constant weights, float32) to read a ``Reshape`` of its
-input and write ``[N, M, 1, H*W]``, and moves the element-wise ops that follow it onto that
+input and write ``[N, M, 1, H*W]`` (``[N, M, 1, 1, D*H*W]`` in 3-D: the rank is kept, and
+with it the weights), and moves the element-wise ops that follow it onto that
 shape with it (their other inputs reshaped the same way when they have the output's shape;
 broadcast inputs such as per-channel constants or an SE gate ``[N, M, 1, 1]`` kept as they
 are). A ``Reshape`` back to ``[N, M, H, W]`` is inserted where a flat value is read by any other
@@ -51,7 +52,8 @@ def flat_pixels(graph: Graph) -> Graph:
     def twin_of(name: str) -> str:
         n, c, *spatial = graph.value(name).shape
         twin = f"{name}__flat"
-        values[twin] = Value(twin, graph.value(name).dtype, (n, c, 1, int(np.prod(spatial))))
+        ones = (1,) * (len(spatial) - 1)  # the rank kept: the conv's weights stay as they are
+        values[twin] = Value(twin, graph.value(name).dtype, (n, c, *ones, int(np.prod(spatial))))
         flat[name] = twin
         return twin
 
