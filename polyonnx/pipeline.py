@@ -41,6 +41,7 @@ from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes import optimize
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
+from polyonnx.graph.passes.pixels import flat_pixels
 from polyonnx.graph.validate import validate
 from polyonnx.krnl.memory import plan_memory
 from polyonnx.krnl.passes import AFTER
@@ -65,10 +66,23 @@ def to_graph(
     """Frontend, validation and graph passes: an optimized graph with static shapes."""
     options = options or Options()
     graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
-    if options.channel_blocks:
-        # A block of channels is one register tile wide.
-        graph = blocked_layout(graph, block=Tiling.for_vector_bits(vector_bits(options)).vector)
-    return graph
+    tiling = Tiling.for_vector_bits(vector_bits(options)) if options.channel_blocks else None
+    return choose_layouts(graph, tiling)
+
+
+def choose_layouts(graph: Graph, tiling: Tiling | None) -> Graph:
+    """The layout passes: the convolutions that fit channel blocks of ``tiling`` blocked
+    (None: none), then the 1x1 convolutions left in ONNX's layout on one row of pixels."""
+    if tiling is not None:
+        graph = blocked_layout(graph, *channel_blocks(tiling))
+    return flat_pixels(graph)
+
+
+def channel_blocks(tiling: Tiling) -> tuple[int, int]:
+    """The channel blocks of the blocked layout under ``tiling``: (block, smallest). A block
+    is one register tile wide; one vector is allowed where the tiles hold two blocks side by
+    side (32 vector registers: AVX-512), where it ran as fast (docs/performance.md)."""
+    return tiling.vector, tiling.vector // 2 if tiling.paired_rows else tiling.vector
 
 
 def lower(graph: Graph, *, after: str | None = None) -> Program:

@@ -593,8 +593,7 @@ def _own_expressions(
         if values_map(place.domain(), own).is_equal(place):
             return own
     dims = isl.MultiUnionPwAff.from_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(place))
-    # (islpy's stubs lack MultiUnionPwAff.size)
-    return [dims.get_at(k) for k in range(dims.size())]  # type: ignore[attr-defined]
+    return [dims.get_at(k) for k in range(dims.dim(isl.dim_type.set))]
 
 
 def check_compute_at(tree: Node, poly: PolyKernel, d: ComputeAt) -> None:

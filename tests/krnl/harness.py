@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.registry import LowerContext, lower_node
+from polyonnx.krnl.program import VIEW_OPS
 from polyonnx.krnl.verify import verify
 from polyonnx.testing import assert_close, onnxruntime_outputs
 
@@ -111,10 +112,16 @@ def node_kernel(graph: Graph, node: Node) -> ir.Kernel:
 
 
 def run_krnl(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Lower every node, verify and interpret it; return the graph outputs."""
+    """Lower every node, verify and interpret it (view ops reshape); return the graph
+    outputs."""
     arrays: dict[str, np.ndarray] = {k: np.array(v) for k, v in graph.constants.items()}
     arrays.update({k: np.array(v) for k, v in feeds.items()})
     for node in graph.nodes:
+        if node.op_type in VIEW_OPS:
+            arrays[node.outputs[0]] = arrays[node.inputs[0]].reshape(
+                graph.value(node.outputs[0]).shape
+            )
+            continue
         kernel = node_kernel(graph, node)
         lowered = lower_node(node, LowerContext(graph))
         arrays.update(lowered.constants)

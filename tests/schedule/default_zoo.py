@@ -32,18 +32,18 @@ TILINGS = {
 
 
 @functools.cache
-def model_kernels(block: int) -> tuple[tuple[str, Kernel], ...]:
+def model_kernels(tiling: Tiling) -> tuple[tuple[str, Kernel], ...]:
     """(model name, kernel) for each distinct kernel of the two models, their convolutions on
-    blocks of ``block`` channels (what a host with the matching vectors compiles, whatever
+    the channel blocks of ``tiling`` (what a host with the matching vectors compiles, whatever
     host runs the tests)."""
-    from polyonnx.graph.passes.layout import blocked_layout
-    from polyonnx.options import Options
-    from polyonnx.pipeline import lower, to_graph
+    from polyonnx.frontend.importer import import_model
+    from polyonnx.graph.passes import optimize
+    from polyonnx.pipeline import choose_layouts, lower
     from polyonnx.testing.zoo import light_model, mnist_model
 
     out: dict[str, tuple[str, Kernel]] = {}
     for name, model in (("mnist", mnist_model()), ("resnet50", light_model("resnet50"))):
-        graph = blocked_layout(to_graph(model, options=Options(channel_blocks=False)), block)
+        graph = choose_layouts(optimize(import_model(model)), tiling)
         for k in lower(graph).kernels:
             out.setdefault(kernel_signature(k), (name, k))
     return tuple(out.values())
@@ -57,7 +57,7 @@ def cases() -> Iterator[tuple[str, Kernel, Tiling, int | None]]:
     small["conv_big"] = lambda: conv(relu=True, c=8, oc=20, h=13)
     small["maxpool_big"] = lambda: maxpool(c=5, h=18)
     for tname, tiling in TILINGS.items():
-        for model, k in model_kernels(tiling.vector):
+        for model, k in model_kernels(tiling):
             yield f"{model}/{k.name}/{kernel_signature(k)}/{tname}", k, tiling, None
         for name, build in small.items():
             k = build()

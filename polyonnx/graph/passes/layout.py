@@ -2,8 +2,9 @@
 
 ONNX tensors are NCHW, but a convolution's inner loop wants output channels contiguous (one
 vector of them per weight load) and its epilogue (bias, Relu, the residual Add) wants to run
-on the tile it just computed. This pass rewrites every eligible ``Conv`` (2-D spatial or more,
-``group == 1``, constant weights, float32, output channels a multiple of ``block``) to
+on the tile it just computed. This pass rewrites every eligible ``Conv`` (1-D spatial or more,
+constant weights, float32; ungrouped with output channels a multiple of ``block``, grouped with
+the channels of each group whole blocks, or depthwise on a value that is blocked already) to
 ``polyonnx.ConvBlocked`` with output ``[N, C/block, spatial..., block]`` (its input blocked
 too, unless its channels are not a multiple of ``block``: an image's three colours), and moves
 the element-wise ops that follow blocked values, MaxPools of blocked values
@@ -19,8 +20,11 @@ between the domains, and at most once per value: in ResNet50 that is once, after
 pooling, instead of a transpose per convolution.
 
 Weights are repacked once, at compile time, to ``[OC/block, IC/block, kernel..., block_in,
-block_out]`` (``[OC/block, IC, kernel..., block_out]`` for an unblocked input): the block of
-output channels is contiguous for each input channel and tap.
+block_out]`` (``[OC/block, IC, kernel..., block_out]`` for an unblocked input; a grouped conv's
+``IC`` is its channels per group: each output block holds its own group's weights, the
+block-diagonal part; a depthwise conv's ``[C/block, 1, kernel..., block]``): the block of
+output channels is contiguous for each input channel and tap. The whole graph uses one block
+size, the smaller of two when that blocks more of the convolutions' work.
 
 Example:
     >>> from polyonnx.frontend import import_model
@@ -34,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -44,12 +49,16 @@ from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.fuse import ELEMENTWISE
 
 
-def blocked_layout(graph: Graph, block: int) -> Graph:
-    """``graph`` with its eligible convolutions (see the module docstring) on blocked tensors.
+def blocked_layout(graph: Graph, block: int, smallest: int | None = None) -> Graph:
+    """``graph`` with its eligible convolutions (see the module docstring) on blocked tensors:
+    blocks of ``block`` channels, or of ``smallest`` (a divisor of ``block``) when those move
+    more of the convolutions' work into the blocked layout (channel counts such as 48 or 144
+    that 32 does not divide).
 
     A graph with no eligible Conv is returned unchanged.
     """
-    if block < 2 or not any(_eligible(graph, n, block) for n in graph.nodes):
+    block = _graph_block(graph, block, smallest or block)
+    if block < 2 or not any(_eligible(graph, n, block, False) for n in graph.nodes):
         return graph
     out = _Rewrite(graph, block)
     for node in graph.nodes:
@@ -79,7 +88,7 @@ class _Rewrite:
     def node(self, node: Node) -> None:
         """``node`` in the layout its inputs and kind call for."""
         graph, block, blocked = self.graph, self.block, self.blocked
-        if _eligible(graph, node, block):
+        if _eligible(graph, node, block, bool(node.inputs) and node.inputs[0] in blocked):
             self.conv(node)
         elif _pool_follows_blocked(node, blocked):
             self.nodes.append(
@@ -148,11 +157,17 @@ class _Rewrite:
         x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
         # Too few input channels to block (an RGB image): read them as they are.
         plain_input = int(self.graph.value(x).shape[1]) % self.block != 0
-        packed = f"{w}__blocked{self.block}"
+        depthwise = _is_depthwise(self.graph, node)
+        packed = f"{w}__blocked{self.block}{'dw' if depthwise else ''}"
         if packed not in self.constants:
-            self.constants[packed] = _pack_weights(self.graph.constants[w], self.block, plain_input)
+            weights = self.graph.constants[w]
+            self.constants[packed] = (
+                _pack_depthwise(weights, self.block)
+                if depthwise
+                else _pack_weights(weights, self.block, plain_input)
+            )
             self.values[packed] = Value(packed, "float32", self.constants[packed].shape)
-        attrs = {k: v for k, v in node.attrs if k != "group"}
+        attrs = {k: v for k, v in node.attrs if k != "group" or int(v) != 1}
         if not plain_input:
             source = self.to_blocked(x)
         else:
@@ -237,17 +252,64 @@ class _Rewrite:
         return Node(node.name, node.op_type, tuple(ins), outs, attrs, node.domain)
 
 
-def _eligible(graph: Graph, node: Node, block: int) -> bool:
-    if node.op_type != "Conv" or node.domain or int(node.attr("group", 1)) != 1:
+def _eligible(graph: Graph, node: Node, block: int, blocked_input: bool) -> bool:
+    """Whether ``node`` is a Conv to run as ``ConvBlocked`` on blocks of ``block`` channels:
+    ungrouped with whole output blocks, grouped with whole input and output blocks per group
+    (its weights block-diagonal), or depthwise (one channel per group, whole blocks) when its
+    input is blocked already (``blocked_input``: it does too little work per element to pay
+    for a layout change)."""
+    if not _conv_shapes_static(graph, node):
+        return False
+    channels = int(graph.value(node.inputs[0]).shape[1])
+    out_channels = int(graph.constants[node.inputs[1]].shape[0])
+    group = int(node.attr("group", 1))
+    if group == 1:
+        return out_channels % block == 0
+    if _is_depthwise(graph, node):
+        return channels % block == 0 and blocked_input
+    return (channels // group) % block == 0 and (out_channels // group) % block == 0
+
+
+def _conv_shapes_static(graph: Graph, node: Node) -> bool:
+    """A float32 Conv of static shape with constant weights that agree with its input."""
+    if node.op_type != "Conv" or node.domain:
         return False
     if len(node.inputs) < 2 or node.inputs[1] not in graph.constants:
         return False
     x, w = graph.value(node.inputs[0]), graph.constants[node.inputs[1]]
-    if x.dtype != "float32" or w.dtype != np.float32 or not x.is_static or len(x.shape) < 4:
+    if x.dtype != "float32" or w.dtype != np.float32 or not x.is_static or len(x.shape) < 3:
         return False
-    if len(w.shape) != len(x.shape) or w.shape[1] != x.shape[1]:
-        return False
-    return int(w.shape[0]) % block == 0
+    group = int(node.attr("group", 1))
+    return (
+        len(w.shape) == len(x.shape)
+        and group >= 1
+        and int(w.shape[1]) * group == int(x.shape[1])
+        and int(w.shape[0]) % group == 0
+    )
+
+
+def _is_depthwise(graph: Graph, node: Node) -> bool:
+    """One input and one output channel per group."""
+    w = graph.constants[node.inputs[1]]
+    return int(w.shape[1]) == 1 and int(w.shape[0]) == int(node.attr("group", 1)) > 1
+
+
+def _graph_block(graph: Graph, block: int, smallest: int) -> int:
+    """``smallest`` if it covers more convolution work (multiply-adds) than ``block``, else
+    ``block``: one block size for the whole graph, so every element-wise op between blocked
+    values sees one layout."""
+
+    def covered(b: int) -> int:
+        return sum(
+            math.prod(graph.value(n.outputs[0]).dims)
+            * int(np.prod(graph.constants[n.inputs[1]].shape[1:]))
+            for n in graph.nodes
+            if _conv_shapes_static(graph, n)
+            and graph.value(n.outputs[0]).is_static
+            and _eligible(graph, n, b, True)
+        )
+
+    return smallest if smallest < block and covered(smallest) > covered(block) else block
 
 
 def _pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
@@ -382,6 +444,13 @@ def _pack_operand(a: np.ndarray, rank: int, block: int) -> np.ndarray:
 def _blocked_value(v: Value, name: str, block: int) -> Value:
     n, c, *spatial = v.shape
     return Value(name, v.dtype, (n, int(c) // block, *spatial, block))
+
+
+def _pack_depthwise(w: np.ndarray, block: int) -> np.ndarray:
+    """``[C, 1, k...]`` -> ``[C/b, 1, k..., b]``: a block of channels contiguous per tap."""
+    c, _, *kernel = w.shape
+    split = w.reshape(c // block, block, 1, *kernel)  # axes: cb, c, 1, kernel...
+    return np.ascontiguousarray(split.transpose(0, 2, *range(3, 3 + len(kernel)), 1))
 
 
 def _pack_weights(w: np.ndarray, block: int, plain_input: bool) -> np.ndarray:

@@ -8,7 +8,17 @@ Tensors are ``[N, C/b, spatial..., b]``. ``ConvBlocked`` is a direct convolution
         S: Y[n, ob, oh, ow, o] += X[n, ib, oh*s + kh*d, ow*s + kw*d, i] * W[ob, ib, kh, kw, i, o]
 
 so ``o`` (a block of output channels, contiguous in ``Y`` and ``W``) is the vector loop and
-``ow`` the register-tile rows that share each weight vector; the epilogue (Relu, the residual
+``ow`` the register-tile rows that share each weight vector. A grouped conv is one such nest
+per group, over the group's output blocks and reading its input blocks (constant block
+offsets, so each nest's output index stays a point of the nest); a depthwise conv is::
+
+    for n, cb, oh, ow, c:
+      S: Y[n, cb, oh, ow, c] = B[cb*b + c]
+      for kh, kw:
+        S: Y[n, cb, oh, ow, c] += X[n, cb, oh*s + kh*d, ow*s + kw*d, c] * W[cb, 0, kh, kw, c]
+
+(the channels the vector, the rows along ``ow`` sharing each weight vector and the input
+vectors their taps overlap on). The epilogue (Relu, the residual
 Add) is an element-wise nest over the same points that the schedule fuses into the tile. A
 padded window reads ``X`` zero-bordered: in place when the kernel producing it wrote it into its
 border (:mod:`polyonnx.krnl.borders`), else from a copy (border slabs written once, as for Conv).
@@ -42,24 +52,33 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
 
     With ``plain_input`` (too few input channels to block: an image), ``X`` is
     ``[N, C, spatial...]``, the weights ``[OB, C, kernel..., b]`` and ``ic`` replaces
-    ``(ib, i)``.
+    ``(ib, i)``. With ``group`` > 1 the weights are ``[OB, IB/group, kernel..., b, b]`` (each
+    output block's own group's input blocks) and a group loop ``g`` is outside ``ob``; a
+    depthwise conv (``group`` = channels, weights ``[CB, 1, kernel..., b]``) has no input
+    channel loop: ``Y[n, cb, s..., c] += X[n, cb, s'..., c] * W[cb, 0, k..., c]``.
     """
     x, w, b, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     block, plain = int(node.attr("block")), bool(node.attr("plain_input", 0))
+    group = int(node.attr("group", 1))
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
     rank = len(xs) - (2 if plain else 3)
     n_batch, in_channels, in_spatial = xs[0], xs[1], xs[2 : 2 + rank]
     out_blocks, kernel, out_spatial = ws[0], ws[2 : 2 + rank], ys[2 : 2 + rank]
+    depthwise = group > 1 and group == in_channels * block
+    in_per_group = 1 if depthwise else in_channels // group
+    fits = (
+        (ws[1], out_blocks, len(ws)) == (1, in_channels, rank + 3)
+        if depthwise
+        else ws[1] * group == in_channels and out_blocks % group == 0 and not (plain and group > 1)
+    )
     if (
-        ws[1] != in_channels
-        or ws[-1] != block
-        or ys[1] != out_blocks
-        or ys[-1] != block
+        not fits
+        or (ws[-1], ys[1], ys[-1]) != (block, out_blocks, block)
         or (not plain and xs[-1] != block)
     ):
         raise ShapeError(
             f"node {node.name!r} (ConvBlocked): X {xs}, W {ws} and Y {ys} do "
-            f"not agree on blocks of {block} channels"
+            f"not agree on blocks of {block} channels in {group} group(s)"
         )
     win = window(node, ctx, in_spatial, kernel)
     check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode=False)
@@ -74,25 +93,64 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
     if any(win.pads_begin) or any(win.pads_end):
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
 
-    point = (var("n"), var("ob"), *(var(o) for o in o_names), var("o"))
-    channel = var("ob") * block + var("o")
-    init = ir.Stmt("S", ir.Access(y, point), load(ctx, b, (channel,)) if b else zero(dtype))
     taps = tuple(var(k) for k in k_names)
-    if plain:
-        reduction_iters = [("ic", in_channels), *pairs(k_names, kernel)]
-        x_index = (var("n"), var("ic"), *positions)
-        w_index = (var("ob"), var("ic"), *taps, var("o"))
-    else:
-        reduction_iters = [("ib", in_channels), *pairs(k_names, kernel), ("i", block)]
-        x_index = (var("n"), var("ib"), *positions, var("i"))
-        w_index = (var("ob"), var("ib"), *taps, var("i"), var("o"))
+    if depthwise:
+        return Lowered(
+            (*prologue, *_depthwise(ctx, source, w, b, y, dtype, positions, o_names, k_names)),
+            temps,
+        )
+    # One nest per group, at constant block offsets: the output index stays a point of the
+    # nest (what the register-tiling strategy looks for), each group's slice of X, W and Y.
+    out_per_group = out_blocks // group
+    nests: list[ir.Node] = []
+    for g in range(group):
+        ob = var("ob") + g * out_per_group
+        point = (var("n"), ob, *(var(o) for o in o_names), var("o"))
+        channel = ob * block + var("o")
+        init = ir.Stmt("S", ir.Access(y, point), load(ctx, b, (channel,)) if b else zero(dtype))
+        if plain:
+            reduction_iters = [("ic", in_channels), *pairs(k_names, kernel)]
+            x_index = (var("n"), var("ic"), *positions)
+            w_index = (ob, var("ic"), *taps, var("o"))
+        else:
+            reduction_iters = [("ib", in_per_group), *pairs(k_names, kernel), ("i", block)]
+            x_index = (var("n"), var("ib") + g * in_per_group, *positions, var("i"))
+            w_index = (ob, var("ib"), *taps, var("i"), var("o"))
+        product = ir.Load(source, x_index, dtype) * load(ctx, w, w_index)
+        update = ir.Stmt("S", ir.Access(y, point), ir.Load(y, point, dtype) + product)
+        nests += nest(
+            [("n", n_batch), ("ob", out_per_group), *pairs(o_names, out_spatial), ("o", block)],
+            (init, *nest(reduction_iters, (update,))),
+        )
+    return Lowered((*prologue, *nests), temps)
+
+
+def _depthwise(
+    ctx: LowerContext,
+    source: str,
+    w: str,
+    b: str,
+    y: str,
+    dtype: str,
+    positions: list[ir.Aff],
+    o_names: list[str],
+    k_names: list[str],
+) -> tuple[ir.Node, ...]:
+    """The depthwise nest: the block of channels ``c`` is the vector loop and every tap a
+    multiply-accumulate of one input vector and one weight vector."""
+    ys, ws = ctx.shape(y), ctx.shape(w)
+    rank, block = len(o_names), ys[-1]
+    point = (var("n"), var("cb"), *(var(o) for o in o_names), var("c"))
+    channel = var("cb") * block + var("c")
+    init = ir.Stmt("S", ir.Access(y, point), load(ctx, b, (channel,)) if b else zero(dtype))
+    x_index = (var("n"), var("cb"), *positions, var("c"))
+    w_index: tuple[ir.Aff | int, ...] = (var("cb"), 0, *(var(k) for k in k_names), var("c"))
     product = ir.Load(source, x_index, dtype) * load(ctx, w, w_index)
     update = ir.Stmt("S", ir.Access(y, point), ir.Load(y, point, dtype) + product)
-    body = nest(
-        [("n", n_batch), ("ob", out_blocks), *pairs(o_names, out_spatial), ("o", block)],
-        (init, *nest(reduction_iters, (update,))),
+    return nest(
+        [("n", ys[0]), ("cb", ys[1]), *pairs(o_names, ys[2 : 2 + rank]), ("c", block)],
+        (init, *nest(pairs(k_names, ws[2 : 2 + rank]), (update,))),
     )
-    return Lowered((*prologue, *body), temps)
 
 
 @register("MaxPoolBlocked", domain=DOMAIN)

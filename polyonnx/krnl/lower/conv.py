@@ -16,6 +16,14 @@ computes needs no copy: that kernel writes it into a zero-bordered buffer
 (:mod:`polyonnx.krnl.borders`), which :func:`padded_input` then reads. Grouped convolutions
 split the output channel into ``g`` (group) and ``oc`` (channel within the group) because the
 input channel ``g * C/group + ic`` must stay affine; a depthwise Conv has no ``oc``/``ic`` loop.
+An unpadded 1x1 Conv, grouped or not, is a (batched) matrix product over the output pixels
+(:func:`_pointwise`), except an ungrouped one on one row of pixels (what
+:mod:`polyonnx.graph.passes.pixels` makes of it): the direct nest already runs its rows along
+the pixels and writes Y itself, so its epilogue fuses. A grouped direct nest accumulates into
+``acc[n, g, oc, spatial...]`` (the output index a point of the nest) and then writes Y.
+Convolutions whose channels fit blocks run channel-blocked instead
+(:mod:`polyonnx.krnl.lower.blocked`): these NCHW nests are what is left (odd channel counts per
+group, depthwise multipliers, a depthwise conv on an NCHW value).
 """
 
 from __future__ import annotations
@@ -71,37 +79,26 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     win = window(node, ctx, in_spatial, kernel)
     check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode=False)
 
-    if group == 1:
-        channel_iters = [("oc", out_channels)]
-        oc, xc_base = var("oc"), Aff.lift(0)
-    else:
-        channel_iters = [("g", group)] + ([("oc", mg)] if mg > 1 else [])
-        oc = var("g") * mg + (var("oc") if mg > 1 else 0)
-        xc_base = var("g") * cg
-    ic_iters = [("ic", cg)] if cg > 1 else []
-    ic = var("ic") if cg > 1 else Aff.lift(0)
-
     names = spatial_names(rank)
     o_names = [f"o{s}" for s in names]
     k_names = [f"k{s}" for s in names]
     positions = [win.position(k, o_names[k], k_names[k]) for k in range(rank)]
-    guards = tuple(
-        g
-        for k in range(rank)
-        for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k])
+    reaches_padding = any(
+        win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k]) for k in range(rank)
     )
 
     prologue: tuple[ir.Node, ...] = ()
     temps: tuple[ir.Buffer, ...] = ()
     source = x
-    if guards:
+    if reaches_padding:
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
-        guards = ()
 
     weights = ctx.constant(w)
-    if group == 1 and weights is not None and source == x and all(k == 1 for k in kernel):
-        return _pointwise(node, ctx, dtype, weights, out_spatial, win.strides)
-    if group == 1 and weights is not None:
+    pointwise = weights is not None and source == x and all(k == 1 for k in kernel)
+    one_row = all(s == 1 for s in (*out_spatial[:-1], *win.strides))
+    if pointwise and not (group == 1 and one_row):
+        return _pointwise(node, ctx, dtype, group, out_spatial, win.strides)
+    if weights is not None and group == 1 and not pointwise:
         return _channels_last(
             node,
             ctx,
@@ -116,16 +113,41 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
             temps,
         )
 
-    out = ir.Access(y, (var("n"), oc, *(var(o) for o in o_names)))
+    # The direct nest: ungrouped (a 1x1 conv on one row of pixels: rows of output channels
+    # along the pixels; weights given at run time), depthwise, or grouped into ``acc[n, g, oc,
+    # spatial...]`` (its index a point of the nest) and then copied to Y.
+    grouped = group > 1 and mg > 1
+    if group == 1:
+        channel_iters = [("oc", out_channels)]
+        oc, xc_base = var("oc"), Aff.lift(0)
+    else:
+        channel_iters = [("g", group)] + ([("oc", mg)] if mg > 1 else [])
+        oc = var("g") * mg + (var("oc") if mg > 1 else 0)
+        xc_base = var("g") * cg
+    ic_iters = [("ic", cg)] if cg > 1 else []
+    ic = var("ic") if cg > 1 else Aff.lift(0)
+    spatial = tuple(var(o) for o in o_names)
+    if grouped:
+        acc = ir.Buffer(f"{node.name}__acc", dtype, (n_batch, group, mg, *out_spatial), "temp")
+        out = ir.Access(acc.name, (var("n"), var("g"), var("oc"), *spatial))
+        temps = (*temps, acc)
+    else:
+        out = ir.Access(y, (var("n"), oc, *spatial))
     init_value = load(ctx, b, (oc,)) if b else zero(dtype)
     init = ir.Stmt("S", out, init_value)
-    out_load = ir.Load(y, out.index, dtype)
+    out_load = ir.Load(out.buffer, out.index, dtype)
     product = ir.Load(source, (var("n"), xc_base + ic, *positions), dtype) * load(
         ctx, w, (oc, ic, *(var(k) for k in k_names))
     )
-    update = ir.Stmt("S", out, out_load + product, guards)
+    update = ir.Stmt("S", out, out_load + product)
     reduction = nest(ic_iters + pairs(k_names, kernel), (update,))
-    body = nest([("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)], (init, *reduction))
+    iters = [("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)]
+    body = nest(iters, (init, *reduction))
+    if grouped:
+        store = ir.Stmt(
+            "S", ir.Access(y, (var("n"), oc, *spatial)), ir.Load(acc.name, out.index, dtype)
+        )
+        body = (*body, *nest(iters, (store,)))
     return Lowered((*prologue, *body), temps)
 
 
@@ -133,22 +155,25 @@ def _pointwise(
     node: Node,
     ctx: LowerContext,
     dtype: str,
-    weights: np.ndarray,
+    group: int,
     out_spatial: tuple[int, ...],
     strides: tuple[int, ...],
 ) -> Lowered:
-    """An unpadded 1x1 Conv is a matrix product over the flattened output pixels::
+    """An unpadded 1x1 Conv is a matrix product over the flattened output pixels, one per
+    group (a grouped Conv: a batch of them)::
 
-        acc[n, oc, p] = B[oc] + sum_ic W[oc, ic] * X[n, ic, p]     (p = row-major pixel)
+        acc[n, g, oc, p] = B[g*M/G + oc] + sum_ic W[g*M/G + oc, ic] * X[n, g*C/G + ic, p]
 
-    With stride 1, X is read through a ``[N, C, pixels]`` view; with larger strides a first
-    nest gathers the pixels the conv reads into such a buffer (a quarter of X for stride 2).
-    Pixels are then contiguous in both operands and the output, so the register tiles run
-    along them with no transpose, and a final nest writes Y.
+    (p = row-major pixel; no ``g`` loop without groups). With stride 1, X is read through a
+    ``[N, C, pixels]`` view; with larger strides a first nest gathers the pixels the conv
+    reads into such a buffer (a quarter of X for stride 2). Pixels are then contiguous in both
+    operands and the output, so the register tiles run along them with no transpose (rows of
+    output channels sharing each input vector), and a final nest writes Y.
     """
     x, b, y = node.input(0), node.input(2), node.outputs[0]
     n_batch, channels = ctx.shape(x)[:2]
-    out_channels = weights.shape[0]
+    out_channels = ctx.shape(node.input(1))[0]
+    cg, mg = channels // group, out_channels // group
     pixels = int(np.prod(out_spatial))
     names = spatial_names(len(out_spatial))
     o_names = [f"o{s}" for s in names]
@@ -157,7 +182,9 @@ def _pointwise(
         flat = flat * size + var(o)
     columns = ir.Buffer(f"{x}__pixels", dtype, (n_batch, channels, pixels), "input")
     prologue: tuple[ir.Node, ...] = ()
-    temps = [ir.Buffer(f"{node.name}__acc", dtype, (n_batch, out_channels, pixels), "temp")]
+    groups = [("g", group)] if group > 1 else []
+    acc_shape = (n_batch, *([group] if group > 1 else []), mg, pixels)
+    temps = [ir.Buffer(f"{node.name}__acc", dtype, acc_shape, "temp")]
     views: tuple[tuple[ir.Buffer, str], ...] = ((columns, x),)
     if any(s != 1 for s in strides):
         columns = ir.Buffer(f"{node.name}__pixels", dtype, columns.shape, "temp")
@@ -178,23 +205,26 @@ def _pointwise(
         )
         prologue = nest([("n", n_batch), ("c", channels), *pairs(o_names, out_spatial)], (gather,))
     acc = temps[0].name
-    point = (var("n"), var("oc"), var("p"))
-    init = ir.Stmt("S", ir.Access(acc, point), load(ctx, b, (var("oc"),)) if b else zero(dtype))
+    g = var("g") if group > 1 else Aff.lift(0)
+    oc = g * mg + var("oc")
+    acc_index = (var("n"), *([g] if group > 1 else []), var("oc"))
+    point = (*acc_index, var("p"))
+    init = ir.Stmt("S", ir.Access(acc, point), load(ctx, b, (oc,)) if b else zero(dtype))
     taps = (Aff.lift(0),) * len(out_spatial)
-    product = load(ctx, node.input(1), (var("oc"), var("ic"), *taps)) * ir.Load(
-        columns.name, (var("n"), var("ic"), var("p")), dtype
+    product = load(ctx, node.input(1), (oc, var("ic"), *taps)) * ir.Load(
+        columns.name, (var("n"), g * cg + var("ic"), var("p")), dtype
     )
     update = ir.Stmt("S", ir.Access(acc, point), ir.Load(acc, point, dtype) + product)
     body = nest(
-        [("n", n_batch), ("oc", out_channels), ("p", pixels)],
-        (init, *nest([("ic", channels)], (update,))),
+        [("n", n_batch), *groups, ("oc", mg), ("p", pixels)],
+        (init, *nest([("ic", cg)], (update,))),
     )
     store = ir.Stmt(
         "S",
-        ir.Access(y, (var("n"), var("oc"), *(var(o) for o in o_names))),
-        ir.Load(acc, (var("n"), var("oc"), flat), dtype),
+        ir.Access(y, (var("n"), oc, *(var(o) for o in o_names))),
+        ir.Load(acc, (*acc_index, flat), dtype),
     )
-    final = nest([("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)], (store,))
+    final = nest([("n", n_batch), *groups, ("oc", mg), *pairs(o_names, out_spatial)], (store,))
     return Lowered((*prologue, *body, *final), tuple(temps), (), views)
 
 

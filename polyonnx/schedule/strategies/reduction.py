@@ -215,7 +215,7 @@ def plan_reduction(
         and ld.index[-1].coeff(vec)
     ]
     row, rows, pair = _tile_shape(nest, moving, tiling)
-    v = tiling.vector
+    v = _lanes(extent(nest.outer, vec), tiling)
     ragged = bool(extent(nest.outer, vec) % v or (row and extent(nest.outer, row) % rows))
     n_outer = len(names)
     plan = ReductionPlan(
@@ -254,7 +254,9 @@ def _tile_shape(
     # Unroll the outer loop that the vector-moving loads do not depend on: the rows of the
     # register tile then share each vector load (conv: output pixels share a weight vector).
     candidates = [n for n in names[:-1] if not used_by_moving(n) and extent(nest.outer, n) >= 2]
-    row = candidates[-1] if candidates else None
+    if not candidates:
+        return _reuse_row(nest, moving, tiling)
+    row = candidates[-1]
     rows = tiling.rows(extent(nest.outer, row)) if row else 1
     # Pair up two vector tiles of a loop the moving loads depend on (a conv's output-channel
     # blocks) when the rows divide into tiles of ``paired_rows`` (or one fewer): every loaded
@@ -271,6 +273,35 @@ def _tile_shape(
         if paired and partners:
             return row, paired[0], partners[-1]
     return row, rows, None
+
+
+def _lanes(vector_extent: int, tiling: Tiling) -> int:
+    """The tile's lanes: ``tiling.vector``, or the vector loop's extent when that is exactly
+    one vector (half of ``tiling.vector``: a block of 16 channels under AVX-512's 32-lane
+    tiles), which a split by ``tiling.vector`` would leave without a full tile."""
+    return vector_extent if 2 * vector_extent == tiling.vector else tiling.vector
+
+
+def _reuse_row(
+    nest: ReductionNest, moving: list[Load], tiling: Tiling
+) -> tuple[str | None, int, str | None]:
+    """The row loop when every outer loop moves some vector-moving load (a depthwise conv:
+    its input and its weights both move with the channels): the last loop that one of them
+    does not depend on, so the rows share that operand's vectors (the weights across output
+    pixels; the input vectors the taps of neighbouring pixels read are loaded once). No pair."""
+    names = [lp.iterator for lp in nest.outer]
+
+    def uses(ld: Load, n: str) -> bool:
+        return any(not isinstance(i, Aff) or i.coeff(n) for i in ld.index)
+
+    reused = [
+        n
+        for n in names[:-1]
+        if extent(nest.outer, n) >= 2 and any(not uses(ld, n) for ld in moving)
+    ]
+    if not reused:
+        return None, 1, None
+    return reused[-1], tiling.rows(extent(nest.outer, reused[-1])), None
 
 
 def _vector_first(

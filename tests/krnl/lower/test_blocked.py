@@ -27,7 +27,11 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_conv_blocked_matches_onnxruntime(case: str) -> None:
     attrs, k = CASES[case]
-    x, w, b = rand(1, 4, 6, 5), rand(6, 4, k, k, seed=1), rand(6, seed=2)
+    _check_one_conv(rand(1, 4, 6, 5), rand(6, 4, k, k, seed=1), rand(6, seed=2), attrs)
+
+
+def _check_one_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict) -> None:
+    """A Conv on a graph input, blocked (in, conv, out), matches onnxruntime."""
     model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
     graph = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in graph.nodes] == ["ToBlocked", "ConvBlocked", "FromBlocked"]
@@ -140,10 +144,104 @@ def test_max_pool_blocked(attrs: dict) -> None:
     )
 
 
+GROUPED = {
+    "3x3_pads": ({"pads": [1, 1, 1, 1]}, 3),
+    "strides_asym_pads": ({"pads": [0, 2, 1, 0], "strides": [2, 1]}, 3),
+    "dilations": ({"dilations": [2, 1], "pads": [2, 0, 1, 1]}, 3),
+    "1x1": ({}, 1),
+}
+
+
+@pytest.mark.parametrize("group", [2, 3])
+@pytest.mark.parametrize("case", sorted(GROUPED))
+def test_grouped_conv_blocked(case: str, group: int) -> None:
+    # Two input and four output blocks of 2 channels per group: block-diagonal weights.
+    attrs, k = GROUPED[case]
+    c, m = 4 * group, 8 * group
+    w = rand(m, 4, k, k, seed=1)
+    _check_one_conv(rand(1, c, 6, 5), w, rand(m, seed=2), {**attrs, "group": group})
+
+
+def _depthwise_model(
+    rank: int, kernel: int, attrs: dict, act: str | None, bias: bool = True
+) -> onnx.ModelProto:
+    """x -> conv 1x1 (4 -> 6 channels) -> depthwise conv (``attrs``) -> ``act``: the
+    depthwise conv reads a blocked value."""
+    size = (7, 6, 5)[-rank:]
+    w1, w2, b2 = rand(6, 4, *[1] * rank, seed=1), rand(6, 1, *[kernel] * rank, seed=2), rand(6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["e"]),
+        helper.make_node("Conv", ["e", "w2", "b2" if bias else ""], ["d"], group=6, **attrs),
+    ]
+    inits = [("w1", w1), ("w2", w2), ("b2", b2)]
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["y"]))
+        inits += [("lo", np.array(0.0, np.float32)), ("hi", np.array(6.0, np.float32))]
+    elif act == "SiLU":
+        nodes.append(helper.make_node("Sigmoid", ["d"], ["s"]))
+        nodes.append(helper.make_node("Mul", ["d", "s"], ["y"]))
+    elif act is not None:
+        nodes.append(helper.make_node(act, ["d"], ["y"]))
+    f = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "dw",
+        [helper.make_tensor_value_info("x", f, [1, 4, *size])],
+        [helper.make_tensor_value_info("y" if act else "d", f, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+DEPTHWISE = {
+    "3x3_pads": (2, 3, {"pads": [1, 1, 1, 1]}, None),
+    "strided_relu6": (2, 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "Clip"),
+    "dilated_hardswish": (2, 3, {"pads": [2, 1, 2, 1], "dilations": [2, 1]}, "HardSwish"),
+    "5x5_asym_pads_silu": (2, 5, {"pads": [2, 1, 2, 3]}, "SiLU"),
+    "1d_same_upper": (1, 3, {"auto_pad": "SAME_UPPER", "strides": [2]}, "Relu"),
+    "3d": (3, 3, {"pads": [1, 0, 1, 1, 0, 1]}, "Relu"),
+    "valid_no_bias": (2, 3, {}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEPTHWISE))
+def test_depthwise_conv_blocked(case: str) -> None:
+    rank, k, attrs, act = DEPTHWISE[case]
+    model = _depthwise_model(rank, k, attrs, act, bias=case != "valid_no_bias")
+    graph = blocked_layout(graph_from_model(model), BLOCK)
+    convs = [n for n in graph.nodes if n.op_type == "ConvBlocked"]
+    assert len(convs) == 2 and dict(convs[1].attrs)["group"] == 6
+    feeds = {"x": rand(1, 4, *(7, 6, 5)[-rank:])}
+    out = model.graph.output[0].name
+    np.testing.assert_allclose(
+        run_krnl(graph, feeds)[out], onnxruntime_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_conv_blocked_1d_3d(rank: int) -> None:
+    shape = (1, 4, *(9, 5, 6)[-rank:])
+    x, w, b = rand(*shape), rand(6, 4, *[3] * rank, seed=1), rand(6, seed=2)
+    _check_one_conv(x, w, b, {"pads": [1] * 2 * rank, "strides": [2] * rank})
+
+
+def test_block_halves_for_channels_it_divides() -> None:
+    # Two input channels per group: blocks of 4 would leave the conv NCHW, blocks of 2 take it.
+    x, w = rand(1, 4, 5, 5), rand(8, 2, 3, 3, seed=1)
+    model = make_model("Conv", [("x", x), ("w", w)], {"group": 2}, constants={"w": w})
+    graph = blocked_layout(graph_from_model(model), 4, smallest=2)
+    (conv,) = [n for n in graph.nodes if n.op_type == "ConvBlocked"]
+    assert dict(conv.attrs)["block"] == 2
+
+
 @pytest.mark.parametrize(
     "why, attrs, channels, out_channels, weights_constant",
     [
-        ("grouped", {"group": 2}, 4, 4, True),
+        ("depthwise on a graph input", {"group": 4}, 4, 4, True),
+        ("one input channel per group, two outputs", {"group": 4}, 4, 8, True),
+        ("group's channels not a multiple of the block", {"group": 2}, 6, 4, True),
         ("output channels not a multiple of the block", {}, 4, 3, True),
         ("weights fed at run time", {}, 4, 4, False),
     ],
