@@ -138,7 +138,8 @@ def _plan_nodes(s: Schedule, nodes: tuple, trees: tuple, tiling: Tiling) -> tupl
             epilogues = [band_chain(t) for t in trees[i + 1 : end]]
             plan = plan_reduction(red, names, epilogues, s.kernel, tiling)
             plans.append(plan or OwnLoops(names[0]))
-            i = end if plan is not None else i + 1
+            # (the epilogues the plan does not fuse are planned as nests of their own)
+            i += 1 + (len(plan.epilogues) if plan is not None else 0)
             continue
         plans.append(
             plan_pointwise(s, nest, names[: len(chain(nest)[0])])

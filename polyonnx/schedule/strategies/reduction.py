@@ -297,14 +297,20 @@ def plan_reduction(
         None,
         None if lane == n_outer - 1 else lane,
     )
-    # Chunks keep a slice of the vector operand in cache while other tiles reuse it: none
-    # without a tile loop that reads the same slice (a GEMV streams its weights once).
+    if nest.after:
+        return plan
+    # Chunks keep a slice of the vector operand in cache while other tiles reuse it; without
+    # a tile loop that reads the same slice, the operand is streamed once (a GEMV's weights).
     reused = any(
         k != lane and extent(nest.outer, n) >= 2 and all(o.invariant(n) for o in moving)
         for k, n in enumerate(names)
     )
-    if not reused or nest.after:
-        return plan
+    if not reused:
+        streamed = _streamed_chunks(nest, plan, tiling)
+        if streamed is None:
+            return plan
+        # (ragged tiles: the epilogues run as nests of their own, a pass over the output)
+        return replace(plan, chunks=streamed, epilogues=() if ragged else plan.epilogues)
     itemsize = (
         max(np.dtype(kernel.buffer(o.load.buffer).dtype).itemsize for o in moving) if moving else 4
     )
@@ -312,6 +318,26 @@ def plan_reduction(
     if cut is None or (epilogues and ragged):
         return plan
     return replace(plan, chunks=_place_chunks(nest, plan, cut, tiling))
+
+
+def _streamed_chunks(nest: ReductionNest, plan: ReductionPlan, tiling: Tiling) -> Chunks | None:
+    """Chunks for a reduction whose vector operand is read once: its reduction cut into
+    chunks of :attr:`~.tiling.Tiling.streams` iterations outside every tile loop, so the
+    consecutive vector tiles of a chunk go on along the same few rows of the operand (a few
+    sequential streams) rather than each tile walking down its column over every row (a
+    new page per row, which the prefetchers do not follow); the output tiles are re-read
+    per chunk, from L1. With several threads the lanes' loop is first cut into
+    :attr:`~.tiling.Tiling.parallel_tiles` blocks outside the chunks, to run in parallel.
+    None when the lanes make one vector tile (no rows to go on along)."""
+    tiles = -(-extent(nest.outer, nest.outer[plan.lane_at].iterator) // plan.vector)
+    cut = reduction_chunks(nest, tiling.streams)
+    if tiles < 2 or cut is None:
+        return None
+    whole, size = cut
+    per_block = -(-tiles // tiling.parallel_tiles)
+    if tiling.parallel_tiles > 1 and per_block < tiles:
+        return Chunks(whole, size, 1, plan.lane_at, per_block * plan.vector)
+    return Chunks(whole, size, 0)
 
 
 def _tile_shape(
@@ -499,22 +525,31 @@ def _tile(
     it; cut into chunk loops when ``chunked``) and order the tile loops before the reduction
     loops and the points: (schedule, tile loops, point loops: row, pair, vector, full-tile
     loops: vector, pair, row). A row-block loop of the plan's chunks is cut too, its point
-    loop right after its block loop (after the chunk loops when ``chunked``)."""
+    loop right after its block loop (after the chunk loops when ``chunked``); a block of a
+    tiled loop (the lanes') goes right before its tile loop, which cuts the block's points."""
     current, tiles, points = list(outer), list(outer), []
     made = {}
     splits = plan.splits()
+    chunks = plan.chunks
+    cut = list(outer)
+    tiled_block = None
+    if chunks is not None and chunks.block is not None and chunks.block in dict(splits):
+        s, tiled_block, cut[chunks.block] = _split(
+            s, current, outer[chunks.block], chunks.block_size
+        )
     for k, size in splits:
-        s, t, p = _split(s, current, outer[k], size)
+        s, t, p = _split(s, current, cut[k], size)
         tiles[k] = made[k] = t
         points.append(p)
-    chunks = plan.chunks
     block_point = None
-    if chunks is not None and chunks.block is not None:
+    if chunks is not None and chunks.block is not None and tiled_block is None:
         s, block, block_point = _split(s, current, outer[chunks.block], chunks.block_size)
         tiles[chunks.block] = block
     tiles = [tiles[k] for k in plan.tile_order()]
     if block_point is not None:
         tiles.insert(tiles.index(block) + 1, block_point)
+    if tiled_block is not None:
+        tiles.insert(tiles.index(made[chunks.block]), tiled_block)
     inner = list(reduction)
     current += inner
     if chunked:  # the chunk loops: whole leading loops, then the chunked one

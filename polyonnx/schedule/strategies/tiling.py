@@ -3,7 +3,7 @@
 Example:
     >>> Tiling.for_vector_bits(512, threads=2, l1_bytes=48 * 1024)  # doctest: +NORMALIZE_WHITESPACE
     Tiling(unroll=8, vector=32, chunk_bytes=24576, paired_rows=7, parallel_tiles=4,
-           registers=32, lanes=16)
+           registers=32, lanes=16, streams=8)
     >>> Tiling(unroll=6).rows(56), Tiling(unroll=6).rows(7), Tiling(unroll=6).rows(56, budget=4)
     (4, 6, 4)
 """
@@ -35,6 +35,11 @@ class Tiling:
     fit); 0: not known, the rows are capped by :attr:`unroll` only."""
     lanes: int = 8
     """float32 lanes of one vector register."""
+    streams: int = 8
+    """Rows of an operand read once (a GEMV's weights) that a reduction's chunk reads side by
+    side, each a sequential stream: few enough for the hardware prefetchers to follow them
+    all (they track a few dozen per core), enough that the output slice re-read per chunk
+    costs little."""
 
     @staticmethod
     def for_vector_bits(bits: int, threads: int = 1, l1_bytes: int = 32 * 1024) -> Tiling:
