@@ -45,6 +45,11 @@ from polyonnx.schedule.strategies.pointwise import (
     apply_pointwise,
     plan_pointwise,
 )
+from polyonnx.schedule.strategies.recurrent import (
+    RecurrentPlan,
+    apply_recurrent,
+    plan_recurrent,
+)
 from polyonnx.schedule.strategies.reduction import (
     ReductionPlan,
     apply_reduction,
@@ -86,7 +91,7 @@ class BandPlan:
         return f"band ({', '.join(self.loops)}) {how}, around:{inner or ' no nests to plan'}"
 
 
-NestPlan = ReductionPlan | VectorPlan | TransposePlan | OwnLoops | BandPlan
+NestPlan = ReductionPlan | VectorPlan | TransposePlan | RecurrentPlan | OwnLoops | BandPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,7 @@ def _plan_nodes(s: Schedule, nodes: tuple, trees: tuple, tiling: Tiling) -> tupl
             continue
         plans.append(
             plan_pointwise(s, nest, names[: len(chain(nest)[0])])
+            or plan_recurrent(nest, trees[i], s, tiling)
             or _band(s, nest, trees[i], tiling)
         )
         i += 1
@@ -181,6 +187,7 @@ _APPLY: dict[type, Callable[[Schedule, Any], tuple[Schedule, list[tuple[str, ...
     ReductionPlan: apply_reduction,
     VectorPlan: apply_pointwise,
     TransposePlan: apply_pointwise,
+    RecurrentPlan: apply_recurrent,
     OwnLoops: _own_loops,
     BandPlan: _apply_band,
 }
