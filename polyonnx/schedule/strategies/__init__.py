@@ -1,21 +1,29 @@
 """Default schedules: what the compiler does to a kernel when the user gives no schedule.
 
-Each top-level loop nest of a kernel gets a strategy by its shape, each a module:
+Each nest of a kernel gets a strategy from what its polyhedral model says (access strides
+and isl's dependence distances: :mod:`~polyonnx.schedule.strategies.analysis`) and the
+target, each a module:
 
 * :mod:`~polyonnx.schedule.strategies.reduction` — a reduction nest (Conv, MatMul, Gemm,
-  pooling) is register-tiled, with the element-wise nests that read its output fused into
-  its tiles and long reductions cut into cache chunks;
-* :mod:`~polyonnx.schedule.strategies.pointwise` — any other nest gets its innermost loop
-  vectorised (a transpose is tiled first);
+  pooling, any ``init; for ...: update``) is register-tiled along the loop its output is
+  contiguous in, with the element-wise nests that read its output fused into its tiles,
+  long reductions cut into cache chunks, an operand read once streamed in chunks of rows;
+* :mod:`~polyonnx.schedule.strategies.pointwise` — a perfect nest of statements gets its
+  innermost loop with contiguous writes and no carried dependence vectorised (a transpose
+  is tiled first);
+* :mod:`~polyonnx.schedule.strategies.recurrent` — nests fed back through a step loop are
+  planned inside it; any other band around several nests (:class:`BandPlan`: a softmax row)
+  keeps its loops and its nests are planned alike;
 * :mod:`~polyonnx.schedule.strategies.parallel` — then the outer loop of each nest with
-  enough work is marked ``parallel``.
+  enough work per run is marked ``parallel``.
 
 Each strategy makes a *plan*, a small frozen record of its knobs computed from the kernel's
 model and the target's :class:`~polyonnx.schedule.strategies.tiling.Tiling`, and applies it
 with the schedule verbs (:meth:`~polyonnx.schedule.schedule.Schedule.apply_unverified`); the
 result is proved legal once (:meth:`~polyonnx.schedule.schedule.Schedule.verify`) against
-the kernel's exact dependences, and its trace (``ScheduledKernel.trace``) replays it. A
-kernel whose schedule is not legal keeps its own loop order, which always is.
+the kernel's exact dependences, and its trace (``ScheduledKernel.trace``) replays it. When
+the whole plan is not legal, each nest's plan is kept where it is (a nest refused keeps its
+own loop order, which always is legal).
 
 Example:
     >>> s = Schedule.from_kernel(kernel)                      # doctest: +SKIP
