@@ -6,9 +6,9 @@ accesses and the :class:`~polyonnx.codegen.config.CodegenConfig`: no LLVM (its e
 :mod:`polyonnx.codegen.tile_emit`).
 
 A register tile is a reduction, a chain of perfectly nested loops, around ``unroll`` loops of
-constant trip counts (rows; a conv's pairs of channel blocks) around one ``vector`` loop of
-constant trip count over one statement that reads and writes one element per tile point, at an
-index none of the chain's loops moves (``acc[r, v] += ...`` under ``for ic, kh, kw``).
+constant trip counts (rows; a conv's pairs of channel blocks; maybe none) around one ``vector``
+loop of constant trip count over one statement that reads and writes one element per tile
+point, at an index none of the chain's loops moves (``acc[r, v] += ...`` under ``for ic, kh, kw``).
 
 Example:
     >>> from polyonnx.codegen.access import Accesses
@@ -179,8 +179,8 @@ def reduction_loops(node: la.For) -> list[la.For]:
 
 
 def unrolled_vector_nest(body: tuple[la.LNode, ...]) -> tuple[tuple[la.For, ...], la.For] | None:
-    """(unrolled loops, vector loop) when ``body`` is one or more ``unroll`` loops of constant
-    trip counts, one inside the other, around one ``vector`` loop of one statement."""
+    """(unrolled loops, vector loop) when ``body`` is ``unroll`` loops of constant trip counts
+    (none or more), one inside the other, around one ``vector`` loop of one statement."""
     unrolled: list[la.For] = []
     while (
         len(body) == 1
@@ -195,7 +195,7 @@ def unrolled_vector_nest(body: tuple[la.LNode, ...]) -> tuple[tuple[la.For, ...]
             return None
         unrolled.append(loop)
         body = loop.body
-    if not unrolled or not (
+    if not (
         len(body) == 1
         and isinstance(body[0], la.Mark)
         and body[0].name == "vector"

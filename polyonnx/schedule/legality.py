@@ -116,7 +116,12 @@ def loops_that_may_carry(
         )
     if hit is None:
         # (below and columns are kept alive with the entry: the key holds their ids)
-        hit = deps.carried_memo[key] = (below, tuple(columns), _distances(deps, below, columns), {})
+        hit = deps.carried_memo[key] = (
+            below,
+            tuple(columns),
+            dependence_distances(deps, below, columns),
+            {},
+        )
     _, _, (decided, distances), carried = hit
     if not decided:
         return set(depths)
@@ -132,7 +137,7 @@ def loops_that_may_carry(
     return {d for d in depths if carried[d]}
 
 
-def _distances(
+def dependence_distances(
     deps: Dependences, below: isl.UnionSet, columns: Sequence[isl.UnionPwAff]
 ) -> tuple[bool, isl.UnionSet | None]:
     """(decided, the distances of the dependences among ``below`` in the values of

@@ -1,21 +1,29 @@
 """Default schedules: what the compiler does to a kernel when the user gives no schedule.
 
-Each top-level loop nest of a kernel gets a strategy by its shape, each a module:
+Each nest of a kernel gets a strategy from what its polyhedral model says (access strides
+and isl's dependence distances: :mod:`~polyonnx.schedule.strategies.analysis`) and the
+target, each a module:
 
 * :mod:`~polyonnx.schedule.strategies.reduction` — a reduction nest (Conv, MatMul, Gemm,
-  pooling) is register-tiled, with the element-wise nests that read its output fused into
-  its tiles and long reductions cut into cache chunks;
-* :mod:`~polyonnx.schedule.strategies.pointwise` — any other nest gets its innermost loop
-  vectorised (a transpose is tiled first);
+  pooling, any ``init; for ...: update``) is register-tiled along the loop its output is
+  contiguous in, with the element-wise nests that read its output fused into its tiles,
+  long reductions cut into cache chunks, an operand read once streamed in chunks of rows;
+* :mod:`~polyonnx.schedule.strategies.pointwise` — a perfect nest of statements gets its
+  innermost loop with contiguous writes and no carried dependence vectorised (a transpose
+  is tiled first);
+* :mod:`~polyonnx.schedule.strategies.recurrent` — nests fed back through a step loop are
+  planned inside it; any other band around several nests (:class:`BandPlan`: a softmax row)
+  keeps its loops and its nests are planned alike;
 * :mod:`~polyonnx.schedule.strategies.parallel` — then the outer loop of each nest with
-  enough work is marked ``parallel``.
+  enough work per run is marked ``parallel``.
 
 Each strategy makes a *plan*, a small frozen record of its knobs computed from the kernel's
 model and the target's :class:`~polyonnx.schedule.strategies.tiling.Tiling`, and applies it
 with the schedule verbs (:meth:`~polyonnx.schedule.schedule.Schedule.apply_unverified`); the
 result is proved legal once (:meth:`~polyonnx.schedule.schedule.Schedule.verify`) against
-the kernel's exact dependences, and its trace (``ScheduledKernel.trace``) replays it. A
-kernel whose schedule is not legal keeps its own loop order, which always is.
+the kernel's exact dependences, and its trace (``ScheduledKernel.trace``) replays it. When
+the whole plan is not legal, each nest's plan is kept where it is (a nest refused keeps its
+own loop order, which always is legal).
 
 Example:
     >>> from polyonnx.testing.examples import matmul
@@ -30,15 +38,17 @@ Example:
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Kernel, Loop
+from polyonnx.krnl.ir import Kernel, Loop, Stmt
 from polyonnx.schedule.schedule import Schedule
-from polyonnx.schedule.scheduled import ScheduledKernel, own_loop_order
-from polyonnx.schedule.strategies.nests import band_chain
+from polyonnx.schedule.scheduled import ScheduledKernel
+from polyonnx.schedule.strategies.analysis import NestDependences
+from polyonnx.schedule.strategies.nests import band_chain, chain
 from polyonnx.schedule.strategies.parallel import apply_parallel, plan_parallel
 from polyonnx.schedule.strategies.pointwise import (
     TransposePlan,
@@ -59,6 +69,7 @@ from polyonnx.schedule.strategies.reduction import (
     reduction_nest,
 )
 from polyonnx.schedule.strategies.tiling import Tiling
+from polyonnx.schedule.tree import Band, band_paths
 from polyonnx.schedule.tree import Sequence as TreeSequence
 
 
@@ -73,7 +84,25 @@ class OwnLoops:
         return f"own loops from {self.loop}"
 
 
-NestPlan = ReductionPlan | VectorPlan | TransposePlan | RecurrentPlan | OwnLoops
+@dataclass(frozen=True, slots=True)
+class BandPlan:
+    """The perfectly nested ``loops`` around a sequence of nests, which keep their order, and
+    the plans of the nests inside (each its own: a softmax row's reductions and point-wise
+    loops, an RNN's nests inside its time loop). With ``parallel`` (the outermost loop
+    carries no dependence) the band is the candidate for a ``parallel`` mark; else the nests
+    inside are."""
+
+    loops: tuple[str, ...]
+    parallel: bool
+    nests: tuple[NestPlan, ...]
+
+    def __str__(self) -> str:
+        how = "rows in parallel" if self.parallel else "in order"
+        inner = "".join("\n" + textwrap.indent(str(n), "  ") for n in self.nests)
+        return f"band ({', '.join(self.loops)}) {how}, around:{inner or ' no nests to plan'}"
+
+
+NestPlan = ReductionPlan | VectorPlan | TransposePlan | RecurrentPlan | OwnLoops | BandPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,43 +124,74 @@ class KernelPlan:
 
 
 def plan_kernel(s: Schedule, tiling: Tiling, parallel: bool = True) -> KernelPlan:
-    """The plan of each top-level nest of ``s`` (the kernel's own loops): a reduction nest
-    is register-tiled (with the following nests that read its output point for point), any
-    other nest vectorised, where they fit."""
-    nests = s.kernel.body
-    # The initial tree has one top-level node per kernel body node; verbs keep loop names.
-    top = s.tree.children if isinstance(s.tree, TreeSequence) else (s.tree,)
-    names = [band_chain(t) for t in top]
+    """The plan of each nest of ``s`` (the kernel's own loops): a reduction nest is
+    register-tiled (with the following nests that read its output point for point), a
+    perfect nest of statements vectorised, a band of loops around several nests left in
+    place with the nests inside planned alike, where they fit."""
+    return KernelPlan(_plan_nodes(s, s.kernel.body, _children(s.tree), tiling), parallel)
+
+
+def _children(node: object) -> tuple:
+    return node.children if isinstance(node, TreeSequence) else (node,)
+
+
+def _plan_nodes(s: Schedule, nodes: tuple, trees: tuple, tiling: Tiling) -> tuple[NestPlan, ...]:
+    """The plans of the krnl ``nodes`` of one body, whose schedule-tree nodes are ``trees``
+    (the initial tree has one node per krnl node; verbs keep loop names)."""
     plans: list[NestPlan] = []
     i = 0
-    while i < len(nests):
-        nest = nests[i]
+    while i < len(nodes):
+        nest = nodes[i]
         if not isinstance(nest, Loop):
             i += 1
             continue
+        names = band_chain(trees[i])
         red = reduction_nest(nest)
         if red is not None:
             end = i + 1
-            while end < len(nests) and is_epilogue(nests[end], red):
+            while end < len(nodes) and is_epilogue(nodes[end], red):
                 end += 1
-            plan = plan_reduction(red, names[i], names[i + 1 : end], s.kernel, tiling)
-            if plan is not None:
-                plans.append(plan)
-                i = end
-                continue
-            plans.append(OwnLoops(names[i][0]))
-        else:
-            plans.append(
-                plan_pointwise(nest, names[i], s.poly)
-                or plan_recurrent(nest, top[i], s, tiling)
-                or OwnLoops(names[i][0])
-            )
+            epilogues = [band_chain(t) for t in trees[i + 1 : end]]
+            plan = plan_reduction(red, names, epilogues, s.kernel, tiling)
+            plans.append(plan or OwnLoops(names[0]))
+            # (the epilogues the plan does not fuse are planned as nests of their own)
+            i += 1 + (len(plan.epilogues) if plan is not None else 0)
+            continue
+        plans.append(
+            plan_pointwise(s, nest, names[: len(chain(nest)[0])])
+            or plan_recurrent(nest, trees[i], s, tiling)
+            or _band(s, nest, trees[i], tiling)
+        )
         i += 1
-    return KernelPlan(tuple(plans), parallel)
+    return tuple(plans)
+
+
+def _band(s: Schedule, nest: Loop, tree: object, tiling: Tiling) -> BandPlan | OwnLoops:
+    """A nest that is no reduction and no perfect nest of statements: its band of loops
+    around the nests inside, planned each; a nest of statements keeps its own loops."""
+    loops, body = chain(nest)
+    if all(isinstance(b, Stmt) for b in body):
+        return OwnLoops(band_chain(tree)[0])
+    bands: list[str] = []
+    node = tree
+    while isinstance(node, Band) and len(bands) < len(loops):
+        bands.append(node.name)
+        node = node.child
+    free = not NestDependences(s, band_paths(s.tree)[bands[0]], len(bands)).carried(0)
+    return BandPlan(tuple(bands), free, _plan_nodes(s, body, _children(node), tiling))
 
 
 def _own_loops(s: Schedule, plan: OwnLoops) -> tuple[Schedule, list[tuple[str, ...]]]:
     return s, [(plan.loop,)]
+
+
+def _apply_band(s: Schedule, plan: BandPlan) -> tuple[Schedule, list[tuple[str, ...]]]:
+    inner: list[tuple[str, ...]] = []
+    for nest in plan.nests:
+        s, outer = _APPLY[type(nest)](s, nest)
+        inner.extend(outer)
+    # The nests inside a parallel band run on its threads.
+    return s, [plan.loops] if plan.parallel else inner
 
 
 _APPLY: dict[type, Callable[[Schedule, Any], tuple[Schedule, list[tuple[str, ...]]]]] = {
@@ -140,14 +200,21 @@ _APPLY: dict[type, Callable[[Schedule, Any], tuple[Schedule, list[tuple[str, ...
     TransposePlan: apply_pointwise,
     RecurrentPlan: apply_recurrent,
     OwnLoops: _own_loops,
+    BandPlan: _apply_band,
 }
+
+
+def apply_nest_plan(s: Schedule, plan: NestPlan) -> tuple[Schedule, list[tuple[str, ...]]]:
+    """One nest's ``plan`` applied to ``s`` (unverified), and the outer bands it leaves (the
+    candidates for ``parallel``)."""
+    return _APPLY[type(plan)](s, plan)
 
 
 def apply_kernel_plan(s: Schedule, plan: KernelPlan) -> Schedule:
     """``plan`` applied to ``s`` (the kernel's own loops), not yet verified."""
     bands: list[tuple[str, ...]] = []
     for nest in plan.nests:
-        s, outer = _APPLY[type(nest)](s, nest)
+        s, outer = apply_nest_plan(s, nest)
         bands.extend(outer)
     if plan.parallel:
         s = apply_parallel(s, plan_parallel(s, bands))
@@ -160,12 +227,56 @@ def default_schedule(
     """The kernel's schedule: the strategies' plans applied when legal, else its own loops.
 
     With ``parallel``, the outermost loop of each nest with enough work is marked ``parallel``
-    (naming the loops of its band that carry no dependence).
+    (naming the loops of its band that carry no dependence). When the whole plan is not
+    legal, each nest's plan is tried in turn and kept if the schedule stays legal (a nest
+    whose plan is refused keeps its own loops).
     """
     start = Schedule.from_kernel(kernel)
+    plan = plan_kernel(start, tiling or Tiling(), parallel)
     try:
-        s = apply_kernel_plan(start, plan_kernel(start, tiling or Tiling(), parallel))
-        s = s.verify("default schedule: " + "; ".join(str(d) for d in s.directives))
+        s = apply_kernel_plan(start, plan)
+        return _verified(s).scheduled()
     except ScheduleError:
-        return own_loop_order(kernel)
-    return s.scheduled()
+        pass
+    return _nest_by_nest(start, plan).scheduled()
+
+
+def _verified(s: Schedule) -> Schedule:
+    return s.verify("default schedule: " + "; ".join(str(d) for d in s.directives))
+
+
+def _nest_by_nest(start: Schedule, plan: KernelPlan) -> Schedule:
+    """Each nest's plan applied and kept when the result is legal (else the nest keeps its
+    own loops), then each parallel mark kept when legal."""
+
+    def apply(s: Schedule, nests: tuple[NestPlan, ...]) -> tuple[Schedule, list]:
+        bands: list[tuple[str, ...]] = []
+        for nest in nests:
+            if isinstance(nest, BandPlan):
+                s, inner = apply(s, nest.nests)
+                bands += [nest.loops] if nest.parallel else inner
+                continue
+            try:
+                s_new, outer = apply_nest_plan(s, nest)
+                s = _verified(s_new)
+            except ScheduleError:
+                outer = [(_first_loop(nest),)]
+                if isinstance(nest, ReductionPlan):
+                    outer += [(e[0],) for e in nest.epilogues]
+            bands += outer
+        return s, bands
+
+    s, bands = apply(start, plan.nests)
+    if plan.parallel:
+        for mark in plan_parallel(s, bands).marks:
+            try:
+                s = _verified(s.apply_unverified(mark))
+            except ScheduleError:
+                continue
+    return s
+
+
+def _first_loop(plan: NestPlan) -> str:
+    if isinstance(plan, OwnLoops):
+        return plan.loop
+    return plan.outer[0] if isinstance(plan, ReductionPlan) else plan.loops[0]

@@ -1,6 +1,9 @@
 """Parallel outer loops: the outermost loop of each nest with enough work gets a ``parallel``
 mark naming the loops of its band that carry no dependence.
 
+A nest's work is counted per run of it: a nest inside a sequential loop (an RNN's time loop)
+runs once per iteration of that loop, and each run wakes the thread pool.
+
 :func:`plan_parallel` decides on a schedule the nest strategies made (their outer bands),
 :func:`apply_parallel` puts the marks.
 
@@ -29,7 +32,15 @@ import numpy as np
 from polyonnx.schedule.legality import loops_that_may_carry
 from polyonnx.schedule.poly import PolyKernel
 from polyonnx.schedule.schedule import Schedule
-from polyonnx.schedule.tree import Band, band_paths, get, instances, stmts
+from polyonnx.schedule.tree import (
+    Band,
+    band_paths,
+    bands_on_path,
+    get,
+    instances,
+    stmts,
+    value_range,
+)
 from polyonnx.schedule.verbs import Parallel
 
 MIN_PARALLEL_INSTANCES = 1 << 20
@@ -70,7 +81,8 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
         assert all(isinstance(b, Band) for b in nodes)
         below = instances(s.poly, stmts(nodes[0]))
         count, written = _instances(s.poly, below)
-        if count < MIN_PARALLEL_INSTANCES and written < MIN_PARALLEL_BYTES:
+        runs = _runs(s, paths[names[0]])
+        if count < MIN_PARALLEL_INSTANCES * runs and written < MIN_PARALLEL_BYTES * runs:
             continue
         may = loops_that_may_carry(
             s.dependences, below, [cast(Band, b).sched for b in nodes], range(len(names))
@@ -86,6 +98,15 @@ def apply_parallel(s: Schedule, plan: ParallelPlan) -> Schedule:
     for mark in plan.marks:
         s = s.apply_unverified(mark)
     return s
+
+
+def _runs(s: Schedule, path: tuple[int, ...]) -> int:
+    """How many times the nest at ``path`` runs: the iterations of the loops around it."""
+    runs = 1
+    for band in bands_on_path(s.tree, path, inclusive=False):
+        lo, hi = value_range(band, s.poly)
+        runs *= max(hi - lo + 1, 1)
+    return runs
 
 
 def _instances(poly: PolyKernel, domain: isl.UnionSet) -> tuple[int, int]:

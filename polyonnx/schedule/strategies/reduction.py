@@ -1,11 +1,25 @@
 """Register-tiled reductions, with their element-wise epilogues fused and cache chunks.
 
 A **reduction nest** — outer loops over an output, an init statement, inner reduction loops
-and an update statement (Conv, MatMul, Gemm, pooling) — is cut into ``rows x vector`` register
-tiles: the reduction loops run inside the tile, the rows sit under an ``unroll`` mark and the
-vector columns under a ``vector`` mark, so codegen keeps the tile's accumulators in registers
-for the whole reduction. The nests that follow it and read its output point for point (bias,
-ReLU, residual Add) are fused into the tiles. A long reduction is cut into cache chunks.
+and an update statement, then maybe statements that finish the element (Conv, MatMul, Gemm,
+pooling, LRN, an attention row) — is cut into ``rows x vector`` register tiles: the reduction
+loops run inside the tile, the rows sit under an ``unroll`` mark and the vector columns under
+a ``vector`` mark, so codegen keeps the tile's accumulators in registers for the whole
+reduction. The nests that follow it and read its output point for point (bias, ReLU, residual
+Add) are fused into the tiles. A long reduction is cut into cache chunks.
+
+The knobs come from the accesses (strides along each outer loop, :func:`.analysis.stride`)
+and the target (:class:`~.tiling.Tiling`):
+
+* the **vector loop** is the outer loop along which the output is contiguous (it carries no
+  dependence: every outer point writes its own element), wherever it sits in the nest;
+* the **rows** are the outer loop that makes the fewest loads per multiply-add — one along
+  which loads are invariant, so the rows share them (a GEMM's B vector, a conv's weights, a
+  depthwise conv's weight vector); without such a loop, when the loads are contiguous
+  streams (a GEMV's weight panels), still a loop, for independent accumulators;
+* as many rows as the register file holds accumulators for, besides the vectors one
+  reduction step keeps live and a broadcast (at most :attr:`~.tiling.Tiling.unroll`);
+* cache chunks only when some tile loop reuses the vector operand (a GEMV has none).
 
 :func:`plan_reduction` decides the knobs from the nest and the target (a
 :class:`ReductionPlan`); :func:`apply_reduction` applies them with the schedule verbs.
@@ -32,6 +46,7 @@ import numpy as np
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Aff, Kernel, Load, Loop, Stmt, loads
 from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.strategies.analysis import stride
 from polyonnx.schedule.strategies.nests import chain, extent, offsets
 from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.schedule.verbs import (
@@ -50,31 +65,36 @@ from polyonnx.schedule.verbs import (
 @dataclass(frozen=True, slots=True)
 class ReductionNest:
     """A reduction nest of a kernel: ``outer`` loops, ``init`` statement, ``inner`` (reduction)
-    loops, ``update`` statement."""
+    loops, ``update`` statement, and the statements ``after`` the reduction in the outer
+    loops (finishing each element: LRN's division, an attention row's output)."""
 
     outer: tuple[Loop, ...]
     init: Stmt
     inner: tuple[Loop, ...]
     update: Stmt
+    after: tuple[Stmt, ...] = ()
 
 
 def reduction_nest(nest: Loop) -> ReductionNest | None:
-    """``nest`` as a reduction nest with constant outer bounds, or None if it is none."""
+    """``nest`` as a reduction nest with constant outer bounds and an affine output index, or
+    None if it is none."""
     outer, body = chain(nest)
-    if len(body) != 2 or not isinstance(body[0], Stmt) or not isinstance(body[1], Loop):
+    if len(body) < 2 or not isinstance(body[0], Stmt) or not isinstance(body[1], Loop):
+        return None
+    after = body[2:]
+    if not all(isinstance(a, Stmt) and not a.guards for a in after):
         return None
     inner, leaf = chain(body[1])
     if len(leaf) != 1 or not isinstance(leaf[0], Stmt):
         return None
     init, update = body[0], leaf[0]
-    names = [lp.iterator for lp in outer]
-    if init.guards or update.write != init.write or len(outer) < 2:
+    if init.guards or update.write != init.write:
         return None
-    if offsets(init.write.index, names) is None:
+    if not all(isinstance(i, Aff) for i in init.write.index):
         return None
     if any(not (lp.lower.is_const and lp.upper.is_const) for lp in outer):
         return None
-    return ReductionNest(tuple(outer), init, tuple(inner), update)
+    return ReductionNest(tuple(outer), init, tuple(inner), update, tuple(after))
 
 
 def is_epilogue(nest: object, red: ReductionNest) -> bool:
@@ -95,8 +115,10 @@ def is_epilogue(nest: object, red: ReductionNest) -> bool:
         return False
     out = offsets(red.init.write.index, [lp.iterator for lp in red.outer])
     reads_out = [ld for ld in loads(stmt.body) if ld.buffer == red.init.write.buffer]
-    return bool(reads_out) and all(
-        len(ld.index) == len(names) and offsets(ld.index, names) == out for ld in reads_out
+    return (
+        out is not None
+        and bool(reads_out)
+        and all(len(ld.index) == len(names) and offsets(ld.index, names) == out for ld in reads_out)
     )
 
 
@@ -123,7 +145,7 @@ class ReductionPlan:
     update, every fused epilogue)."""
 
     outer: tuple[str, ...]
-    """The nest's outer loops in the schedule (the last one carries the vector lanes)."""
+    """The nest's outer loops in the schedule, in the kernel's order."""
     reduction: tuple[str, ...]
     """Its reduction loops."""
     epilogues: tuple[tuple[str, ...], ...]
@@ -136,7 +158,7 @@ class ReductionPlan:
     """An outer loop whose two iterations the tile holds side by side (two vector tiles);
     None: one vector tile."""
     vector: int
-    """Lanes of the tile (of the last outer loop)."""
+    """Lanes of the tile (of the :attr:`lane` loop)."""
     vector_first: bool
     """The vector tiles' loop outermost (the other operands swept once per vector tile),
     else the outer loops in their own order."""
@@ -145,6 +167,9 @@ class ReductionPlan:
     the chunks: only whole tiles are initialised in their first chunk)."""
     chunks: Chunks | None
     """Cache chunks of the reduction; None: the whole reduction inside each tile."""
+    lane: int | None = None
+    """The outer loop that carries the vector lanes (the output is contiguous along it);
+    None: the last one."""
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.vector < 1:
@@ -153,6 +178,15 @@ class ReductionPlan:
             raise ScheduleError(
                 "reduction plan: epilogues are fused into cache chunks only without ragged tiles"
             )
+        if len({self.lane_at, self.row, self.pair} - {None}) != 1 + (self.row is not None) + (
+            self.pair is not None
+        ):
+            raise ScheduleError("reduction plan: the lanes, rows and pair are different loops")
+
+    @property
+    def lane_at(self) -> int:
+        """The position of the lanes' loop among the outer loops."""
+        return len(self.outer) - 1 if self.lane is None else self.lane
 
     def splits(self) -> list[tuple[int, int]]:
         """The register tile: (outer loop position, tile size) of the rows, the pair and the
@@ -160,12 +194,12 @@ class ReductionPlan:
         out = [(self.row, self.rows)] if self.row is not None else []
         if self.pair is not None:
             out.append((self.pair, 2))
-        return [*out, (len(self.outer) - 1, self.vector)]
+        return [*out, (self.lane_at, self.vector)]
 
     def tile_order(self) -> list[int]:
         """The order of the tile loops, by outer loop position."""
-        n = len(self.outer)
-        return [n - 1, *range(n - 1)] if self.vector_first else list(range(n))
+        n, v = len(self.outer), self.lane_at
+        return [v, *(k for k in range(n) if k != v)] if self.vector_first else list(range(n))
 
     def __str__(self) -> str:
         text = f"reduction ({', '.join(self.outer)}) over ({', '.join(self.reduction)})"
@@ -174,7 +208,8 @@ class ReductionPlan:
         tile = [f"{self.outer[self.row]} {self.rows} rows"] if self.row is not None else []
         if self.pair is not None:
             tile.append(f"{self.outer[self.pair]} 2")
-        text += f": tile {' x '.join([*tile, f'{self.outer[-1]} {self.vector} lanes'])}"
+        lanes = f"{self.outer[self.lane_at]} {self.vector} lanes"
+        text += f": tile {' x '.join([*tile, lanes])}"
         if self.vector_first:
             text += ", vector tiles outermost"
         if self.isolate:
@@ -191,6 +226,47 @@ class ReductionPlan:
         return text
 
 
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """A load of a reduction's update (not of its accumulator) and how it moves along the
+    vector lanes: ``vector`` (contiguous), ``broadcast`` (invariant) or ``gather``."""
+
+    load: Load
+    kind: str
+    shape: tuple[int, ...]
+
+    def invariant(self, iterator: str) -> bool:
+        """Whether the load reads the same element whatever ``iterator`` is."""
+        return stride(self.load.index, self.shape, iterator) == 0
+
+
+def operands(nest: ReductionNest, kernel: Kernel, lane: str) -> list[Operand]:
+    """The loads of the nest's update other than its accumulator, each once, by how they move
+    along the loop ``lane``."""
+    out = []
+    for ld in dict.fromkeys(loads(nest.update.body)):
+        if ld.buffer == nest.update.write.buffer:
+            continue
+        shape = kernel.buffer(ld.buffer).shape
+        step = stride(ld.index, shape, lane)
+        kind = "vector" if step == 1 else "broadcast" if step == 0 else "gather"
+        out.append(Operand(ld, kind, shape))
+    return out
+
+
+def lane_loop(nest: ReductionNest, kernel: Kernel) -> int | None:
+    """The outer loop (position) to run in vector lanes: the innermost one along which the
+    output is contiguous, with at least 8 iterations; None if there is none."""
+    out = nest.init.write
+    shape = kernel.buffer(out.buffer).shape
+    found = [
+        k
+        for k, lp in enumerate(nest.outer)
+        if stride(out.index, shape, lp.iterator) == 1 and extent(nest.outer, lp.iterator) >= 8
+    ]
+    return found[-1] if found else None
+
+
 def plan_reduction(
     nest: ReductionNest,
     loops: Sequence[str],
@@ -199,22 +275,16 @@ def plan_reduction(
     tiling: Tiling,
 ) -> ReductionPlan | None:
     """The register tiles of ``nest`` (its loops in the schedule: ``loops``, outer then
-    reduction loops), with the nests named ``epilogues`` fused; None when its vector loop is
-    too short for a tile."""
+    reduction loops), with the nests named ``epilogues`` fused; None when no outer loop of
+    enough iterations has the output contiguous along it."""
     names = [lp.iterator for lp in nest.outer]
-    vec = names[-1]
-    if extent(nest.outer, vec) < 8:
+    lane = lane_loop(nest, kernel)
+    if lane is None:
         return None
-    # The vector-moving loads: those whose contiguous index follows the vector loop.
-    moving = [
-        ld
-        for ld in loads(nest.update.body)
-        if ld.buffer != nest.update.write.buffer
-        and ld.index
-        and isinstance(ld.index[-1], Aff)
-        and ld.index[-1].coeff(vec)
-    ]
-    row, rows, pair = _tile_shape(nest, moving, tiling)
+    vec = names[lane]
+    ops = operands(nest, kernel, vec)
+    moving = [o for o in ops if o.kind != "broadcast"]
+    row, rows, pair = _tile_shape(nest, ops, lane, tiling)
     v = _lanes(extent(nest.outer, vec), tiling)
     ragged = bool(extent(nest.outer, vec) % v or (row and extent(nest.outer, row) % rows))
     n_outer = len(names)
@@ -226,15 +296,27 @@ def plan_reduction(
         rows,
         names.index(pair) if pair else None,
         v,
-        _vector_first(nest, kernel, moving, row, rows, v),
+        _vector_first(nest, kernel, moving, lane, row, rows, v),
         ragged,
         None,
+        None if lane == n_outer - 1 else lane,
     )
-    moving_buffers = {ld.buffer for ld in moving}
+    if nest.after:
+        return plan
+    # Chunks keep a slice of the vector operand in cache while other tiles reuse it; without
+    # a tile loop that reads the same slice, the operand is streamed once (a GEMV's weights).
+    reused = any(
+        k != lane and extent(nest.outer, n) >= 2 and all(o.invariant(n) for o in moving)
+        for k, n in enumerate(names)
+    )
+    if not reused:
+        streamed = _streamed_chunks(nest, plan, tiling)
+        if streamed is None:
+            return plan
+        # (ragged tiles: the epilogues run as nests of their own, a pass over the output)
+        return replace(plan, chunks=streamed, epilogues=() if ragged else plan.epilogues)
     itemsize = (
-        max(np.dtype(b.dtype).itemsize for b in kernel.buffers if b.name in moving_buffers)
-        if moving
-        else 4
+        max(np.dtype(kernel.buffer(o.load.buffer).dtype).itemsize for o in moving) if moving else 4
     )
     cut = reduction_chunks(nest, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
     if cut is None or (epilogues and ragged):
@@ -242,37 +324,88 @@ def plan_reduction(
     return replace(plan, chunks=_place_chunks(nest, plan, cut, tiling))
 
 
+def _streamed_chunks(nest: ReductionNest, plan: ReductionPlan, tiling: Tiling) -> Chunks | None:
+    """Chunks for a reduction whose vector operand is read once: its reduction cut into
+    chunks of :attr:`~.tiling.Tiling.streams` iterations outside every tile loop, so the
+    consecutive vector tiles of a chunk go on along the same few rows of the operand (a few
+    sequential streams) rather than each tile walking down its column over every row (a
+    new page per row, which the prefetchers do not follow); the output tiles are re-read
+    per chunk, from L1. With several threads the lanes' loop is first cut into
+    :attr:`~.tiling.Tiling.parallel_tiles` blocks outside the chunks, to run in parallel.
+    None when the lanes make one vector tile (no rows to go on along)."""
+    tiles = -(-extent(nest.outer, nest.outer[plan.lane_at].iterator) // plan.vector)
+    cut = reduction_chunks(nest, tiling.streams)
+    if tiles < 2 or cut is None:
+        return None
+    whole, size = cut
+    per_block = -(-tiles // tiling.parallel_tiles)
+    if tiling.parallel_tiles > 1 and per_block < tiles:
+        return Chunks(whole, size, 1, plan.lane_at, per_block * plan.vector)
+    return Chunks(whole, size, 0)
+
+
 def _tile_shape(
-    nest: ReductionNest, moving: list[Load], tiling: Tiling
+    nest: ReductionNest, ops: list[Operand], lane: int, tiling: Tiling
 ) -> tuple[str | None, int, str | None]:
-    """The register tile's row loop, its rows and its pair loop (krnl iterators)."""
+    """The register tile's row loop, its rows and its pair loop (krnl iterators).
+
+    The rows are the outer loop whose tile makes the fewest loads per multiply-add (a load
+    invariant along it is shared by all rows: a conv's weight vector, a GEMM's B vector),
+    the innermost of equals; without one (every load moves with every loop), the innermost
+    loop when all moving loads are contiguous streams and the update has no guards, for
+    independent accumulators (a GEMV's weight panels), else none. As many rows as the
+    registers hold accumulators for (:func:`_row_budget`), at most ``tiling.unroll``.
+    """
     names = [lp.iterator for lp in nest.outer]
+    vec = names[lane]
+    steps = tiling.steps
+    candidates = [n for n in names if n != vec and extent(nest.outer, n) >= 2]
+    shared = [n for n in candidates if any(o.invariant(n) for o in ops)]
 
-    def used_by_moving(n: str) -> bool:
-        return any(not isinstance(i, Aff) or i.coeff(n) for ld in moving for i in ld.index)
+    def cost(n: str) -> int:
+        """Loads of one reduction step of a ``unroll`` x ``vector`` tile with rows ``n``."""
+        r = tiling.unroll
+        per = {"vector": steps, "broadcast": 1, "gather": steps * tiling.lanes}
+        return sum(per[o.kind] * (1 if o.invariant(n) else r) for o in ops)
 
-    # Unroll the outer loop that the vector-moving loads do not depend on: the rows of the
-    # register tile then share each vector load (conv: output pixels share a weight vector).
-    candidates = [n for n in names[:-1] if not used_by_moving(n) and extent(nest.outer, n) >= 2]
-    if not candidates:
-        return _reuse_row(nest, moving, tiling)
-    row = candidates[-1]
-    rows = tiling.rows(extent(nest.outer, row)) if row else 1
-    # Pair up two vector tiles of a loop the moving loads depend on (a conv's output-channel
-    # blocks) when the rows divide into tiles of ``paired_rows`` (or one fewer): every loaded
-    # row value then feeds four vectors, not two. (GEMMs of power-of-two sizes do not divide
-    # so: they keep one vector tile.)
-    if row and tiling.paired_rows:
-        rows_extent = extent(nest.outer, row)
+    if shared:
+        row: str | None = min(reversed(shared), key=cost)
+    elif candidates and all(o.kind != "gather" for o in ops) and not nest.update.guards:
+        # (a guarded update gets no register tile from codegen: rows would only unroll it)
+        row = candidates[-1]
+    else:
+        return None, 1, None
+    assert row is not None
+    rows_extent = extent(nest.outer, row)
+    # Pair up two vector tiles of a loop the vector loads depend on and the row loads do not
+    # (a conv's output-channel blocks) when the rows divide into tiles of ``paired_rows`` (or
+    # one fewer): every loaded row value then feeds four vectors, not two. (GEMMs of
+    # power-of-two sizes do not divide so: they keep one vector tile.)
+    if row in shared and tiling.paired_rows:
         paired = [p for p in (tiling.paired_rows, tiling.paired_rows - 1) if rows_extent % p == 0]
         partners = [
             n
-            for n in names[:-1]
-            if n != row and used_by_moving(n) and extent(nest.outer, n) % 2 == 0
+            for n in names
+            if n not in (vec, row)
+            and extent(nest.outer, n) % 2 == 0
+            and any(o.kind == "vector" and not o.invariant(n) for o in ops)
+            and all(o.invariant(n) for o in ops if o.kind == "broadcast")
         ]
         if paired and partners:
             return row, paired[0], partners[-1]
-    return row, rows, None
+    return row, tiling.rows(rows_extent, _row_budget(ops, row, tiling)), None
+
+
+def _row_budget(ops: list[Operand], row: str, tiling: Tiling) -> int | None:
+    """Rows whose accumulators fit the register file besides what one reduction step keeps
+    live: the vectors the rows share, one vector a row loads for itself and one broadcast;
+    None when the register count is not known."""
+    if not tiling.registers:
+        return None
+    shared = sum(1 for o in ops if o.kind == "vector" and o.invariant(row))
+    own = any(o.kind != "broadcast" and not o.invariant(row) for o in ops)
+    live = shared * tiling.steps + own + any(o.kind == "broadcast" for o in ops)
+    return max((tiling.registers - live) // tiling.steps, 1)
 
 
 def _lanes(vector_extent: int, tiling: Tiling) -> int:
@@ -282,39 +415,23 @@ def _lanes(vector_extent: int, tiling: Tiling) -> int:
     return vector_extent if 2 * vector_extent == tiling.vector else tiling.vector
 
 
-def _reuse_row(
-    nest: ReductionNest, moving: list[Load], tiling: Tiling
-) -> tuple[str | None, int, str | None]:
-    """The row loop when every outer loop moves some vector-moving load (a depthwise conv:
-    its input and its weights both move with the channels): the last loop that one of them
-    does not depend on, so the rows share that operand's vectors (the weights across output
-    pixels; the input vectors the taps of neighbouring pixels read are loaded once). No pair."""
-    names = [lp.iterator for lp in nest.outer]
-
-    def uses(ld: Load, n: str) -> bool:
-        return any(not isinstance(i, Aff) or i.coeff(n) for i in ld.index)
-
-    reused = [
-        n
-        for n in names[:-1]
-        if extent(nest.outer, n) >= 2 and any(not uses(ld, n) for ld in moving)
-    ]
-    if not reused:
-        return None, 1, None
-    return reused[-1], tiling.rows(extent(nest.outer, reused[-1])), None
-
-
 def _vector_first(
-    nest: ReductionNest, kernel: Kernel, moving: list[Load], row: str | None, rows: int, vector: int
+    nest: ReductionNest,
+    kernel: Kernel,
+    moving: list[Operand],
+    lane: int,
+    row: str | None,
+    rows: int,
+    vector: int,
 ) -> bool:
     """Whether the vector tiles' loop goes outermost. Sweeping the other loops inside a
     vector tile re-reads the other operands once per vector tile; the kernel's own order
     re-reads the moving operand (conv weights) once per row tile of every outer iteration:
     the smaller traffic wins."""
     names = [lp.iterator for lp in nest.outer]
-    vec = names[-1]
+    vec = names[lane]
     sizes = {b.name: b.nbytes for b in kernel.buffers}
-    moving_buffers = {ld.buffer for ld in moving}
+    moving_buffers = {o.load.buffer for o in moving}
     moving_bytes = sum(sizes[b] for b in moving_buffers)
     other_bytes = sum(
         sizes[b]
@@ -419,22 +536,32 @@ def _tile(
     it; cut into chunk loops when ``chunked``) and order the tile loops before the reduction
     loops and the points: (schedule, tile loops, point loops: row, pair, vector, full-tile
     loops: vector, pair, row). A row-block loop of the plan's chunks is cut too, its point
-    loop right after its block loop (after the chunk loops when ``chunked``)."""
+    loop right after its block loop (after the chunk loops when ``chunked``); a block of a
+    tiled loop (the lanes') goes right before its tile loop, which cuts the block's points."""
     current, tiles, points = list(outer), list(outer), []
     made = {}
     splits = plan.splits()
+    chunks = plan.chunks
+    cut = list(outer)
+    tiled_block: str | None = None
+    if chunks is not None and chunks.block is not None and chunks.block in dict(splits):
+        s, tiled_block, cut[chunks.block] = _split(
+            s, current, outer[chunks.block], chunks.block_size
+        )
     for k, size in splits:
-        s, t, p = _split(s, current, outer[k], size)
+        s, t, p = _split(s, current, cut[k], size)
         tiles[k] = made[k] = t
         points.append(p)
-    chunks = plan.chunks
     block_point = None
-    if chunks is not None and chunks.block is not None:
+    if chunks is not None and chunks.block is not None and tiled_block is None:
         s, block, block_point = _split(s, current, outer[chunks.block], chunks.block_size)
         tiles[chunks.block] = block
     tiles = [tiles[k] for k in plan.tile_order()]
     if block_point is not None:
         tiles.insert(tiles.index(block) + 1, block_point)
+    if tiled_block is not None:
+        assert chunks is not None and chunks.block is not None  # (how tiled_block was set)
+        tiles.insert(tiles.index(made[chunks.block]), tiled_block)
     inner = list(reduction)
     current += inner
     if chunked:  # the chunk loops: whole leading loops, then the chunked one

@@ -1,10 +1,11 @@
 """``Tiling``: the knobs of the default strategies that come from the target.
 
 Example:
-    >>> Tiling.for_vector_bits(512, threads=2, l1_bytes=48 * 1024)
-    Tiling(unroll=8, vector=32, chunk_bytes=24576, paired_rows=7, parallel_tiles=4)
-    >>> Tiling(unroll=6).rows(56), Tiling(unroll=6).rows(7)
-    (4, 6)
+    >>> Tiling.for_vector_bits(512, threads=2, l1_bytes=48 * 1024)  # doctest: +NORMALIZE_WHITESPACE
+    Tiling(unroll=8, vector=32, chunk_bytes=24576, paired_rows=7, parallel_tiles=4,
+           registers=32, lanes=16, streams=8)
+    >>> Tiling(unroll=6).rows(56), Tiling(unroll=6).rows(7), Tiling(unroll=6).rows(56, budget=4)
+    (4, 6, 4)
 """
 
 from __future__ import annotations
@@ -29,6 +30,16 @@ class Tiling:
     parallel_tiles: int = 1
     """Iterations the tile loops outside a reduction's cache chunks should give the thread
     pool when an epilogue is fused there; 1: one thread."""
+    registers: int = 0
+    """Vector registers of the target (accumulators, live vector loads and a broadcast must
+    fit); 0: not known, the rows are capped by :attr:`unroll` only."""
+    lanes: int = 8
+    """float32 lanes of one vector register."""
+    streams: int = 8
+    """Rows of an operand read once (a GEMV's weights) that a reduction's chunk reads side by
+    side, each a sequential stream: few enough for the hardware prefetchers to follow them
+    all (they track a few dozen per core), enough that the output slice re-read per chunk
+    costs little."""
 
     @staticmethod
     def for_vector_bits(bits: int, threads: int = 1, l1_bytes: int = 32 * 1024) -> Tiling:
@@ -44,12 +55,21 @@ class Tiling:
             chunk_bytes=l1_bytes // 2,
             paired_rows=7 if bits >= 512 else 0,
             parallel_tiles=2 * threads if threads > 1 else 1,
+            registers=32 if bits >= 512 else 16,
+            lanes=bits // 32,
         )
 
-    def rows(self, extent: int) -> int:
+    @property
+    def steps(self) -> int:
+        """Vector registers across one row of a register tile."""
+        return max(self.vector // self.lanes, 1)
+
+    def rows(self, extent: int, budget: int | None = None) -> int:
         """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
-        budget and the budget, so the tiles have no ragged edge, else the budget."""
-        for u in range(self.unroll, max(self.unroll // 2, 1) - 1, -1):
+        budget and the budget (:attr:`unroll`, or less), so the tiles have no ragged edge,
+        else the budget."""
+        most = max(min(self.unroll, budget if budget is not None else self.unroll), 1)
+        for u in range(most, max(most // 2, 1) - 1, -1):
             if extent % u == 0:
                 return u
-        return self.unroll
+        return most
