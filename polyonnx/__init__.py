@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         PolyonnxError,
         ScheduleError,
         ShapeError,
+        TuningError,
         UnsupportedOpError,
     )
     from polyonnx.kernels import KernelInfo, get_kernel, list_kernels, op_kernel
@@ -47,6 +48,7 @@ _MODULES: dict[str, str] = {
             "PolyonnxError",
             "ScheduleError",
             "ShapeError",
+            "TuningError",
             "UnsupportedOpError",
         ],
         "polyonnx.errors",
@@ -79,6 +81,7 @@ __all__ = [
     "ScheduleError",
     "ShapeError",
     "Trace",
+    "TuningError",
     "UnsupportedOpError",
     "build",
     "compile",

@@ -6,6 +6,8 @@ user's trace):
 * kernels that differ only in their buffers share one schedule and one AST (by
   :func:`~polyonnx.schedule.signature.kernel_signature`: ResNet50 repeats most of its
   convolutions);
+* the best record of a kernel in the tuning database (``Options.tuning_db``, see
+  :mod:`polyonnx.tune.lookup`) replaces its default schedule;
 * loops scheduled before come from the on-disk cache (``Options.cache``);
 * a model with many distinct kernels is scheduled by a pool of forked processes, one per core;
 * each kernel is scheduled within the isl budget, falling back to its own loop order past it
@@ -46,6 +48,7 @@ from polyonnx.schedule.scheduled import ScheduledKernel
 from polyonnx.schedule.signature import kernel_signature
 from polyonnx.schedule.strategies import Tiling, default_schedule
 from polyonnx.schedule.trace import Trace, TraceLike
+from polyonnx.tune.lookup import replay_trace, tuned_schedules
 
 KernelLoops = tuple[ScheduledKernel | None, tuple[la.LNode, ...]]
 """A kernel's schedule (None when its loops came from the cache or a worker) and its loops."""
@@ -84,6 +87,15 @@ def schedule_program(
     signatures = [
         None if i in chosen else kernel_signature(k) for i, k in enumerate(program.kernels)
     ]
+    firsts = {sig: k for sig, k in zip(signatures, program.kernels, strict=True) if sig}
+    for sig, tuned in tuned_schedules(firsts, options).items():
+        if tuned.kernel is not tuned.original:  # staging verbs made a kernel of its own
+            for i in [i for i, other in enumerate(signatures) if other == sig]:
+                chosen[i] = replay_trace(program.kernels[i], tuned.trace).scheduled()
+                signatures[i] = None
+            continue
+        scheduled, ast = schedule_kernel(firsts[sig], lambda _, t=tuned: t.scheduled(), options)
+        by_signature[sig] = scheduled, la.from_isl(ast)
     for sig, k in zip(signatures, program.kernels, strict=True):
         if sig is None or sig in by_signature or sig in todo:
             continue

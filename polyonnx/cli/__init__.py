@@ -6,6 +6,7 @@ Example::
     polyonnx compile model.onnx -o model.so        # model.so + model.h
     polyonnx compile model.onnx --emit krnl        # print one pipeline stage
     polyonnx kernels model.onnx                    # the kernels the model compiles to
+    polyonnx tune --show                           # the tuning database
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import traceback
 from collections.abc import Sequence
 
 from polyonnx import __version__
-from polyonnx.cli import compile, kernels, run
+from polyonnx.cli import compile, kernels, run, tune
 from polyonnx.cli.arguments import RAW
 from polyonnx.errors import PolyonnxError
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="show the full traceback when an error occurs"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (compile, run, kernels):
+    for command in (compile, run, kernels, tune):
         command.add_parser(sub)
     return parser
 
