@@ -95,11 +95,14 @@ __all__ = [
     "op_kernel",
     "random_arrays",
     "run",
+    "tune",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "tune":  # the callable tuning package: polyonnx.tune(model, budget="20m")
+        return importlib.import_module("polyonnx.tune")
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module 'polyonnx' has no attribute {name!r}")

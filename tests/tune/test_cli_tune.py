@@ -34,3 +34,18 @@ def test_a_corrupt_database_is_an_error(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_bytes(b"x" * 4096)
     assert main(["tune", "--show", "--db", str(bad)]) == 2
     assert "bad.sqlite" in capsys.readouterr().err
+
+
+def test_tune_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    from tests.tune.models import gemm_model
+
+    onnx.save(gemm_model(), tmp_path / "m.onnx")
+    db = tmp_path / "t.sqlite"
+    args = ["tune", str(tmp_path / "m.onnx"), "--budget", "5s", "--threads", "1", "--db", str(db)]
+    assert main([*args, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned 1 distinct kernel(s)" in out and "k0_MatMul" in out
+    assert main(["tune", "--db", str(db), "--budget", "soon", str(tmp_path / "m.onnx")]) == 2
+    assert "budget 'soon'" in capsys.readouterr().err
