@@ -4,8 +4,9 @@ The scheduling driver (:func:`polyonnx.schedule_driver.schedule_program`) asks
 :func:`tuned_schedules` for the kernels the user gave no trace for. A record's trace is replayed
 on the kernel and proved legal as a whole (:meth:`~polyonnx.schedule.schedule.Schedule.apply_all`:
 the default strategies' intermediate schedules need not be legal); a record that no longer
-replays (the compiler changed) is skipped with a :class:`TuningWarning` and the next best one is
-tried. Records measured on another target (CPU, caches, threads) are ignored, with a warning
+replays (the compiler changed), or whose replay exceeds the isl budget
+(``Options.isl_max_operations``), is skipped with a :class:`TuningWarning` and the next best one
+is tried. Records measured on another target (CPU, caches, threads) are ignored, with a warning
 that says so when they are all a kernel has.
 
 Example:
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
+from polyonnx.schedule.budget import isl_budget
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.trace import Trace
 from polyonnx.tune.database import TuningDatabase, database_path, target_fingerprint
@@ -57,7 +59,8 @@ def tuned_schedules(kernels: Mapping[str, Kernel], options: Options) -> dict[str
                 if record.speedup <= 1.0:
                     break  # (best first: the default schedule is as good)
                 try:
-                    out[sig] = replay_trace(kernel, record.trace)
+                    with isl_budget(options.isl_max_operations, f"kernel {kernel.name}"):
+                        out[sig] = replay_trace(kernel, record.trace)
                     break
                 except ScheduleError as e:
                     warnings.warn(

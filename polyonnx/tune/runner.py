@@ -5,8 +5,9 @@ A :class:`Job` names a kernel, a candidate trace and the incumbent's trace. :fun
 (run in the worker) replays both (each proved legal), JIT-compiles them, checks the candidate's
 outputs against the kernel's own loop order (``Job.reference``, computed by the first job of a
 kernel and handed back in :attr:`Result.reference`), then times the two interleaved, run for
-run, and returns both medians: their ratio is what the search compares, since load on the
-machine slows both alike.
+run (the CPU time of the thread when tuning for one thread: on a loaded machine wall time
+measures the OS's time slices; wall time with several threads), and returns both medians:
+their ratio is what the search compares, since load on the machine slows both alike.
 
 :class:`LocalRunner` forks one process per job (the kernel is inherited, not pickled): a crash
 (a signal, ``os._exit``) or a hang past ``timeout`` seconds ends that process and yields a
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from polyonnx.codegen.target import thread_count
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
 from polyonnx.schedule.budget import isl_exclusive
@@ -104,7 +106,11 @@ def measure_job(job: Job) -> Result:
         work = {k: v.copy() for k, v in arrays.items()}
         fc(work)
         check_outputs(candidate.kernel, work, reference, job.rtol)
-        times_c, times_i = _interleaved(fc, fi, arrays, work, job.min_runs, job.min_time)
+        # One thread: the CPU time of this thread, which waiting for a CPU on a loaded machine
+        # does not count (wall time there measures the OS's time slices); else wall time.
+        one = thread_count(job.options) == 1
+        clock = time.thread_time if one else time.perf_counter
+        times_c, times_i = _interleaved(fc, fi, arrays, work, job.min_runs, job.min_time, clock)
     except PolyonnxError as e:
         return Result(job, error=f"{type(e).__name__}: {e}")
     return Result(
@@ -122,21 +128,22 @@ def _interleaved(
     work: Mapping[str, np.ndarray],
     min_runs: int,
     min_time: float,
+    clock: Callable[[], float],
 ) -> tuple[list[float], list[float]]:
-    """Times of the candidate and of the incumbent, run alternately (a warm-up run each)."""
+    """Times of the candidate and of the incumbent, run alternately (a warm-up run each),
+    each pair in the other order than the last: on a loaded machine the run after a long
+    wait for the CPU tends to get a fresh time slice, so a fixed order favours one."""
     fi(arrays)
     fc(work)
     times_c: list[float] = []
     times_i: list[float] = []
     start = time.perf_counter()
     while len(times_c) < min_runs or time.perf_counter() - start < 2 * min_time:
-        t0 = time.perf_counter()
-        fc(work)
-        t1 = time.perf_counter()
-        fi(arrays)
-        t2 = time.perf_counter()
-        times_c.append(t1 - t0)
-        times_i.append(t2 - t1)
+        for first in (0, 1) if len(times_c) % 2 == 0 else (1, 0):
+            fn, a, out = (fc, work, times_c) if first == 0 else (fi, arrays, times_i)
+            t0 = clock()
+            fn(a)
+            out.append(clock() - t0)
     return times_c, times_i
 
 

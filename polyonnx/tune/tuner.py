@@ -15,7 +15,8 @@ task has stopped:
   best few (and one at random, to explore) are proved legal and measured against the
   incumbent (:mod:`polyonnx.tune.runner`);
 * a candidate that beats the incumbent is measured once more against it (a noisy win is no
-  win) and becomes the incumbent; every measured candidate is stored in the database;
+  win) and becomes the incumbent with the smaller of the two gains; every measured candidate
+  is stored in the database;
 * a task that has not improved for ``patience`` rounds stops (early stop).
 
 Tuning resumes: a second run starts each task from its best record and skips the traces
@@ -62,8 +63,9 @@ from polyonnx.tune.progress import Progress
 from polyonnx.tune.runner import Job, LocalRunner, Result, Runner
 from polyonnx.tune.space import Candidate, SearchSpace
 
-#: A candidate must beat the incumbent by this much (twice: measured and confirmed) to replace it.
-MIN_GAIN = 0.01
+#: A candidate must beat the incumbent by this much (twice: measured and confirmed) to replace it
+#: (the same schedule timed twice differs by a few per cent on a loaded machine).
+MIN_GAIN = 0.03
 #: Candidates bred per measured one: the cost model picks among them.
 POOL_FACTOR = 6
 
@@ -364,7 +366,7 @@ class _Search:
             if k == 0:
                 (again,) = self.runner.run([self.job(task, trace)])
                 if again.ok and again.ratio > 1 + MIN_GAIN:
-                    gain = math.sqrt(ratio * again.ratio)
+                    gain = min(ratio, again.ratio)  # (the first is the luckier draw, likely)
                     task.incumbent, task.incumbent_speedup = trace, task.incumbent_speedup * gain
                     self.store(task, trace, again, task.incumbent_speedup)
                     continue

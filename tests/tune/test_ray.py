@@ -46,7 +46,13 @@ def test_tune_on_a_local_ray_instance(runner, tmp_path) -> None:  # noqa: F811
 
     db = tmp_path / "t.sqlite"
     report = tune(
-        gemm_model(), budget=8, db=db, options=Options(num_threads=1), ray="auto", batch=2
+        gemm_model(),
+        budget=120,
+        db=db,
+        options=Options(num_threads=1),
+        ray="auto",
+        batch=2,
+        patience=1,
     )
     assert report.measured > 0
     with TuningDatabase(db) as d:
