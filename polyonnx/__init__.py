@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         PolyonnxError,
         ScheduleError,
         ShapeError,
+        TuningError,
         UnsupportedOpError,
     )
     from polyonnx.kernels import KernelInfo, get_kernel, list_kernels, op_kernel
@@ -50,6 +51,7 @@ _MODULES: dict[str, str] = {
             "PolyonnxError",
             "ScheduleError",
             "ShapeError",
+            "TuningError",
             "UnsupportedOpError",
         ],
         "polyonnx.errors",
@@ -82,6 +84,7 @@ __all__ = [
     "ScheduleError",
     "ShapeError",
     "Trace",
+    "TuningError",
     "UnsupportedOpError",
     "build",
     "compile",
@@ -95,11 +98,14 @@ __all__ = [
     "op_kernel",
     "random_arrays",
     "run",
+    "tune",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "tune":  # the callable tuning package: polyonnx.tune(model, budget="20m")
+        return importlib.import_module("polyonnx.tune")
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module 'polyonnx' has no attribute {name!r}")

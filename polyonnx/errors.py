@@ -42,3 +42,8 @@ class CodegenError(PolyonnxError):
 
 class InputError(PolyonnxError):
     """A bad feed to ``InferenceSession.run``: name, dtype, shape or layout."""
+
+
+class TuningError(PolyonnxError):
+    """A tuning database that cannot be read (corrupt, not a tuning database) or written, or a
+    tuning run that cannot start (a bad budget, an unreachable Ray cluster)."""

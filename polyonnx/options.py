@@ -52,6 +52,10 @@ class Options:
     """isl operations one kernel's scheduling (or AST generation) may take, about a microsecond
     each; past it the kernel falls back to its own loop order (see
     :mod:`polyonnx.schedule.budget`)."""
+    tuning_db: str | None = None
+    """The tuning database whose best record of each kernel (for this target and thread
+    count) replaces the default schedule (see :mod:`polyonnx.records.database`): a path; None, the
+    default one beside the compile cache (``tuning.sqlite``); ``""``, none."""
 
     def __post_init__(self) -> None:
         if self.opt_level not in (0, 1, 2, 3):

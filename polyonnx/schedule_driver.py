@@ -6,6 +6,8 @@ user's trace):
 * kernels that differ only in their buffers share one schedule and one AST (by
   :func:`~polyonnx.schedule.signature.kernel_signature`: ResNet50 repeats most of its
   convolutions);
+* the best record of a kernel in the tuning database (``Options.tuning_db``, see
+  :mod:`polyonnx.records.lookup`) replaces its default schedule;
 * loops scheduled before come from the on-disk cache (``Options.cache``);
 * a model with many distinct kernels is scheduled by a pool of forked processes, one per core;
 * each kernel is scheduled within the isl budget, falling back to its own loop order past it
@@ -43,6 +45,7 @@ from polyonnx.forked import forked_map
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.program import Program
 from polyonnx.options import Options
+from polyonnx.records.lookup import replay_trace, tuned_schedules
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.budget import isl_exclusive, schedule_kernel
 from polyonnx.schedule.schedule import Schedule
@@ -56,6 +59,33 @@ KernelLoops = tuple[ScheduledKernel | None, tuple[la.LNode, ...]]
 
 #: Distinct kernels to schedule below which a pool of forked processes costs more than it saves.
 PARALLEL_MIN_KERNELS = 8
+
+
+def _tuned_loops(
+    program: Program,
+    signatures: list[str | None],
+    chosen: dict[int, ScheduledKernel],
+    options: Options,
+) -> dict[str, KernelLoops]:
+    """The loops of the kernels (by signature) the tuning database has a faster schedule for.
+    A record whose trace makes a kernel of its own (staging verbs) schedules each kernel of
+    that signature apart: they go to ``chosen`` and their ``signatures`` become None."""
+    firsts = {sig: k for sig, k in zip(signatures, program.kernels, strict=True) if sig}
+    out: dict[str, KernelLoops] = {}
+    for sig, tuned in tuned_schedules(firsts, options).items():
+        if tuned.kernel is not tuned.original:
+            for i in [i for i, other in enumerate(signatures) if other == sig]:
+                chosen[i] = replay_trace(program.kernels[i], tuned.trace).scheduled()
+                signatures[i] = None
+            continue
+        scheduled, ast = schedule_kernel(firsts[sig], functools.partial(_given, tuned), options)
+        out[sig] = scheduled, la.from_isl(ast)
+    return out
+
+
+def _given(schedule: Schedule, _kernel: Kernel) -> ScheduledKernel:
+    """A strategy that answers ``schedule`` whatever the kernel."""
+    return schedule.scheduled()
 
 
 def schedule_program(
@@ -85,9 +115,10 @@ def schedule_program(
     }
     by_signature: dict[str, KernelLoops] = {}
     todo: dict[str, Kernel] = {}  # signature -> the first kernel with it, not in the cache
-    signatures = [
+    signatures: list[str | None] = [
         None if i in chosen else kernel_signature(k) for i, k in enumerate(program.kernels)
     ]
+    by_signature.update(_tuned_loops(program, signatures, chosen, options))
     for sig, k in zip(signatures, program.kernels, strict=True):
         if sig is None or sig in by_signature or sig in todo:
             continue

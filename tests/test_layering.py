@@ -17,6 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("frontend", "krnl"),
     ("schedule",),
     ("codegen",),
+    ("records",),
     ("compiled", "schedule_driver"),
     ("pipeline",),
     ("runtime", "kernels", "tune"),

@@ -7,6 +7,7 @@ Example::
     polyonnx compile model.onnx --emit krnl        # print one pipeline stage
     polyonnx kernels model.onnx                    # the kernels the model compiles to
     polyonnx bench --out report                    # benchmark this host: report.json/md/html
+    polyonnx tune --show                           # the tuning database
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import traceback
 from collections.abc import Sequence
 
 from polyonnx import __version__
-from polyonnx.cli import bench, compile, kernels, run
+from polyonnx.cli import bench, compile, kernels, run, tune
 from polyonnx.cli.arguments import RAW
 from polyonnx.errors import PolyonnxError
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="show the full traceback when an error occurs"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (compile, run, kernels, bench):
+    for command in (compile, run, kernels, tune, bench):
         command.add_parser(sub)
     return parser
 

@@ -62,6 +62,12 @@ def add_codegen_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checked", action="store_true", help="bounds-check every buffer access at run time"
     )
+    p.add_argument(
+        "--tuning-db",
+        metavar="FILE",
+        help="the tuning database whose records replace default schedules (default: "
+        "tuning.sqlite beside the compile cache; '' for none; see `polyonnx tune`)",
+    )
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -73,6 +79,7 @@ def options(args: argparse.Namespace) -> Options:
         checked=args.checked or Options().checked,
         num_threads=getattr(args, "threads", None),
         verbose=getattr(args, "verbose", False),
+        tuning_db=getattr(args, "tuning_db", None),
     )
 
 

@@ -91,6 +91,28 @@ class Measurement:
         return self.flops / self.median_s / 1e9 if self.median_s > 0 else 0.0
 
 
+def check_outputs(
+    kernel: Kernel, got: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], rtol: float
+) -> float:
+    """The largest absolute difference between the output buffers of ``got`` and
+    ``expected``; :class:`CodegenError` naming the buffer if one differs beyond ``rtol``
+    (relative to the largest expected magnitude)."""
+    error = 0.0
+    for b in kernel.buffers:
+        if b.kind != "output":
+            continue
+        have, want = got[b.name].astype(np.float64), expected[b.name].astype(np.float64)
+        diff = float(np.max(np.abs(have - want), initial=0.0))
+        error = max(error, diff)
+        scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+        if not np.allclose(have, want, rtol=rtol, atol=rtol * scale):
+            raise CodegenError(
+                f"kernel {kernel.name}: the scheduled kernel's output {b.name} differs from "
+                f"the default schedule's by up to {diff:g}"
+            )
+    return error
+
+
 def measure(
     schedule: Schedule,
     *,
@@ -116,20 +138,7 @@ def measure(
             if reference is not None
             else run(Schedule.from_kernel(schedule.original), arrays, options)
         )
-        for b in schedule.kernel.buffers:
-            if b.kind != "output":
-                continue
-            got, want = work[b.name].astype(np.float64), expected[b.name].astype(np.float64)
-            diff = float(np.max(np.abs(got - want), initial=0.0))
-            error = max(error, diff)
-            if not np.allclose(
-                got, want, rtol=rtol, atol=rtol * max(1.0, float(np.max(np.abs(want), initial=0.0)))
-            ):
-                raise CodegenError(
-                    f"kernel {schedule.kernel.name}: the scheduled kernel's "
-                    f"output {b.name} differs from the default schedule's by up "
-                    f"to {diff:g}"
-                )
+        error = check_outputs(schedule.kernel, work, expected, rtol)
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_runs or time.perf_counter() - start < min_time:
