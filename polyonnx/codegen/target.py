@@ -9,6 +9,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from polyonnx.codegen.config import x86_vector_registers
 from polyonnx.errors import CodegenError
 from polyonnx.options import Options
 
@@ -58,9 +59,23 @@ def thread_count(options: Options) -> int:
     return 1 if wanted > 1 and shared_library() is None else wanted
 
 
+def architecture(triple: str) -> str:
+    """The architecture a triple names, as its first component: ``x86_64``, ``aarch64``,
+    ``powerpc64le``, ``riscv64``..."""
+    return triple.split("-", 1)[0]
+
+
+def is_x86(triple: str) -> bool:
+    return architecture(triple) in ("x86_64", "i386", "i686")
+
+
 def vector_bits(options: Options) -> int:
-    """The widest vector register of the target: 512 (AVX-512), 256 (AVX) or 128 bits."""
+    """The widest vector register of the target: on x86, 512 (AVX-512), 256 (AVX) or 128 bits
+    (SSE); elsewhere 128: NEON, VSX, and SVE and RVV at their minimum length (LLVM lowers
+    fixed-length vectors to them, and nothing tells a longer one at compile time)."""
     triple, cpu, features = machine(options)
+    if not is_x86(triple):
+        return 128
     if not features:  # a CPU by name: what LLVM knows of it
         return _probed_vector_bits(triple, cpu)
     enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
@@ -69,6 +84,15 @@ def vector_bits(options: Options) -> int:
     if "avx" in enabled or "avx2" in enabled:
         return 256
     return 128
+
+
+def vector_registers(options: Options) -> int:
+    """The target's vector registers: 32 on x86 with AVX-512, 16 without (x86-64's ``xmm``
+    and ``ymm`` registers); 32 on AArch64 (NEON and SVE) and RISC-V (V); 64 on POWER (VSX)."""
+    triple = machine(options)[0]
+    if is_x86(triple):
+        return x86_vector_registers(vector_bits(options))
+    return 64 if architecture(triple).startswith("powerpc") else 32
 
 
 @functools.cache
