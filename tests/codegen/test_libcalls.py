@@ -249,6 +249,20 @@ def test_object_code_calls_only_known_functions(cpu: str) -> None:
     assert called <= ALLOWED, sorted(called - ALLOWED)
 
 
+@pytest.mark.parametrize(
+    "target, features",
+    [
+        ("aarch64-linux-gnu", None),
+        ("aarch64-linux-gnu", "+sve"),
+    ],
+)
+def test_cross_object_code_calls_only_known_functions(target: str, features: str | None) -> None:
+    options = polyonnx.Options(target=target, features=features, num_threads=2, cache=False)
+    obj = polyonnx.emit(_dtype_paths_model(), "obj", options)
+    called = undefined_symbols(obj)
+    assert called is not None and called <= ALLOWED, sorted((called or set()) - ALLOWED)
+
+
 def test_shared_library_defines_what_it_calls(tmp_path) -> None:
     """A library converting double to half links polyonnx's own ``__truncdfhf2`` (hidden):
     it loads and runs, and exports nothing but the C API."""
