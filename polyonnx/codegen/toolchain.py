@@ -35,6 +35,7 @@ def _debian(gnu: str) -> CrossToolchain:
 #: Cross toolchains by architecture (the first component of a target triple).
 CROSS: dict[str, CrossToolchain] = {
     "aarch64": _debian("aarch64-linux-gnu"),
+    "powerpc64le": _debian("powerpc64le-linux-gnu"),
 }
 
 

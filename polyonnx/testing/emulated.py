@@ -65,13 +65,16 @@ class EmulatedTarget:
         return f"{self.name}: not installed: {', '.join(missing)}" if missing else None
 
 
-#: The emulated targets: AArch64 (NEON; and SVE).
+#: The emulated targets: AArch64 (NEON; and SVE), POWER9.
 TARGETS: dict[str, EmulatedTarget] = {
     t.name: t
     for t in (
         EmulatedTarget("aarch64", "aarch64-linux-gnu", None, None, ("qemu-aarch64",)),
         EmulatedTarget(
             "aarch64-sve", "aarch64-linux-gnu", None, "+sve", ("qemu-aarch64", "-cpu", "max")
+        ),
+        EmulatedTarget(
+            "ppc64le", "powerpc64le-linux-gnu", "pwr9", None, ("qemu-ppc64le", "-cpu", "power9")
         ),
     )
 }

@@ -1,4 +1,4 @@
-"""Shared libraries for AArch64, run under qemu-user: MNIST and a
+"""Shared libraries for AArch64 and POWER9, run under qemu-user: MNIST and a
 small CNN match onnxruntime, the node-suite cases of ``tests/backend/portable_cases.txt`` the
 suite's references.
 
@@ -29,7 +29,7 @@ from tests.models.builders import mnist_model, small_cnn
 CASES = suite.read_portable()
 #: Node cases per target are run in this many tests (an emulated process each).
 CHUNKS = 8
-CROSS = (("aarch64"),)
+CROSS = ("aarch64", "ppc64le")
 
 
 def _target(name: str) -> EmulatedTarget:
