@@ -168,10 +168,36 @@ def machine(options: Options) -> tuple[str, str, str]:
     means AVX2 code)."""
     triple, cpu, features = host_cpu()
     if options.target and options.target != triple:
-        return options.target, options.cpu or "", options.features or ""
+        return cross_machine(options.target, options.cpu, options.features)
     if options.cpu and options.cpu != cpu and options.features is None:
         return triple, options.cpu, ""
     return triple, options.cpu or cpu, options.features or features
+
+
+#: Features every Linux system of an architecture has and its C library's ABI assumes: RISC-V
+#: Linux is RV64GC with hardware floating point (the lp64d ABI); without F and D, LLVM calls
+#: soft-float routines (``__addsf3``...) for every float operation.
+LINUX_BASELINE_FEATURES = {"riscv64": "+m,+a,+f,+d,+c"}
+#: Features a triple gets when neither a CPU nor features are named: RISC-V's V extension.
+DEFAULT_FEATURES = {"riscv64": "+v"}
+
+
+def cross_machine(triple: str, cpu: str | None, features: str | None) -> tuple[str, str, str]:
+    """(triple, cpu, features) for another machine: the CPU named (LLVM's generic one for the
+    triple when None), its features after the architecture's Linux baseline
+    (:data:`LINUX_BASELINE_FEATURES`); with neither, :data:`DEFAULT_FEATURES`.
+
+    Example:
+        >>> cross_machine("riscv64-linux-gnu", None, None)
+        ('riscv64-linux-gnu', '', '+m,+a,+f,+d,+c,+v')
+        >>> cross_machine("aarch64-linux-gnu", "neoverse-v1", None)
+        ('aarch64-linux-gnu', 'neoverse-v1', '')
+    """
+    arch = architecture(triple)
+    if features is None and cpu is None:
+        features = DEFAULT_FEATURES.get(arch, "")
+    wanted = [LINUX_BASELINE_FEATURES.get(arch, ""), features or ""]
+    return triple, cpu or "", ",".join(f for f in wanted if f)
 
 
 def create_machine(

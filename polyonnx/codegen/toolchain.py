@@ -36,6 +36,7 @@ def _debian(gnu: str) -> CrossToolchain:
 CROSS: dict[str, CrossToolchain] = {
     "aarch64": _debian("aarch64-linux-gnu"),
     "powerpc64le": _debian("powerpc64le-linux-gnu"),
+    "riscv64": _debian("riscv64-linux-gnu"),
 }
 
 

@@ -65,7 +65,7 @@ class EmulatedTarget:
         return f"{self.name}: not installed: {', '.join(missing)}" if missing else None
 
 
-#: The emulated targets: AArch64 (NEON; and SVE), POWER9.
+#: The emulated targets: AArch64 (NEON; and SVE), POWER9, RISC-V with the V extension.
 TARGETS: dict[str, EmulatedTarget] = {
     t.name: t
     for t in (
@@ -75,6 +75,13 @@ TARGETS: dict[str, EmulatedTarget] = {
         ),
         EmulatedTarget(
             "ppc64le", "powerpc64le-linux-gnu", "pwr9", None, ("qemu-ppc64le", "-cpu", "power9")
+        ),
+        EmulatedTarget(
+            "riscv64",
+            "riscv64-linux-gnu",
+            None,
+            None,
+            ("qemu-riscv64", "-cpu", "rv64,v=true,vext_spec=v1.0"),
         ),
     )
 }

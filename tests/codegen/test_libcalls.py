@@ -259,9 +259,12 @@ LINKER_DEFINED = {"powerpc64le": {".TOC."}}
         ("aarch64-linux-gnu", None),
         ("aarch64-linux-gnu", "+sve"),
         ("powerpc64le-linux-gnu", None),
+        ("riscv64-linux-gnu", None),
     ],
 )
 def test_cross_object_code_calls_only_known_functions(target: str, features: str | None) -> None:
+    """(riscv64 included: without its F and D features every float operation would call a
+    soft-float routine such as ``__addsf3``.)"""
     cpu = "pwr9" if target.startswith("powerpc") else None
     options = polyonnx.Options(
         target=target, cpu=cpu, features=features, num_threads=2, cache=False

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+import polyonnx
 from polyonnx.cli import main
 from polyonnx.codegen import toolchain
 from polyonnx.codegen.target import host_cpu
@@ -29,7 +30,7 @@ def test_a_missing_cross_compiler_names_its_package(monkeypatch) -> None:
 
 
 def test_an_architecture_without_a_toolchain_is_refused() -> None:
-    with pytest.raises(CodegenError, match="'mips64'.*aarch64, powerpc64le"):
+    with pytest.raises(CodegenError, match="'mips64'.*aarch64, powerpc64le, riscv64"):
         c_compiler("mips64-linux-gnu")
 
 
@@ -45,3 +46,15 @@ def test_compile_writes_a_library_for_the_target(arch: str, tmp_path, capsys) ->
     assert header[:4] == b"\x7fELF" and header[5] == 1  # little-endian
     assert int.from_bytes(header[18:20], "little") == ELF_MACHINE[arch]
     assert "polyonnx_run" in out.with_suffix(".h").read_text()
+
+
+def test_a_cross_library_keeps_the_compile_options(tmp_path) -> None:
+    """(The options reach the target machine: a riscv64 library uses hardware floats.)"""
+    if shutil.which(CROSS["riscv64"].compiler) is None:
+        pytest.skip("riscv64-linux-gnu-gcc not installed (Debian package gcc-riscv64-linux-gnu)")
+    from polyonnx.codegen.aot import write_library
+
+    options = polyonnx.Options(target="riscv64-linux-gnu", num_threads=2)
+    lib = write_library(polyonnx.compile(mnist_model(), options), tmp_path / "m.so").read_bytes()
+    flags = int.from_bytes(lib[0x30:0x34], "little")
+    assert flags & 0x6 == 0x4  # EF_RISCV_FLOAT_ABI_DOUBLE
