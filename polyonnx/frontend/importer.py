@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,7 +24,13 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.frontend.load import ModelSource, default_opset, load_model
+from polyonnx.frontend.load import (
+    DATA_PROP_MAX_ELEMENTS,
+    ModelSource,
+    default_opset,
+    infer_shapes,
+    load_model,
+)
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -66,7 +73,7 @@ def import_model(
         for o in gp.output:
             if o.type.HasField("tensor_type"):
                 o.type.tensor_type.ClearField("shape")
-        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        proto = infer_shapes(proto)
         gp = proto.graph
 
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
@@ -142,7 +149,11 @@ def _type_the_rest(
             _type_dynamic(n, values, {**constants, **known}, opset)
         if any(o and o not in values for o in n.outputs):
             validate_node(n, values)  # a bad attribute is the likely reason inference failed
-            for v in _infer_alone(n, values, known, opset) or infer_outputs(n, values):
+            for v in (
+                _infer_alone(n, values, known, opset)
+                or _range_output(n, known)
+                or infer_outputs(n, values)
+            ):
                 values.setdefault(v.name, v)
         for o in n.outputs:
             if o and o not in values:
@@ -181,6 +192,27 @@ def _type_dynamic(
             values.setdefault(name, Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape)))
 
 
+def _range_output(n: Node, known: Mapping[str, np.ndarray]) -> tuple[Value, ...]:
+    """Range's output from known scalar operands, which ONNX inference types only for some
+    element types (not float16). Its extent by the ONNX formula, not by evaluating it: a huge
+    range is then refused by the size limit instead of being allocated."""
+    if (
+        n.op_type != "Range"
+        or n.domain
+        or len(n.inputs) != 3
+        or any(i not in known for i in n.inputs)
+    ):
+        return ()
+    operands = [np.asarray(known[i]) for i in n.inputs]
+    if any(a.size != 1 for a in operands):
+        return ()
+    start, limit, delta = (float(a.reshape(-1)[0]) for a in operands)
+    if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+        return ()
+    extent = max(math.ceil((limit - start) / delta), 0)
+    return (Value(n.outputs[0], operands[0].dtype.name, (extent,)),)
+
+
 def _infer_alone(
     n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray], opset: int
 ) -> tuple[Value, ...]:
@@ -205,7 +237,13 @@ def _infer_alone(
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        # (Data propagation only for small vectors: see DATA_PROP_MAX_ELEMENTS.)
+        small = all(
+            len(values[i].shape) != 1 or values[i].shape[0] <= DATA_PROP_MAX_ELEMENTS
+            for i in ins
+            if i not in known
+        )
+        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=small)
     except Exception:  # inference raises assorted C++ errors; other rules get their turn
         return ()
     out = [_value(vi) for vi in inferred.graph.output]

@@ -107,7 +107,7 @@ class Executable:
             jit=True,
             meanwhile=lambda: weights.append(compiled.plan.weights_blob(program)),
         )
-        address, module = jit_with_objects(
+        address = jit_with_objects(
             compiled.entry_module(), objects, compiled.entry, compiled.options
         )
         meta = json.loads(compiled.metadata())
@@ -118,7 +118,6 @@ class Executable:
             weights[0],
             compiled.plan.workspace_size,
             [k.ops for k in program.kernels],
-            keep_alive=module,
             dynamic=_dynamic_shapes(meta),
             count_outputs=meta["count_outputs"],
         )
