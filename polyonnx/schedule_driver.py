@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from polyonnx import cache
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits
+from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits, vector_registers
 from polyonnx.errors import ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.krnl.ir import Kernel
@@ -107,7 +107,9 @@ def schedule_program(
     kernel not served by the cache is scheduled in this process and keeps its schedule.
     """
     threads = thread_count(options)
-    tiling = Tiling.for_vector_bits(vector_bits(options), threads, l1_data_bytes(options))
+    tiling = Tiling.for_vector_bits(
+        vector_bits(options), threads, l1_data_bytes(options), vector_registers(options)
+    )
     # On one thread no loop runs in parallel: no parallel loops to look for and prove.
     strategy = functools.partial(default_schedule, tiling=tiling, parallel=threads > 1)
     chosen = {

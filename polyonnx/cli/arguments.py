@@ -57,8 +57,21 @@ def add_codegen_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="LLVM optimisation level: -O0 .. -O3 (default -O3)",
     )
-    p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple (default: this host)")
-    p.add_argument("--cpu", metavar="NAME", help="target CPU, e.g. znver3 (default: this host's)")
+    p.add_argument(
+        "--target",
+        metavar="TRIPLE",
+        help="LLVM target triple, e.g. aarch64-linux-gnu, powerpc64le-linux-gnu, "
+        "riscv64-linux-gnu (default: this host); libraries for another architecture are "
+        "linked by its Debian cross compiler (gcc-<triple>)",
+    )
+    p.add_argument(
+        "--cpu", metavar="NAME", help="target CPU, e.g. znver3, pwr9 (default: this host's)"
+    )
+    p.add_argument(
+        "--features",
+        metavar="LIST",
+        help="LLVM target features, e.g. +sve or -avx512f (default: the CPU's own)",
+    )
     p.add_argument(
         "--checked", action="store_true", help="bounds-check every buffer access at run time"
     )
@@ -76,6 +89,7 @@ def options(args: argparse.Namespace) -> Options:
         opt_level=args.opt_level,
         target=args.target,
         cpu=args.cpu,
+        features=args.features,
         checked=args.checked or Options().checked,
         num_threads=getattr(args, "threads", None),
         verbose=getattr(args, "verbose", False),

@@ -29,6 +29,9 @@ examples:
   polyonnx compile model.onnx --emit ast           print isl's generated loops
   polyonnx compile model.onnx --emit asm -O2 --cpu znver3
   polyonnx compile model.onnx --emit obj -o model.o
+  polyonnx compile model.onnx --target aarch64-linux-gnu -o model.so
+  polyonnx compile model.onnx --target powerpc64le-linux-gnu --cpu pwr9 -o model.so
+  polyonnx compile model.onnx --target riscv64-linux-gnu --features +v -o model.so
   polyonnx compile model.onnx --input-shape x=1x3x224x224 -o model.so
 
 stages (in pipeline order): onnx graph krnl isl ast llvm asm obj lib

@@ -1,7 +1,8 @@
 """Ahead-of-time output: optimized LLVM IR, assembly, object code and shared libraries.
 
 A shared library is the model's object code plus its weights (assembled from a binary blob with
-``.incbin``, so no weight ever goes through LLVM's text IR), linked with the system C compiler.
+``.incbin``, so no weight ever goes through LLVM's text IR), linked with the target's C compiler
+(the host's, or a cross compiler: :mod:`polyonnx.codegen.toolchain`).
 It exports the C API in the header written beside it::
 
     int polyonnx_run(void *const *inputs, void *const *outputs);   /* 0 on success */
@@ -17,7 +18,6 @@ then left to the model (one run at a time in it).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -32,7 +32,8 @@ from polyonnx.codegen.jit import parse_and_optimize
 from polyonnx.codegen.module import WEIGHTS_SYMBOL
 from polyonnx.codegen.objects import compile_objects
 from polyonnx.codegen.parallel_runtime import CFLAGS, ENTRY, SOURCE
-from polyonnx.codegen.target import LLVM_LOCK, host_cpu, target_machine
+from polyonnx.codegen.target import LLVM_LOCK, target_machine
+from polyonnx.codegen.toolchain import c_compiler
 from polyonnx.errors import CodegenError
 
 if TYPE_CHECKING:
@@ -125,12 +126,12 @@ def header(compiled: Compiled) -> str:
 
 
 def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
-    """Write ``path`` (a shared library) and ``path`` with suffix ``.h`` (its C header)."""
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if cc is None:
-        raise CodegenError("no C compiler found to link the shared library (set CC)")
+    """Write ``path`` (a shared library) and ``path`` with suffix ``.h`` (its C header),
+    linked by the target's C compiler (:func:`polyonnx.codegen.toolchain.c_compiler`: the
+    host's, or a cross compiler for ``options.target``)."""
     out = Path(path)
     triple = target_machine(compiled.options).triple
+    cc = c_compiler(triple)
     kernels = compile_objects(compiled.kernel_modules(triple), compiled.options, jit=False)
     entry = compile_objects(
         [("entry", lambda: compiled.entry_module(aot=True, triple=triple))],
@@ -144,17 +145,15 @@ def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
         for k, code in enumerate(kernels.values()):
             objects.append(t / f"kernel{k}.o")
             objects[-1].write_bytes(code)
-        if triple == host_cpu()[0] and any(
-            BUILTINS.keys() & (undefined_symbols(code) or ()) for code in kernels.values()
-        ):
+        if any(BUILTINS.keys() & (undefined_symbols(code) or ()) for code in kernels.values()):
             # The runtime functions LLVM called, from polyonnx (the C compiler's own runtime
-            # may predate them), not exported. Cross toolchains bring their own.
+            # may predate them: GCC 12's cross libgcc has none of them), not exported.
             objects.append(t / "builtins.o")
             objects[-1].write_bytes(_builtins_object(compiled))
         (t / "weights.bin").write_bytes(compiled.plan.weights_blob(compiled.program).tobytes())
         (t / "weights.s").write_text(
             f"\t.section .rodata\n\t.globl {WEIGHTS_SYMBOL}\n\t.balign 64\n{WEIGHTS_SYMBOL}:\n"
-            f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",@progbits\n'
+            f'\t.incbin "{t / "weights.bin"}"\n\t.section .note.GNU-stack,"",%progbits\n'
         )
         # (-z defs: a function nothing defines fails the link, not a call at run time)
         cmd = [

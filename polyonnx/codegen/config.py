@@ -26,21 +26,50 @@ class CodegenConfig:
     prefetch_above: int = 0
     """Register tiles prefetch the operands larger than this they stream through (a quarter
     of the target's L2: :func:`~polyonnx.codegen.target.prefetch_above`; 0: never)."""
+    vector_registers: int = 0
+    """Vector registers a register tile may budget for; 0: an x86-64 CPU's for
+    ``vector_bits`` (:func:`x86_vector_registers`)."""
+
+    def __post_init__(self) -> None:
+        if not self.vector_registers:
+            object.__setattr__(self, "vector_registers", x86_vector_registers(self.vector_bits))
 
     @staticmethod
     def for_options(options: Options) -> CodegenConfig:
         """What ``options`` ask for on their target (the host's unless another is set)."""
         # (imported here: reading the target needs LLVM, the record itself does not)
-        from polyonnx.codegen.target import prefetch_above, thread_count, vector_bits
+        from polyonnx.codegen.target import (
+            prefetch_above,
+            thread_count,
+            vector_bits,
+            vector_registers,
+        )
 
         return CodegenConfig(
-            options.checked, vector_bits(options), thread_count(options), prefetch_above(options)
+            options.checked,
+            vector_bits(options),
+            thread_count(options),
+            prefetch_above(options),
+            vector_registers(options),
         )
 
     def key(self) -> str:
         """The configuration as text, part of every kernel's symbol
         (:func:`polyonnx.codegen.module.kernel_symbol`)."""
+        # (The register count only where it is not x86-64's for the width: kernels compiled
+        # for x86 keep their symbols, and with them the compile cache.)
+        registers = self.vector_registers
         return (
             f"checked={self.checked},vector_bits={self.vector_bits},threads={self.threads}"
             f",prefetch_above={self.prefetch_above}"
+            + (
+                f",vector_registers={registers}"
+                if registers != x86_vector_registers(self.vector_bits)
+                else ""
+            )
         )
+
+
+def x86_vector_registers(bits: int) -> int:
+    """x86-64's vector registers at ``bits`` (AVX-512 has 32, AVX and SSE 16)."""
+    return 32 if bits >= 512 else 16

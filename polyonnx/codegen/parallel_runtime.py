@@ -3,7 +3,8 @@
 Generated code calls ``polyonnx_parallel_for(fn, ctx, n, threads)``; the pool is a few dozen
 lines of C built once with the system C compiler into the compile cache (``cc`` is needed for
 shared libraries anyway) and loaded into the process for the JIT; shared libraries link the
-same source. Without a C compiler, models run on one thread.
+same source, built by the target's C compiler
+(:mod:`polyonnx.codegen.toolchain`). Without a C compiler, models run on one thread.
 """
 
 from __future__ import annotations
@@ -11,27 +12,23 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from polyonnx import cache
+from polyonnx.codegen.toolchain import host_compiler
 
 SOURCE = Path(__file__).with_name("parallel.c")
 ENTRY = "polyonnx_parallel_for"
 CFLAGS = ("-O2", "-pthread")
 
 
-def compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-
-
 @functools.cache
 def shared_library() -> str | None:
     """Path of the pool built as a shared library, building it on first use; None when no C
     compiler is available."""
-    cc = compiler()
+    cc = host_compiler()
     if cc is None:
         return None
     source = SOURCE.read_bytes()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from polyonnx.codegen.config import x86_vector_registers
 from polyonnx.errors import CodegenError
 from polyonnx.options import Options
 
@@ -63,9 +64,23 @@ def thread_count(options: Options) -> int:
     return 1 if wanted > 1 and shared_library() is None else wanted
 
 
+def architecture(triple: str) -> str:
+    """The architecture a triple names, as its first component: ``x86_64``, ``aarch64``,
+    ``powerpc64le``, ``riscv64``..."""
+    return triple.split("-", 1)[0]
+
+
+def is_x86(triple: str) -> bool:
+    return architecture(triple) in ("x86_64", "i386", "i686")
+
+
 def vector_bits(options: Options) -> int:
-    """The widest vector register of the target: 512 (AVX-512), 256 (AVX) or 128 bits."""
+    """The widest vector register of the target: on x86, 512 (AVX-512), 256 (AVX) or 128 bits
+    (SSE); elsewhere 128: NEON, VSX, and SVE and RVV at their minimum length (LLVM lowers
+    fixed-length vectors to them, and nothing tells a longer one at compile time)."""
     triple, cpu, features = machine(options)
+    if not is_x86(triple):
+        return 128
     if not features:  # a CPU by name: what LLVM knows of it
         return _probed_vector_bits(triple, cpu)
     enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
@@ -74,6 +89,15 @@ def vector_bits(options: Options) -> int:
     if "avx" in enabled or "avx2" in enabled:
         return 256
     return 128
+
+
+def vector_registers(options: Options) -> int:
+    """The target's vector registers: 32 on x86 with AVX-512, 16 without (x86-64's ``xmm``
+    and ``ymm`` registers); 32 on AArch64 (NEON and SVE) and RISC-V (V); 64 on POWER (VSX)."""
+    triple = machine(options)[0]
+    if is_x86(triple):
+        return x86_vector_registers(vector_bits(options))
+    return 64 if architecture(triple).startswith("powerpc") else 32
 
 
 @functools.cache
@@ -149,10 +173,36 @@ def machine(options: Options) -> tuple[str, str, str]:
     means AVX2 code)."""
     triple, cpu, features = host_cpu()
     if options.target and options.target != triple:
-        return options.target, options.cpu or "", options.features or ""
+        return cross_machine(options.target, options.cpu, options.features)
     if options.cpu and options.cpu != cpu and options.features is None:
         return triple, options.cpu, ""
     return triple, options.cpu or cpu, options.features or features
+
+
+#: Features every Linux system of an architecture has and its C library's ABI assumes: RISC-V
+#: Linux is RV64GC with hardware floating point (the lp64d ABI); without F and D, LLVM calls
+#: soft-float routines (``__addsf3``...) for every float operation.
+LINUX_BASELINE_FEATURES = {"riscv64": "+m,+a,+f,+d,+c"}
+#: Features a triple gets when neither a CPU nor features are named: RISC-V's V extension.
+DEFAULT_FEATURES = {"riscv64": "+v"}
+
+
+def cross_machine(triple: str, cpu: str | None, features: str | None) -> tuple[str, str, str]:
+    """(triple, cpu, features) for another machine: the CPU named (LLVM's generic one for the
+    triple when None), its features after the architecture's Linux baseline
+    (:data:`LINUX_BASELINE_FEATURES`); with neither, :data:`DEFAULT_FEATURES`.
+
+    Example:
+        >>> cross_machine("riscv64-linux-gnu", None, None)
+        ('riscv64-linux-gnu', '', '+m,+a,+f,+d,+c,+v')
+        >>> cross_machine("aarch64-linux-gnu", "neoverse-v1", None)
+        ('aarch64-linux-gnu', 'neoverse-v1', '')
+    """
+    arch = architecture(triple)
+    if features is None and cpu is None:
+        features = DEFAULT_FEATURES.get(arch, "")
+    wanted = [LINUX_BASELINE_FEATURES.get(arch, ""), features or ""]
+    return triple, cpu or "", ",".join(f for f in wanted if f)
 
 
 def create_machine(

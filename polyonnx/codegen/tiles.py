@@ -278,12 +278,6 @@ def _accumulators(
     )
 
 
-def vector_registers(config: CodegenConfig) -> int:
-    """Vector registers to budget a tile for: 32 with AVX-512, else 16 (AVX; AArch64's 32
-    NEON registers are counted as 16, which only makes its budget conservative)."""
-    return 32 if config.vector_bits >= 512 else 16
-
-
 def rereads(
     unrolled: tuple[la.For, ...],
     vec: la.For,
@@ -322,7 +316,7 @@ def rereads(
         if accesses.element_step(ld.buffer, ld.index, steps) == 1:
             vectors.append((ld, moved_by(ld)))
     copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps for _, moved in vectors)
-    excess = accumulators + copies + 1 - vector_registers(config)
+    excess = accumulators + copies + 1 - config.vector_registers
     if excess <= 0 or not vectors:
         return frozenset()
     ld, moved = vectors[-1]

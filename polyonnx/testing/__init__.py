@@ -5,6 +5,8 @@
 - :mod:`~polyonnx.testing.compare`: assertions with the ONNX backend suite's tolerances, and
   max absolute / relative error reports.
 - :mod:`~polyonnx.testing.feeds`: random feeds for a model's inputs.
+- :mod:`~polyonnx.testing.emulated`: shared libraries for other architectures run under
+  qemu-user (imported only when used).
 - :mod:`~polyonnx.testing.digest`: IR digests of the benchmark models, the proof that a
   refactoring changed no behaviour (``python -m polyonnx.testing.digest``).
 

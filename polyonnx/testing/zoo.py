@@ -158,6 +158,90 @@ def mnist_model(seed: int = 0, opset: int = 8) -> onnx.ModelProto:
     return model
 
 
+def small_cnn(seed: int = 0) -> onnx.ModelProto:
+    """A small CNN with ResNet50's and MobileNet's layer kinds, quick to compile and to run
+    under emulation.
+
+    input [1,3,32,32] -> Conv 3x3 (32) + BN + Relu -> MaxPool 2x2/2 -> a ResNet50 bottleneck
+    (1x1 to 16, 3x3, 1x1 to 64, each with BN; a projecting 1x1 + BN shortcut; Add; Relu)
+    -> depthwise Conv 3x3/2 + bias -> Clip(0, 6) -> GlobalAveragePool -> Flatten
+    -> Gemm [64 -> 10] -> Softmax -> probabilities [1,10].
+    """
+    rng = np.random.default_rng(seed)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def weight(name: str, shape: tuple[int, ...], fan_in: int) -> str:
+        inits.append(_init(rng, name, shape, np.sqrt(2 / fan_in)))
+        return name
+
+    def conv_bn(x: str, name: str, c_in: int, c_out: int, k: int, relu: bool) -> str:
+        w = weight(f"{name}.w", (c_out, c_in, k, k), c_in * k * k)
+        p = k // 2
+        nodes.append(
+            helper.make_node("Conv", [x, w], [f"{name}.c"], kernel_shape=[k, k], pads=[p] * 4)
+        )
+        stats = [
+            rng.uniform(0.5, 1.5, c_out),
+            rng.standard_normal(c_out) * 0.1,
+            rng.standard_normal(c_out) * 0.1,
+            rng.uniform(0.5, 1.5, c_out),
+        ]
+        names = [f"{name}.{s}" for s in ("scale", "bias", "mean", "var")]
+        inits.extend(
+            numpy_helper.from_array(v.astype(np.float32), n)
+            for v, n in zip(stats, names, strict=True)
+        )
+        nodes.append(helper.make_node("BatchNormalization", [f"{name}.c", *names], [f"{name}.bn"]))
+        if not relu:
+            return f"{name}.bn"
+        nodes.append(helper.make_node("Relu", [f"{name}.bn"], [f"{name}.relu"]))
+        return f"{name}.relu"
+
+    x = conv_bn("input", "stem", 3, 32, 3, True)
+    nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[2, 2], strides=[2, 2]))
+    y = conv_bn("pool", "reduce", 32, 16, 1, True)
+    y = conv_bn(y, "conv3x3", 16, 16, 3, True)
+    y = conv_bn(y, "expand", 16, 64, 1, False)
+    shortcut = conv_bn("pool", "shortcut", 32, 64, 1, False)
+    nodes.append(helper.make_node("Add", [y, shortcut], ["sum"]))
+    nodes.append(helper.make_node("Relu", ["sum"], ["block"]))
+    dw = weight("dw.w", (64, 1, 3, 3), 9)
+    inits.append(_init(rng, "dw.b", (64,), 0.1))
+    nodes.append(
+        helper.make_node(
+            "Conv",
+            ["block", dw, "dw.b"],
+            ["dw"],
+            kernel_shape=[3, 3],
+            pads=[1] * 4,
+            strides=[2, 2],
+            group=64,
+        )
+    )
+    inits += [
+        numpy_helper.from_array(np.array(0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(6, np.float32), "six"),
+    ]
+    nodes.append(helper.make_node("Clip", ["dw", "zero", "six"], ["clip"]))
+    nodes.append(helper.make_node("GlobalAveragePool", ["clip"], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], axis=1))
+    fc = weight("fc.w", (10, 64), 64)
+    inits.append(_init(rng, "fc.b", (10,), 0.1))
+    nodes.append(helper.make_node("Gemm", ["flat", fc, "fc.b"], ["logits"], transB=1))
+    nodes.append(helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1))
+    graph = helper.make_graph(
+        nodes,
+        "small_cnn",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [1, 10])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
 def _consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
     uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in graph.node:

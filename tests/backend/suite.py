@@ -24,11 +24,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 
 HERE = Path(__file__).resolve().parent
 EXPECTED_FILE = HERE / "expected_pass.txt"
 LAST_RUN_FILE = HERE / "last_run.json"
+#: Expected-pass cases a shared library runs as they are (tensor inputs and outputs, shapes
+#: not computed from input values, one data set), spread over the op families: what other
+#: targets run (the x86 levels, the emulated architectures).
+PORTABLE_FILE = HERE / "portable_cases.txt"
 
 #: Op type -> family, for the summary. Ops not listed count as "other".
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -283,9 +287,36 @@ def all_cases() -> dict[str, Case]:
 
 
 def read_expected() -> list[str]:
-    if not EXPECTED_FILE.exists():
+    return _read_names(EXPECTED_FILE)
+
+
+def read_portable() -> list[str]:
+    """The cases of :data:`PORTABLE_FILE`."""
+    return _read_names(PORTABLE_FILE)
+
+
+def is_portable(case: Case) -> bool:
+    """Whether a shared library runs ``case`` as it is (see :data:`PORTABLE_FILE`)."""
+    from polyonnx.backend import value_inputs
+
+    if case.kind != "node":
+        return False
+    model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+    values = [*model.graph.input, *model.graph.output]
+    return (
+        not value_inputs(model)
+        and all(
+            v.type.HasField("tensor_type") and v.type.tensor_type.elem_type != TensorProto.STRING
+            for v in values
+        )
+        and len(data_sets(case, model)) == 1
+    )
+
+
+def _read_names(path: Path) -> list[str]:
+    if not path.exists():
         return []
-    lines = EXPECTED_FILE.read_text().splitlines()
+    lines = path.read_text().splitlines()
     return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
 
 

@@ -34,6 +34,14 @@ def test_expected_list_is_sorted_and_known() -> None:
     assert not unknown, f"not in this onnx version's node suite: {unknown[:10]}"
 
 
+def test_portable_cases_are_expected_to_pass_and_portable() -> None:
+    portable = suite.read_portable()
+    assert portable == sorted(set(portable)) and len(portable) >= 200
+    assert set(portable) <= set(EXPECTED), "not in expected_pass.txt"
+    cases = suite.load_cases()
+    assert [n for n in portable if not suite.is_portable(cases[n])] == []
+
+
 def test_unlisted_passes() -> None:
     """Warn (never fail) about cases the last full ``run_suite`` saw pass but the list lacks."""
     if not suite.LAST_RUN_FILE.exists():

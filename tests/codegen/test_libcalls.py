@@ -253,6 +253,32 @@ def test_object_code_calls_only_known_functions(cpu: str) -> None:
     assert "sinhf" in called
 
 
+#: Symbols a target's linker defines: the TOC base of the POWER ELF v2 ABI.
+LINKER_DEFINED = {"powerpc64le": {".TOC."}}
+
+
+@pytest.mark.parametrize(
+    "target, features",
+    [
+        ("aarch64-linux-gnu", None),
+        ("aarch64-linux-gnu", "+sve"),
+        ("powerpc64le-linux-gnu", None),
+        ("riscv64-linux-gnu", None),
+    ],
+)
+def test_cross_object_code_calls_only_known_functions(target: str, features: str | None) -> None:
+    """(riscv64 included: without its F and D features every float operation would call a
+    soft-float routine such as ``__addsf3``.)"""
+    cpu = "pwr9" if target.startswith("powerpc") else None
+    options = polyonnx.Options(
+        target=target, cpu=cpu, features=features, num_threads=2, cache=False
+    )
+    obj = polyonnx.emit(_dtype_paths_model(), "obj", options)
+    called = undefined_symbols(obj)
+    allowed = ALLOWED | LINKER_DEFINED.get(target.split("-")[0], set())
+    assert called is not None and called <= allowed, sorted((called or set()) - allowed)
+
+
 def test_shared_library_defines_what_it_calls(tmp_path) -> None:
     """A library converting double to half links polyonnx's own ``__truncdfhf2`` (hidden):
     it loads and runs, and exports nothing but the C API."""

@@ -56,6 +56,30 @@ def test_a_named_cpu_brings_its_own_features() -> None:
     assert machine(polyonnx.Options(cpu="haswell", features="+avx512f"))[2] == "+avx512f"
 
 
+def test_other_architectures_vectors_and_registers() -> None:
+    from polyonnx.codegen.target import vector_bits, vector_registers
+
+    for triple, registers in (
+        ("aarch64-linux-gnu", 32),
+        ("powerpc64le-linux-gnu", 64),
+        ("riscv64-linux-gnu", 32),
+    ):
+        options = polyonnx.Options(target=triple)
+        assert (vector_bits(options), vector_registers(options)) == (128, registers)
+
+
+def test_riscv64_always_has_hardware_floats() -> None:
+    """Without F and D, LLVM calls soft-float routines (``__addsf3``) for float arithmetic, and
+    the objects would not link with the lp64d C library."""
+    from polyonnx.codegen.target import machine
+
+    assert machine(polyonnx.Options(target="riscv64-linux-gnu"))[2] == "+m,+a,+f,+d,+c,+v"
+    assert machine(polyonnx.Options(target="riscv64-linux-gnu", features="-v"))[2] == (
+        "+m,+a,+f,+d,+c,-v"
+    )
+    assert machine(polyonnx.Options(target="aarch64-linux-gnu", features="+sve"))[2] == "+sve"
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -42,18 +42,21 @@ class Tiling:
     costs little."""
 
     @staticmethod
-    def for_vector_bits(bits: int, threads: int = 1, l1_bytes: int = 32 * 1024) -> Tiling:
-        """Two float32 vectors wide; as many rows as the register file holds accumulators for
-        (16 vector registers with AVX2, 32 with AVX-512). With 32 registers a tile may also be
-        7 rows by two vector tiles (28 accumulators, each row's broadcast serving 4 FMAs).
-        Cache chunks are half of ``l1_bytes``. With several threads, 2 tiles per thread at
-        least: a worker the OS wakes late leaves its share to the others (see
+    def for_vector_bits(
+        bits: int, threads: int = 1, l1_bytes: int = 32 * 1024, registers: int | None = None
+    ) -> Tiling:
+        """Two float32 vectors wide; as many rows as ``registers`` vector registers hold
+        accumulators for (default: x86-64's, 16 with AVX2, 32 with AVX-512). With 32 or more
+        a tile may also be 7 rows by two vector tiles (28 accumulators, each row's broadcast
+        serving 4 FMAs). Cache chunks are half of ``l1_bytes``. With several threads, 2 tiles
+        per thread at least: a worker the OS wakes late leaves its share to the others (see
         docs/performance.md for what other sizes measured)."""
+        many = (registers or (32 if bits >= 512 else 16)) >= 32
         return Tiling(
-            unroll=8 if bits >= 512 else 6,
+            unroll=8 if many else 6,
             vector=2 * bits // 32,
             chunk_bytes=l1_bytes // 2,
-            paired_rows=7 if bits >= 512 else 0,
+            paired_rows=7 if many else 0,
             parallel_tiles=2 * threads if threads > 1 else 1,
             registers=32 if bits >= 512 else 16,
             lanes=bits // 32,
