@@ -13,7 +13,7 @@ from polyonnx.codegen import toolchain
 from polyonnx.codegen.target import host_cpu
 from polyonnx.codegen.toolchain import CROSS, c_compiler, host_compiler
 from polyonnx.errors import CodegenError
-from tests.models.builders import mnist_model
+from polyonnx.testing.zoo import mnist_model
 
 #: ELF ``e_machine`` of each cross architecture.
 ELF_MACHINE = {"aarch64": 183, "powerpc64le": 21, "riscv64": 243}

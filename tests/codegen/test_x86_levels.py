@@ -17,9 +17,9 @@ from polyonnx.codegen.elf import undefined_symbols
 from polyonnx.codegen.target import host_cpu, vector_bits, vector_registers
 from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
+from polyonnx.testing.zoo import mnist_model, small_cnn
 from tests.backend import suite
 from tests.codegen.test_libcalls import ALLOWED
-from tests.models.builders import mnist_model, small_cnn
 
 V2 = frozenset({"sse4.2", "sse4.1", "ssse3", "popcnt", "cx16"})
 V3 = V2 | {"avx", "avx2", "fma", "bmi", "bmi2", "f16c", "lzcnt", "movbe"}

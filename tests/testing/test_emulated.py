@@ -26,8 +26,8 @@ import polyonnx
 from polyonnx.codegen.aot import write_library
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
 from polyonnx.testing.emulated import TARGETS, EmulatedTarget, Job, run_libraries
+from polyonnx.testing.zoo import mnist_model, small_cnn
 from tests.backend import suite
-from tests.models.builders import mnist_model, small_cnn
 
 CASES = suite.read_portable()
 #: Node cases per target are run in this many tests (an emulated process each).

@@ -51,14 +51,15 @@ class Tiling:
         serving 4 FMAs). Cache chunks are half of ``l1_bytes``. With several threads, 2 tiles
         per thread at least: a worker the OS wakes late leaves its share to the others (see
         docs/performance.md for what other sizes measured)."""
-        many = (registers or (32 if bits >= 512 else 16)) >= 32
+        registers = registers or (32 if bits >= 512 else 16)
+        many = registers >= 32
         return Tiling(
             unroll=8 if many else 6,
             vector=2 * bits // 32,
             chunk_bytes=l1_bytes // 2,
             paired_rows=7 if many else 0,
             parallel_tiles=2 * threads if threads > 1 else 1,
-            registers=32 if bits >= 512 else 16,
+            registers=registers,
             lanes=bits // 32,
         )
 
