@@ -77,6 +77,7 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
         )
     },
     "Slice": (1, 2, 3, 4),
+    "Dropout": (1, 2),  # ratio and training_mode decide whether it is the identity
     "Pad": (1, 3),
     "Range": (0, 1, 2),
     "ConstantOfShape": (0,),

@@ -335,7 +335,8 @@ def _own_output_memory(
     kernels, storage, constants = list(kernels), dict(storage), dict(constants)
     input_names = {v.name for v in graph.inputs}
     roots_taken: set[str] = set()
-    for out in graph.outputs:
+    # An output computed under its own name owns its memory before a view of it claims it.
+    for out in sorted(graph.outputs, key=lambda o: storage.get(o.name, o.name) != o.name):
         root = storage.get(out.name, out.name)
         if not out.is_static:
             # Data-dependent extents exist only as outputs of the op that sizes them (the

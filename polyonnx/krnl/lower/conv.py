@@ -40,6 +40,7 @@ from polyonnx.krnl.lower.common import (
     window,
     zero,
 )
+from polyonnx.krnl.lower.half import half_product
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
@@ -96,6 +97,19 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
         guards = ()
 
+    if dtype == "float16":
+        return half_product(
+            node.name,
+            [("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)],
+            ir.Access(y, (var("n"), oc, *(var(o) for o in o_names))),
+            ic_iters + pairs(k_names, kernel),
+            ir.Load(source, (var("n"), xc_base + ic, *positions), dtype),
+            load(ctx, w, (oc, ic, *(var(k) for k in k_names))),
+            guards=guards,
+            bias=load(ctx, b, (oc,)) if b else None,
+            before=prologue,
+            temps=temps,
+        )
     weights = ctx.constant(w)
     if group == 1 and weights is not None and source == x and all(k == 1 for k in kernel):
         return _pointwise(node, ctx, dtype, weights, out_spatial, win.strides)
