@@ -235,8 +235,10 @@ def _dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
+    # A negative dim_value is an older exporter's dynamic dimension (onnxruntime's reading).
     return tuple(
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None)
+        for d in tt.shape.dim
     )
 
 
@@ -282,7 +284,9 @@ def _specialise_inputs(
                     f"the model declares rank {len(dims)}"
                 )
             for i, (d, g) in enumerate(zip(dims, given, strict=True)):
-                if isinstance(d, int) and d != g:
+                # Older exporters write -1 or 0 for a dynamic dimension (onnxruntime reads
+                # both as symbolic): input_shapes may set it.
+                if isinstance(d, int) and d > 0 and d != g:
                     raise ShapeError(
                         f"input_shapes[{name!r}] = {given}: dim {i} is fixed to {d} by the model"
                     )

@@ -360,8 +360,11 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
 
     def arg(vi: onnx.ValueInfoProto) -> NodeArg:
         tt = vi.type.tensor_type
+        # A dim_value of -1 or 0 is an older exporter's dynamic dimension (as onnxruntime
+        # reads it): any extent is fed, and the model compiled for it.
         dims: list[int | str] = [
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+            for d in tt.shape.dim
         ]
         dtype = (
             np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
