@@ -65,7 +65,8 @@ def to_graph(
     """Frontend, validation and graph passes: an optimized graph with static shapes."""
     options = options or Options()
     graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
-    if options.channel_blocks:
+    # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
+    if options.channel_blocks and not any(n.guard for n in graph.nodes):
         # A block of channels is one register tile wide.
         graph = blocked_layout(graph, block=Tiling.for_vector_bits(vector_bits(options)).vector)
     return graph

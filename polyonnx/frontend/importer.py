@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.frontend.control import Expansion, Guard, expand_if
 from polyonnx.frontend.load import ModelSource, default_opset, load_model
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
@@ -70,17 +72,8 @@ def import_model(
         gp = proto.graph
 
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
-    raw_nodes: list[Node] = []
     names: set[str] = set()
-    for i, n in enumerate(gp.node):
-        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
-        names.add(name)
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            constants[n.output[0]] = _constant_value(name, attrs)
-            continue
-        domain = "" if n.domain == "ai.onnx" else n.domain
-        raw_nodes.append(Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain))
+    raw_nodes = _convert_nodes(((n, ()) for n in gp.node), names, constants)
 
     inputs = [vi for vi in gp.input if vi.name not in init_names]
     nodes = _toposort(raw_nodes, {vi.name for vi in inputs} | set(constants))
@@ -98,8 +91,10 @@ def import_model(
         if n.op_type in DYNAMIC_OPS and not n.domain:
             for o in n.outputs:
                 values.pop(o, None)
-    if any(o and o not in values for n in nodes for o in n.outputs):
-        _type_the_rest(nodes, values, constants, default_opset(proto))
+    if any(o and o not in values for n in nodes for o in n.outputs) or any(
+        n.op_type in CONTROL_FLOW and not n.domain for n in nodes
+    ):
+        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names)
     for vi in gp.output:
         if vi.name not in values:
             raise ModelError(f"graph output {vi.name!r} is not produced by any node")
@@ -121,10 +116,39 @@ def import_model(
 _SMALL = 1 << 16
 
 
+#: Ops with subgraphs that the frontend expands into plain nodes.
+CONTROL_FLOW = frozenset({"If"})
+
+
+def _convert_nodes(
+    protos: Iterable[tuple[onnx.NodeProto, Guard]], names: set[str], constants: dict[str, Any]
+) -> list[Node]:
+    """Graph nodes for ONNX nodes (each with its guard); ``Constant`` nodes go to
+    ``constants``. Node names are made unique (``names`` holds those taken)."""
+    out: list[Node] = []
+    for i, (n, guard) in enumerate(protos):
+        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
+        names.add(name)
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            constants[n.output[0]] = _constant_value(name, attrs)
+            continue
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        out.append(
+            Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain, tuple(guard))
+        )
+    return out
+
+
 def _type_the_rest(
-    nodes: list[Node], values: dict[str, Value], constants: Mapping[str, np.ndarray], opset: int
-) -> None:
-    """Types every node output ONNX inference left open, in topological order.
+    nodes: list[Node],
+    values: dict[str, Value],
+    constants: dict[str, np.ndarray],
+    opset: int,
+    names: set[str],
+) -> list[Node]:
+    """Types every node output ONNX inference left open, in topological order, and expands
+    If nodes into their branches (:mod:`polyonnx.frontend.control`); returns the nodes.
 
     ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
     initializer feeding a Reshape). So small constant-only computations are evaluated here,
@@ -132,7 +156,24 @@ def _type_the_rest(
     our own rules apply (:func:`polyonnx.graph.shapes.infer_outputs`).
     """
     known = {k: v for k, v in constants.items() if v.size <= _SMALL}
-    for n in nodes:
+    queue = deque(nodes)
+    typed: list[Node] = []
+    merges: set[str] = set()
+    while queue:
+        n = queue.popleft()
+        if n.op_type in CONTROL_FLOW and not n.domain:
+            expansion = _expand(n, values, constants, known)
+            merges |= expansion.merges
+            queue.extendleft(reversed(_convert_nodes(expansion.nodes, names, constants)))
+            for name, arr in constants.items():  # the branches' Constant nodes
+                if name not in values:
+                    values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+                    if arr.size <= _SMALL:
+                        known[name] = arr
+            continue
+        if n.name in merges:
+            _check_branches_agree(n, values)
+        typed.append(n)
         check_inputs(n, values, opset)
         if (
             n.op_type in DYNAMIC_OPS
@@ -142,7 +183,8 @@ def _type_the_rest(
             _type_dynamic(n, values, {**constants, **known}, opset)
         if any(o and o not in values for o in n.outputs):
             validate_node(n, values)  # a bad attribute is the likely reason inference failed
-            for v in _infer_alone(n, values, known, opset) or infer_outputs(n, values):
+            inferred = _infer_alone(n, values, known, opset) or _evaluated(n, known, opset)
+            for v in inferred or infer_outputs(n, values):
                 values.setdefault(v.name, v)
         for o in n.outputs:
             if o and o not in values:
@@ -158,6 +200,9 @@ def _type_the_rest(
                 if n.op_type == "Size"
                 else dims[n.attr("start", 0) : n.attr("end", None)]
             )
+        elif n.op_type == "CastLike" and not n.domain and n.inputs[0] in known:
+            # CastLike reads only the type of its second input.
+            known[n.outputs[0]] = known[n.inputs[0]].astype(values[n.inputs[1]].dtype)
         elif (
             all(i in known for i in n.inputs if i)
             and not n.domain
@@ -165,6 +210,67 @@ def _type_the_rest(
             and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)
         ):
             known.update(evaluate_node(n, known, opset) or {})
+    return typed
+
+
+def _evaluated(n: Node, known: Mapping[str, np.ndarray], opset: int) -> tuple[Value, ...]:
+    """The outputs' types from their values, for a node whose inputs are all known (ONNX
+    inference is stricter than the reference: a Range of one-element tensors); () if not."""
+    if n.domain or not all(i in known for i in n.inputs if i):
+        return ()
+    out = evaluate_node(n, known, opset) or {}
+    return tuple(
+        Value(k, np.asarray(v).dtype.name, tuple(int(d) for d in np.shape(v)))
+        for k, v in out.items()
+    )
+
+
+def _expand(
+    n: Node,
+    values: dict[str, Value],
+    constants: dict[str, np.ndarray],
+    known: dict[str, np.ndarray],
+) -> Expansion:
+    """The If node ``n`` as the nodes of its branches; their initializers join the constants."""
+    cond = n.input(0)
+    if not cond or (cond not in values and cond not in known):
+        raise ModelError(f"If node {n.name!r}: its condition {cond!r} is not defined")
+    if cond not in known and (values[cond].dtype != "bool" or values[cond].shape not in ((), (1,))):
+        raise ModelError(
+            f"If node {n.name!r}: the condition {cond!r} must be a one-element bool tensor, "
+            f"is {values[cond]}"
+        )
+    for o in n.outputs:
+        values.pop(o, None)  # typed again from the branch that produces it
+    expansion = expand_if(
+        n.name,
+        cond,
+        n.outputs,
+        n.attr("then_branch"),
+        n.attr("else_branch"),
+        known.get(cond),
+        n.guard,
+    )
+    for t in expansion.initializers:
+        arr = _tensor(t)
+        constants[t.name] = arr
+        values[t.name] = Value(t.name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+        if arr.size <= _SMALL:
+            known[t.name] = arr
+    return expansion
+
+
+def _check_branches_agree(merge: Node, values: Mapping[str, Value]) -> None:
+    """An If output computed at run time by either branch has one type and static shape."""
+    then_v, else_v = values[merge.inputs[1]], values[merge.inputs[2]]
+    if (then_v.dtype, then_v.shape) != (else_v.dtype, else_v.shape):
+        raise UnsupportedOpError(
+            "If",
+            node=merge.name.rsplit("/", 1)[0],
+            detail=f"its branches give {then_v.dtype}{list(then_v.shape)} and "
+            f"{else_v.dtype}{list(else_v.shape)} for one output, and the condition is known "
+            "only at run time (polyonnx compiles static shapes)",
+        )
 
 
 def _type_dynamic(

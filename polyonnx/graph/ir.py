@@ -50,7 +50,12 @@ def _freeze(v: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One ONNX operator application. Missing optional inputs are ``""``."""
+    """One ONNX operator application. Missing optional inputs are ``""``.
+
+    ``guard``: the node runs only when each ``(value, flag)`` holds, the value being a
+    one-element bool tensor equal to ``flag`` (a branch of an If, see
+    :mod:`polyonnx.frontend.control`); empty for a node that always runs.
+    """
 
     name: str
     op_type: str
@@ -58,6 +63,7 @@ class Node:
     outputs: tuple[str, ...]
     attrs: tuple[tuple[str, Any], ...] = ()
     domain: str = ""
+    guard: tuple[tuple[str, bool], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -83,9 +89,10 @@ class Node:
     def __str__(self) -> str:
         attrs = ", ".join(f"{k}={_short(v)}" for k, v in self.attrs)
         attrs = f"[{attrs}]" if attrs else ""
+        when = " if " + " and ".join(c if f else f"not {c}" for c, f in self.guard)
         return (
             f"{self.name}: {', '.join(self.outputs)} = {self.op_type}{attrs}"
-            f"({', '.join(self.inputs)})"
+            f"({', '.join(self.inputs)}){when if self.guard else ''}"
         )
 
 

@@ -100,7 +100,9 @@ def fuse(graph: Graph) -> list[Group]:
     group_of: dict[str, int] = {}  # value name -> index of the group producing it
     dag = nx.DiGraph()  # group -> group data dependences
     for n in graph.nodes:
-        preds = {group_of[i] for i in n.inputs if i in group_of}
+        # A guarded node (in an If's branch) runs after its condition is computed.
+        reads = (*n.inputs, *(cond for cond, _ in n.guard))
+        preds = {group_of[i] for i in reads if i in group_of}
         target = _join_target(n, graph, consumers, graph_outputs, members, group_of)
         # Joining ``target`` is acyclic unless another input's group depends on ``target``.
         if target is not None and any(h != target and nx.has_path(dag, target, h) for h in preds):
@@ -137,6 +139,8 @@ def _join_target(
             continue
         k = group_of[i]
         producer, anchor = members[k][-1], members[k][0]
+        if producer.guard != n.guard:  # a kernel runs under one guard (an If's branch)
+            continue
         anchors = (
             INTERNAL_ANCHORS
             if producer.domain == INTERNAL_DOMAIN
