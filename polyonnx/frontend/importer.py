@@ -24,7 +24,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.frontend.control import Expansion, Guard, expand_if
+from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
 from polyonnx.frontend.load import ModelSource, default_opset, load_model
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
@@ -117,7 +117,7 @@ _SMALL = 1 << 16
 
 
 #: Ops with subgraphs that the frontend expands into plain nodes.
-CONTROL_FLOW = frozenset({"If"})
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 
 
 def _convert_nodes(
@@ -156,20 +156,41 @@ def _type_the_rest(
     our own rules apply (:func:`polyonnx.graph.shapes.infer_outputs`).
     """
     known = {k: v for k, v in constants.items() if v.size <= _SMALL}
-    queue = deque(nodes)
+    queue: deque[Node | LoopUnrolling] = deque(nodes)
     typed: list[Node] = []
     merges: set[str] = set()
+
+    def add_constants(tensors: Iterable[onnx.TensorProto]) -> None:
+        for t in tensors:
+            constants[t.name] = _tensor(t)
+        for name, arr in constants.items():  # also the subgraphs' Constant nodes
+            if name not in values:
+                values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+                if arr.size <= _SMALL:
+                    known[name] = arr
+
+    def push(protos: Iterable[tuple[onnx.NodeProto, Guard]], *then: LoopUnrolling) -> None:
+        queue.extendleft(reversed([*_convert_nodes(protos, names, constants), *then]))
+        add_constants(())
+
     while queue:
         n = queue.popleft()
+        if isinstance(n, LoopUnrolling):
+            running = known.get(n.running)
+            protos, tensors, done = n.step(None if running is None else bool(running.all()))
+            add_constants(tensors)
+            push(protos, *(() if done else (n,)))
+            continue
         if n.op_type in CONTROL_FLOW and not n.domain:
-            expansion = _expand(n, values, constants, known)
+            for o in n.outputs:
+                values.pop(o, None)  # typed again from the nodes that replace the node
+            if n.op_type == "Loop":
+                queue.appendleft(_loop(n, known, opset))
+                continue
+            expansion = _expand(n, values, known) if n.op_type == "If" else _scan(n, values, opset)
             merges |= expansion.merges
-            queue.extendleft(reversed(_convert_nodes(expansion.nodes, names, constants)))
-            for name, arr in constants.items():  # the branches' Constant nodes
-                if name not in values:
-                    values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
-                    if arr.size <= _SMALL:
-                        known[name] = arr
+            add_constants(expansion.initializers)
+            push(expansion.nodes)
             continue
         if n.name in merges:
             _check_branches_agree(n, values)
@@ -225,13 +246,50 @@ def _evaluated(n: Node, known: Mapping[str, np.ndarray], opset: int) -> tuple[Va
     )
 
 
-def _expand(
-    n: Node,
-    values: dict[str, Value],
-    constants: dict[str, np.ndarray],
-    known: dict[str, np.ndarray],
-) -> Expansion:
-    """The If node ``n`` as the nodes of its branches; their initializers join the constants."""
+def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling:
+    """The unrolling of Loop node ``n``: its trip count must be known at compile time (or
+    absent, when the condition ends the loop)."""
+    trip_name, cond = n.input(0), n.input(1)
+    trip: int | None = None
+    if trip_name:
+        if trip_name not in known:
+            raise UnsupportedOpError(
+                "Loop", opset, n.name, f"trip count {trip_name!r} is known only at run time"
+            )
+        trip = int(np.asarray(known[trip_name]).reshape(-1)[0])
+        trip = None if trip >= 1 << 62 else max(trip, 0)  # INT64_MAX: no trip count
+    running = ""
+    if cond and cond in known:
+        if not bool(np.asarray(known[cond]).all()):
+            trip = 0
+    elif cond:
+        running = cond
+    return LoopUnrolling(
+        n.name, n.attr("body"), n.outputs, n.guard, trip, list(n.inputs[2:]), running, opset
+    )
+
+
+def _scan(n: Node, values: Mapping[str, Value], opset: int) -> Expansion:
+    """Scan node ``n`` unrolled over its (static) sequence length."""
+    if opset < 9:
+        raise UnsupportedOpError("Scan", opset, n.name, "Scan-8 (batched, sequence_lens)")
+    m = int(n.attr("num_scan_inputs", 0))
+    scanned = n.inputs[len(n.inputs) - m :]
+    if not m or any(i not in values for i in scanned):
+        raise ModelError(f"Scan node {n.name!r}: its {m} scan inputs must be typed tensors")
+    ranks = [len(values[i].shape) for i in scanned]
+    axes = list(n.attr("scan_input_axes") or [0] * m)
+    lengths = {int(values[i].shape[a % r]) for i, a, r in zip(scanned, axes, ranks, strict=True)}
+    if len(lengths) != 1:
+        raise ShapeError(f"Scan node {n.name!r}: its scan inputs differ in length {lengths}")
+    attrs = dict(n.attrs)
+    return expand_scan(
+        n.name, n.attr("body"), n.inputs, n.outputs, attrs, ranks, lengths.pop(), n.guard, opset
+    )
+
+
+def _expand(n: Node, values: dict[str, Value], known: dict[str, np.ndarray]) -> Expansion:
+    """The If node ``n`` as the nodes of its branches."""
     cond = n.input(0)
     if not cond or (cond not in values and cond not in known):
         raise ModelError(f"If node {n.name!r}: its condition {cond!r} is not defined")
@@ -240,9 +298,7 @@ def _expand(
             f"If node {n.name!r}: the condition {cond!r} must be a one-element bool tensor, "
             f"is {values[cond]}"
         )
-    for o in n.outputs:
-        values.pop(o, None)  # typed again from the branch that produces it
-    expansion = expand_if(
+    return expand_if(
         n.name,
         cond,
         n.outputs,
@@ -251,13 +307,6 @@ def _expand(
         known.get(cond),
         n.guard,
     )
-    for t in expansion.initializers:
-        arr = _tensor(t)
-        constants[t.name] = arr
-        values[t.name] = Value(t.name, arr.dtype.name, tuple(int(d) for d in arr.shape))
-        if arr.size <= _SMALL:
-            known[t.name] = arr
-    return expansion
 
 
 def _check_branches_agree(merge: Node, values: Mapping[str, Value]) -> None:

@@ -1,4 +1,4 @@
-"""If: branches inlined with guards, run as control flow in the entry point (vs onnxruntime)."""
+"""If (guarded branches, control flow in the entry point), Loop and Scan (unrolled) vs ORT."""
 
 from __future__ import annotations
 
@@ -180,3 +180,159 @@ def test_an_if_in_a_shared_library(tmp_path):
         np.testing.assert_allclose(
             sess.run(None, feeds)[0], onnxruntime_outputs(m, feeds)[0], rtol=1e-5, atol=1e-6
         )
+
+
+# --------------------------------------------------------------------------- Loop, Scan
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    g = oh.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _loop_body(cond_from_data: bool) -> onnx.GraphProto:
+    """``acc = acc * 0.5 + x * i``; scan output ``acc``; condition ``sum(acc) < limit``."""
+    nodes = [
+        oh.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+        oh.make_node("Mul", ["x", "fi"], ["xi"]),
+        oh.make_node("Mul", ["acc", "half"], ["h"]),
+        oh.make_node("Add", ["h", "xi"], ["acc_out"]),
+        oh.make_node("Identity", ["acc_out"], ["scan"]),
+    ]
+    if cond_from_data:
+        nodes += [
+            oh.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+            oh.make_node("Less", ["total", "limit"], ["cond_out"]),
+        ]
+    else:
+        nodes.append(oh.make_node("Identity", ["cond"], ["cond_out"]))
+    outs = [
+        oh.make_tensor_value_info("cond_out", T.BOOL, []),
+        oh.make_tensor_value_info("acc_out", T.FLOAT, [3]),
+    ]
+    if not cond_from_data:
+        outs.append(oh.make_tensor_value_info("scan", T.FLOAT, [3]))
+    return oh.make_graph(
+        nodes,
+        "body",
+        [
+            oh.make_tensor_value_info("i", T.INT64, []),
+            oh.make_tensor_value_info("cond", T.BOOL, []),
+            oh.make_tensor_value_info("acc", T.FLOAT, [3]),
+        ],
+        outs,
+        [nh.from_array(np.array(0.5, np.float32), "half")],
+    )
+
+
+def test_a_loop_with_a_constant_trip_count_and_scan_outputs():
+    m = _model(
+        [oh.make_node("Loop", ["n", "", "a0"], ["a", "s"], body=_loop_body(False))],
+        [
+            oh.make_tensor_value_info("x", T.FLOAT, [3]),
+            oh.make_tensor_value_info("a0", T.FLOAT, [3]),
+        ],
+        [
+            oh.make_tensor_value_info("a", T.FLOAT, [3]),
+            oh.make_tensor_value_info("s", T.FLOAT, [5, 3]),
+        ],
+        [nh.from_array(np.array(5, np.int64), "n")],
+    )
+    feeds = {"x": np.array([1, -2, 3], np.float32), "a0": np.array([4, 0, -1], np.float32)}
+    got = polyonnx.InferenceSession(m).run(None, feeds)
+    for g, r in zip(got, onnxruntime_outputs(m, feeds), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-6)
+
+
+@pytest.mark.parametrize("limit", [-100.0, 1.0, 8.0, 100.0])
+def test_a_loop_ended_by_a_condition_computed_at_run_time(limit: float):
+    # Iterations are guarded by the running condition; the result is the last one that ran.
+    m = _model(
+        [oh.make_node("Loop", ["n", "go", "a0"], ["a"], body=_loop_body(True))],
+        [
+            oh.make_tensor_value_info("x", T.FLOAT, [3]),
+            oh.make_tensor_value_info("a0", T.FLOAT, [3]),
+            oh.make_tensor_value_info("go", T.BOOL, []),
+            oh.make_tensor_value_info("limit", T.FLOAT, []),
+        ],
+        [oh.make_tensor_value_info("a", T.FLOAT, [3])],
+        [nh.from_array(np.array(6, np.int64), "n")],
+    )
+    sess = polyonnx.InferenceSession(m)
+    for go in (True, False):
+        feeds = {
+            "x": np.array([1, 2, 3], np.float32),
+            "a0": np.array([0.5, 0, 1], np.float32),
+            "go": np.array(go),
+            "limit": np.array(limit, np.float32),
+        }
+        np.testing.assert_allclose(
+            sess.run(None, feeds)[0], onnxruntime_outputs(m, feeds)[0], rtol=1e-6
+        )
+
+
+def test_a_loop_whose_trip_count_is_known_only_at_run_time_is_refused():
+    m = _model(
+        [oh.make_node("Loop", ["n", "", "a0"], ["a", "s"], body=_loop_body(False), name="lp")],
+        [
+            oh.make_tensor_value_info("x", T.FLOAT, [3]),
+            oh.make_tensor_value_info("a0", T.FLOAT, [3]),
+            oh.make_tensor_value_info("n", T.INT64, []),
+        ],
+        [
+            oh.make_tensor_value_info("a", T.FLOAT, [3]),
+            oh.make_tensor_value_info("s", T.FLOAT, [None, 3]),
+        ],
+    )
+    with pytest.raises(UnsupportedOpError, match="'lp'.*trip count 'n' is known only at run"):
+        polyonnx.InferenceSession(m)
+
+
+def test_a_scan_forward_and_reversed():
+    body = oh.make_graph(
+        [
+            oh.make_node("Add", ["s", "x"], ["s_out"]),
+            oh.make_node("Mul", ["s_out", "r"], ["y"]),
+        ],
+        "body",
+        [
+            oh.make_tensor_value_info("s", T.FLOAT, [2]),
+            oh.make_tensor_value_info("x", T.FLOAT, [2]),
+            oh.make_tensor_value_info("r", T.FLOAT, [2]),
+        ],
+        [
+            oh.make_tensor_value_info("s_out", T.FLOAT, [2]),
+            oh.make_tensor_value_info("y", T.FLOAT, [2]),
+        ],
+    )
+    scan = oh.make_node(
+        "Scan",
+        ["s0", "xs", "rs"],
+        ["s", "ys"],
+        body=body,
+        num_scan_inputs=2,
+        scan_input_axes=[0, 1],
+        scan_input_directions=[0, 1],
+        scan_output_axes=[1],
+        scan_output_directions=[1],
+    )
+    m = _model(
+        [scan],
+        [
+            oh.make_tensor_value_info("s0", T.FLOAT, [2]),
+            oh.make_tensor_value_info("xs", T.FLOAT, [4, 2]),
+            oh.make_tensor_value_info("rs", T.FLOAT, [2, 4]),
+        ],
+        [
+            oh.make_tensor_value_info("s", T.FLOAT, [2]),
+            oh.make_tensor_value_info("ys", T.FLOAT, [2, 4]),
+        ],
+    )
+    feeds = {
+        "s0": np.array([1, -1], np.float32),
+        "xs": RNG.standard_normal((4, 2)).astype(np.float32),
+        "rs": RNG.standard_normal((2, 4)).astype(np.float32),
+    }
+    got = polyonnx.InferenceSession(m).run(None, feeds)
+    for g, r in zip(got, onnxruntime_outputs(m, feeds), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-6)
