@@ -35,7 +35,7 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from polyonnx.errors import InputError
+from polyonnx.errors import InputError, UnsupportedOpError
 from polyonnx.options import Options
 from polyonnx.runtime.session import InferenceSession
 
@@ -251,6 +251,12 @@ class PolyonnxBackend(Backend):
         elif not isinstance(model, onnx.ModelProto):
             return PolyonnxRep(InferenceSession(model, options=options))
         if value_inputs(model):
+            for vi in (*model.graph.input, *model.graph.output):
+                kind = vi.type.WhichOneof("value")
+                if kind not in ("tensor_type", None):
+                    raise UnsupportedOpError(
+                        "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
+                    )
             # Compiled on first run, once per value of the shape-determining inputs.
             return PolyonnxRep(None, model, options)
         return PolyonnxRep(_session(model, options))

@@ -15,7 +15,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import inliner, shape_inference, version_converter
 
-from polyonnx.errors import ModelError, ShapeError
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 
 #: Opset that models older than it are upgraded to by default: opset 13 moved axes of
 #: Squeeze/Unsqueeze/ReduceSum and the split sizes of Split to inputs, so lowerings only handle
@@ -128,11 +128,17 @@ def _one_line(e: BaseException) -> str:
 
 
 def default_opset(model: onnx.ModelProto) -> int:
-    """The version of the default ONNX domain a model imports; ModelError when it has none."""
+    """The version of the default ONNX domain a model imports; UnsupportedOpError when it
+    imports only other domains (ai.onnx.ml, ai.onnx.preview.training: valid, not compiled)."""
     for op in model.opset_import:
         if op.domain in ("", "ai.onnx"):
             return int(op.version)
-    raise ModelError(f"model {model.graph.name!r} does not import the default ONNX domain")
+    domains = sorted(op.domain for op in model.opset_import)
+    raise UnsupportedOpError(
+        "model",
+        node=model.graph.name,
+        detail=f"it imports only the domains {domains}, not the default ONNX domain",
+    )
 
 
 def _parse(
