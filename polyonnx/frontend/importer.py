@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
+from polyonnx.frontend.functions import expand_functions
 from polyonnx.frontend.load import ModelSource, default_opset, load_model
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
@@ -47,12 +48,15 @@ def import_model(
     *,
     target_opset: int | None = None,
     base_dir: str | os.PathLike | None = None,
+    expand: Callable[[str, int], bool] | None = None,
 ) -> Graph:
     """Load ``model`` (see :func:`load_model`) and build a fully static :class:`Graph`.
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic or unknown dimensions;
     dimensions the model fixes must agree. Initializers (also when listed as graph inputs, as
-    in IR version 3 models) and ``Constant`` nodes become ``graph.constants``.
+    in IR version 3 models) and ``Constant`` nodes become ``graph.constants``. Nodes of the ops
+    ``expand(op_type, opset)`` selects are replaced by their ONNX function bodies, when they
+    have one (:mod:`polyonnx.frontend.functions`).
 
     Example:
         >>> g = import_model("resnet50.onnx", {"data": (1, 3, 224, 224)})  # doctest: +SKIP
@@ -60,6 +64,8 @@ def import_model(
         (1, 3, 224, 224)
     """
     proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
+    if expand is not None:
+        proto = expand_functions(proto, expand, default_opset(proto))
     gp = proto.graph
     init_names = {t.name for t in gp.initializer}
     if _specialise_inputs(gp, init_names, dict(input_shapes or {})):
