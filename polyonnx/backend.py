@@ -73,6 +73,7 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
             "TopK",
             "Trilu",
             "CenterCropPad",
+            "AffineGrid",
             "Upsample",
         )
     },

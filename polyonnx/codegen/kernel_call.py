@@ -34,7 +34,7 @@ def kernel_callable(
     module = ir.Module(name=kernel.name)
     name = f"polyonnx_kernel_{next(_ids)}_{kernel.name}"
     emit_kernel(module, replace(kernel, name=name), ast, CodegenConfig.for_options(options))
-    address, keep = jit(module, name, options)
+    address = jit(module, name, options)
     proto = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(kernel.buffers))
     fn = proto(address)
 
@@ -60,5 +60,4 @@ def kernel_callable(
         if status:
             raise InputError(f"kernel {kernel.name}: run-time check failed (status {status})")
 
-    run.keep_alive = keep  # type: ignore[attr-defined]
     return run

@@ -20,6 +20,10 @@ from polyonnx.krnl.ir import FLOAT_DTYPES, Const
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
+FAST = ("contract",)
+"""The fast-math flags of floating-point adds, subtractions and multiplications: LLVM may
+fuse them into FMAs, never reassociate them (see :mod:`polyonnx.codegen.scalar`)."""
+
 _SCALAR_TYPES: dict[str, ir.Type] = {
     "float16": ir.HalfType(),
     "float32": ir.FloatType(),

@@ -1,5 +1,6 @@
 """The arithmetic of krnl expressions in LLVM IR, on scalars or lane-wise on vectors: unary and
-binary ops, integer division and power, casts, LLVM intrinsics and libm calls.
+binary ops, integer division and power, casts, LLVM intrinsics and libm calls; float32 (and
+float16) exp, log, tanh, sigmoid and erf inline from :mod:`polyonnx.codegen.vecmath`.
 
 Which instructions an op becomes is data: a table per operand kind (float, signed and unsigned
 integer; bool is unsigned) from op name to its emitter. :class:`ScalarEmitter` needs only a
@@ -19,8 +20,10 @@ Example:
     >>> x = fn.args[0]
     >>> s.unary("abs", x, "float32").callee.name
     'llvm.fabs.f32'
-    >>> s.unary("tanh", x, "float32").callee.name  # (libm)
-    'tanhf'
+    >>> s.unary("sinh", x, "float32").callee.name  # (libm)
+    'sinhf'
+    >>> "call" in str(s.unary("tanh", x, "float32"))  # inline: codegen/vecmath.py
+    False
     >>> product = s.binary("mul", x, x, "float32")
     >>> product.opname, product.flags
     ('fmul', ['contract'])
@@ -34,7 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from polyonnx.codegen import vecmath
 from polyonnx.codegen.llvm_types import (
+    FAST,
     I1,
     I32,
     const_like,
@@ -47,9 +52,6 @@ from polyonnx.codegen.llvm_types import (
     zero,
 )
 from polyonnx.errors import CodegenError
-
-FAST = ("contract",)
-"""The fast-math flags of floating-point adds, subtractions and multiplications."""
 
 Declare = Callable[[str, ir.Type, list[ir.Type]], ir.Function]
 """``declare(name, return type, argument types)``: the external function ``name``."""
@@ -213,6 +215,23 @@ def _sigmoid(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
     return b.fdiv(one, b.fadd(one, e))
 
 
+def _vecmath(op: str, double: UnaryEmit) -> UnaryEmit:
+    """``op`` by :mod:`polyonnx.codegen.vecmath` in float32 (half precision converted to
+    float32 and back), by ``double`` in float64."""
+    compute = vecmath.FUNCTIONS[op]
+
+    def emit(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
+        b = s.builder
+        if dtype == "float64":
+            return double(s, x, dtype)
+        if dtype == "float16":
+            wide = compute(b, b.fpext(x, like(x.type, ir.FloatType())))
+            return b.fptrunc(wide, x.type)
+        return compute(b, x)
+
+    return emit
+
+
 def _is_inf(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
     inf = const_like(x.type, float("inf"))
     return s.builder.fcmp_ordered("==", s.float_call("fabs", [x], dtype), inf)
@@ -230,8 +249,6 @@ _FLOAT_UNARY: dict[str, UnaryEmit] = {
     **{
         op: _intrinsic(name)
         for op, name in (
-            ("exp", "exp"),
-            ("log", "log"),
             ("sqrt", "sqrt"),
             ("sin", "sin"),
             ("cos", "cos"),
@@ -250,14 +267,16 @@ _FLOAT_UNARY: dict[str, UnaryEmit] = {
             "atan",
             "sinh",
             "cosh",
-            "tanh",
             "asinh",
             "acosh",
             "atanh",
-            "erf",
         )
     },
-    "sigmoid": _sigmoid,
+    "exp": _vecmath("exp", _intrinsic("exp")),
+    "log": _vecmath("log", _intrinsic("log")),
+    "tanh": _vecmath("tanh", _libm("tanh")),
+    "erf": _vecmath("erf", _libm("erf")),
+    "sigmoid": _vecmath("sigmoid", _sigmoid),
     "isnan": lambda s, x, dtype: s.builder.fcmp_unordered("uno", x, x),
     "isinf": _is_inf,
     "isposinf": lambda s, x, dtype: s.builder.fcmp_ordered(

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -26,7 +27,13 @@ from onnx import helper, numpy_helper, shape_inference
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
 from polyonnx.frontend.functions import expand_functions
-from polyonnx.frontend.load import ModelSource, default_opset, load_model
+from polyonnx.frontend.load import (
+    DATA_PROP_MAX_ELEMENTS,
+    ModelSource,
+    default_opset,
+    infer_shapes,
+    load_model,
+)
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -74,7 +81,7 @@ def import_model(
         for o in gp.output:
             if o.type.HasField("tensor_type"):
                 o.type.tensor_type.ClearField("shape")
-        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        proto = infer_shapes(proto)
         gp = proto.graph
 
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
@@ -210,8 +217,11 @@ def _type_the_rest(
             _type_dynamic(n, values, {**constants, **known}, opset)
         if any(o and o not in values for o in n.outputs):
             validate_node(n, values)  # a bad attribute is the likely reason inference failed
-            inferred = _infer_alone(n, values, known, opset) or _evaluated(n, known, opset)
-            for v in inferred or infer_outputs(n, values):
+            for v in (
+                _infer_alone(n, values, known, opset)
+                or _range_output(n, known)
+                or infer_outputs(n, values)
+            ):
                 values.setdefault(v.name, v)
         for o in n.outputs:
             if o and o not in values:
@@ -238,18 +248,6 @@ def _type_the_rest(
         ):
             known.update(evaluate_node(n, known, opset) or {})
     return typed
-
-
-def _evaluated(n: Node, known: Mapping[str, np.ndarray], opset: int) -> tuple[Value, ...]:
-    """The outputs' types from their values, for a node whose inputs are all known (ONNX
-    inference is stricter than the reference: a Range of one-element tensors); () if not."""
-    if n.domain or not all(i in known for i in n.inputs if i):
-        return ()
-    out = evaluate_node(n, known, opset) or {}
-    return tuple(
-        Value(k, np.asarray(v).dtype.name, tuple(int(d) for d in np.shape(v)))
-        for k, v in out.items()
-    )
 
 
 def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling:
@@ -342,6 +340,27 @@ def _type_dynamic(
             values.setdefault(name, Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape)))
 
 
+def _range_output(n: Node, known: Mapping[str, np.ndarray]) -> tuple[Value, ...]:
+    """Range's output from known scalar operands, which ONNX inference types only for some
+    element types (not float16). Its extent by the ONNX formula, not by evaluating it: a huge
+    range is then refused by the size limit instead of being allocated."""
+    if (
+        n.op_type != "Range"
+        or n.domain
+        or len(n.inputs) != 3
+        or any(i not in known for i in n.inputs)
+    ):
+        return ()
+    operands = [np.asarray(known[i]) for i in n.inputs]
+    if any(a.size != 1 for a in operands):
+        return ()
+    start, limit, delta = (float(a.reshape(-1)[0]) for a in operands)
+    if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+        return ()
+    extent = max(math.ceil((limit - start) / delta), 0)
+    return (Value(n.outputs[0], operands[0].dtype.name, (extent,)),)
+
+
 def _infer_alone(
     n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray], opset: int
 ) -> tuple[Value, ...]:
@@ -366,7 +385,13 @@ def _infer_alone(
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        # (Data propagation only for small vectors: see DATA_PROP_MAX_ELEMENTS.)
+        small = all(
+            len(values[i].shape) != 1 or values[i].shape[0] <= DATA_PROP_MAX_ELEMENTS
+            for i in ins
+            if i not in known
+        )
+        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=small)
     except Exception:  # inference raises assorted C++ errors; other rules get their turn
         return ()
     out = [_value(vi) for vi in inferred.graph.output]
@@ -396,10 +421,8 @@ def _dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
-    # A negative dim_value is an older exporter's dynamic dimension (onnxruntime's reading).
     return tuple(
-        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None)
-        for d in tt.shape.dim
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
     )
 
 
@@ -445,8 +468,8 @@ def _specialise_inputs(
                     f"the model declares rank {len(dims)}"
                 )
             for i, (d, g) in enumerate(zip(dims, given, strict=True)):
-                # Older exporters write -1 or 0 for a dynamic dimension (onnxruntime reads
-                # both as symbolic): input_shapes may set it.
+                # Older exporters write 0 (or -1, see load.py) for a dynamic dimension:
+                # input_shapes may set it.
                 if isinstance(d, int) and d > 0 and d != g:
                     raise ShapeError(
                         f"input_shapes[{name!r}] = {given}: dim {i} is fixed to {d} by the model"

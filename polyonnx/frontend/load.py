@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import inliner, shape_inference, version_converter
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.frontend.value_types import check_inputs, infer_checked
 
 #: Opset that models older than it are upgraded to by default: opset 13 moved axes of
 #: Squeeze/Unsqueeze/ReduceSum and the split sizes of Split to inputs, so lowerings only handle
@@ -52,6 +53,8 @@ def load_model(
     if target_opset is None and any(p.key == LOADED_MARK for p in proto.metadata_props):
         return proto  # already checked, upgraded and inferred by this function
     _load_external_data(proto, folder, where)
+    _negative_dims_are_dynamic(proto.graph)
+    check_inputs(proto.graph, where)
     # The checker, converter and shape inference copy the whole proto several times; with the
     # weights set aside they copy the graph alone.
     weights = _detach_weights(proto)
@@ -64,12 +67,47 @@ def load_model(
         proto = inliner.inline_local_functions(proto)
     proto = _convert(proto, target_opset, where)
     try:
-        proto = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, RuntimeError) as e:
+        proto = infer_checked(proto, infer_shapes, where)
+    except (onnx.shape_inference.InferenceError, RuntimeError, MemoryError) as e:
         raise ShapeError(f"{where}: ONNX shape inference failed: {_one_line(e)}") from None
     _attach_weights(proto, weights)
     proto.metadata_props.add(key=LOADED_MARK, value="1")
     return proto
+
+
+#: 1-D values larger than this make ONNX's data propagation (which polyonnx wants for shape
+#: arithmetic on small integer vectors) allocate about 70 bytes per element of an Add or Mul
+#: with a constant: a [2**40] input was an out-of-memory kill.
+DATA_PROP_MAX_ELEMENTS = 1 << 16
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference (lenient), with data propagation unless a 1-D value is too large
+    for it (see :data:`DATA_PROP_MAX_ELEMENTS`; polyonnx's own rules type what it leaves)."""
+    plain = shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+    if _longest_vector(plain.graph) > DATA_PROP_MAX_ELEMENTS:
+        return plain
+    return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+
+
+def _longest_vector(graph: onnx.GraphProto) -> int:
+    lengths = [t.dims[0] for t in graph.initializer if len(t.dims) == 1]
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].HasField("dim_value"):
+            lengths.append(dims[0].dim_value)
+    return max(lengths, default=0)
+
+
+def _negative_dims_are_dynamic(graph: onnx.GraphProto) -> None:
+    """Older exporters write ``dim_value: -1`` for a dynamic dimension, and onnxruntime reads it
+    so: such a dimension (of an input, output or ``value_info``) becomes an unnamed one, which
+    ``input_shapes`` or the fed arrays then set."""
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        if vi.type.HasField("tensor_type"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    d.ClearField("dim_value")
 
 
 #: Metadata key marking a model :func:`load_model` returned, so loading it again is a copy.

@@ -32,16 +32,21 @@ def campaign(
     seconds: float | None,
     show: bool = False,
     timeout: float = 120.0,
+    heap_checks: bool = False,
 ) -> int:
     """Run cases ``seed .. seed + cases - 1`` (kinds taking turns); print a summary.
+
+    ``heap_checks`` runs the worker under glibc's heap checks (:class:`Worker`): a worker
+    that aborts when it exits counts as one more failure.
 
     Returns the number of failures.
     """
     counts: dict[str, int] = {}
-    failures: list[tuple[str, int, Case, Outcome]] = []
+    failures: list[tuple[str, int, Case | None, Outcome]] = []
     start = time.monotonic()
     tried = 0
-    with Worker(timeout) as worker:
+    worker = Worker(timeout, heap_checks=heap_checks)
+    with worker:
         for i in range(cases):
             if seconds is not None and time.monotonic() - start > seconds:
                 break
@@ -73,12 +78,17 @@ def campaign(
                     f"{time.monotonic() - start:.0f} s",
                     flush=True,
                 )
+    for code in worker.bad_exits:
+        failures.append(("exit", -1, None, Outcome("crash", f"worker exit code {code}")))
+        print(f"FAIL a worker exited with code {code} after its last case", flush=True)
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(
         f"cases tried: {tried} ({summary}); failures: {len(failures)}; "
         f"{time.monotonic() - start:.0f} s"
     )
     for kind, s, _, _ in failures:
+        if s < 0:
+            continue
         print(f"  replay: python -m polyonnx.fuzz --kinds {kind} --seed {s} --cases 1 --show")
     return len(failures)
 
@@ -105,9 +115,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seconds one case may take before it counts as a hang (default 120)",
     )
     p.add_argument("--show", action="store_true", help="print every case and its outcome")
+    p.add_argument(
+        "--heap-checks",
+        action="store_true",
+        help="run the worker under glibc's heap checks (MALLOC_CHECK_=3, MALLOC_PERTURB_)",
+    )
     args = p.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         p.error(f"unknown kinds {unknown}; choose among {', '.join(KINDS)}")
-    return 1 if campaign(kinds, args.cases, args.seed, args.seconds, args.show, args.timeout) else 0
+    failed = campaign(
+        kinds, args.cases, args.seed, args.seconds, args.show, args.timeout, args.heap_checks
+    )
+    return 1 if failed else 0

@@ -1,13 +1,94 @@
-"""Checking cases in a worker process, so that a crash or a hang is an outcome."""
+"""Checking cases in a worker process, so that a crash or a hang is an outcome.
+
+With ``heap_checks``, the worker runs under glibc's debugging malloc (``MALLOC_CHECK_=3``,
+freed and new memory filled by ``MALLOC_PERTURB_``): a write outside an allocation or a bad
+``free`` aborts the worker, inside a case (a ``crash``) or when it exits (reported by
+:meth:`Worker.close`), instead of silently changing results later.
+"""
 
 from __future__ import annotations
 
+import ctypes.util
+import functools
 import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
 
 from polyonnx.fuzz.case import Case, Outcome
 from polyonnx.fuzz.checker import check
+
+#: glibc's debugging malloc: since glibc 2.34 ``MALLOC_CHECK_`` works only with it preloaded.
+MALLOC_DEBUG_LIBRARY = "libc_malloc_debug.so.0"
+
+
+#: A one-byte heap overrun, then its ``free``: glibc's checks abort it (SIGABRT).
+_CANARY = (
+    "import ctypes; libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p; "
+    "libc.free.argtypes = [ctypes.c_void_p]; p = libc.malloc(24); "
+    "ctypes.memset(p, 0x55, 25); libc.free(p)"
+)
+
+
+def heap_check_environment() -> dict[str, str]:
+    """The environment variables that turn glibc's heap checks on in a new process.
+
+    ``MALLOC_PERTURB_`` always; ``MALLOC_CHECK_=3`` with glibc's debugging malloc preloaded
+    when a canary (a one-byte overrun) shows it works with this interpreter: it does not when
+    a shared ``libpython`` allocates before the debugging malloc is initialised (pyenv's
+    builds), and then only glibc's own checks and the perturbation are on.
+
+    Example:
+        >>> sorted(heap_check_environment())                            # doctest: +SKIP
+        ['LD_PRELOAD', 'MALLOC_CHECK_', 'MALLOC_PERTURB_']
+    """
+    env = {"MALLOC_PERTURB_": "165"}
+    if ctypes.util.find_library("c_malloc_debug") is not None:
+        preloads = os.environ.get("LD_PRELOAD", "").split()
+        preload = " ".join(
+            [*preloads, MALLOC_DEBUG_LIBRARY] if MALLOC_DEBUG_LIBRARY not in preloads else preloads
+        )
+        debug = {"LD_PRELOAD": preload, "MALLOC_CHECK_": "3"}
+        if _catches_overrun(tuple(sorted(debug.items()))):
+            env.update(debug)
+    return env
+
+
+@functools.cache
+def _catches_overrun(extra: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a process of this interpreter with ``extra`` set aborts on the canary."""
+    run = subprocess.run(
+        [sys.executable, "-c", _CANARY],
+        env={**os.environ, **dict(extra)},
+        capture_output=True,
+        timeout=60,
+    )
+    return run.returncode == -signal.SIGABRT
+
+
+def heap_checks_catch_overruns() -> bool:
+    """Whether :func:`heap_check_environment` includes glibc's debugging malloc here."""
+    return "MALLOC_CHECK_" in heap_check_environment()
+
+
+@contextmanager
+def _environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``extra`` set while a child process is started (spawn copies it)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _serve(conn: Connection) -> None:
@@ -29,11 +110,15 @@ class Worker:
         'pass'
     """
 
-    def __init__(self, timeout: float = 120.0) -> None:
+    def __init__(self, timeout: float = 120.0, heap_checks: bool = False) -> None:
         self.timeout = timeout
+        self._environment = heap_check_environment() if heap_checks else {}
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
+        #: Exit codes of workers that ended badly after answering their last case (a heap
+        #: check firing at exit: -6 is SIGABRT).
+        self.bad_exits: list[int] = []
 
     def __enter__(self) -> Worker:
         return self
@@ -44,18 +129,22 @@ class Worker:
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child,), daemon=True)
-        self._proc.start()
+        with _environment(self._environment):
+            self._proc.start()
         child.close()
         self._conn = parent
 
     def close(self) -> None:
+        """Stop the worker; a worker that exits with an error is recorded in ``bad_exits``."""
         if self._proc is not None:
             if self._conn is not None:
                 self._conn.close()
-            self._proc.join(timeout=5)
+            self._proc.join(timeout=30)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join()
+            elif self._proc.exitcode != 0:
+                self.bad_exits.append(self._proc.exitcode)
         self._proc = self._conn = None
 
     def check(self, case: Case) -> Outcome:

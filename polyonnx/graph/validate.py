@@ -87,6 +87,12 @@ def _check_value(v: Value, what: str, limit: int) -> None:
             f"{elem}; polyonnx handles numeric and bool tensors",
         )
     if v.is_static:
+        # (One dim this large is absurd even when another is 0 and the tensor holds nothing.)
+        if any(int(d) > limit for d in v.shape):
+            raise ModelError(
+                f"value {v.name!r} ({what}) has shape {list(v.shape)}, a dimension "
+                f"larger than the limit of {limit} bytes (Options.max_tensor_bytes)"
+            )
         nbytes = int(np.prod(v.shape, dtype=object)) * np.dtype(v.dtype).itemsize
         if nbytes > limit:
             raise ModelError(

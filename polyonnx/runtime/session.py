@@ -107,7 +107,7 @@ class Executable:
             jit=True,
             meanwhile=lambda: weights.append(compiled.plan.weights_blob(program)),
         )
-        address, module = jit_with_objects(
+        address = jit_with_objects(
             compiled.entry_module(), objects, compiled.entry, compiled.options
         )
         meta = json.loads(compiled.metadata())
@@ -118,7 +118,6 @@ class Executable:
             weights[0],
             compiled.plan.workspace_size,
             [k.ops for k in program.kernels],
-            keep_alive=module,
             dynamic=_dynamic_shapes(meta),
             count_outputs=meta["count_outputs"],
         )
@@ -365,11 +364,8 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
                 "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
             )
         tt = vi.type.tensor_type
-        # A dim_value of -1 or 0 is an older exporter's dynamic dimension (as onnxruntime
-        # reads it): any extent is fed, and the model compiled for it.
         dims: list[int | str] = [
-            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-            for d in tt.shape.dim
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
         ]
         dtype = (
             np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name

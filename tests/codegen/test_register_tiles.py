@@ -237,7 +237,7 @@ def test_streamed_weights_are_prefetched_once_per_vector(above: int, prefetches:
         "acc": np.zeros((8, 32), np.float32),
         "y": np.zeros((8, 32), np.float32),
     }
-    address, _ = jit(module, name, polyonnx.Options())
+    address = jit(module, name, polyonnx.Options())
     run = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(kernel.buffers))(address)
     assert run(*(arrays[buf.name].ctypes.data for buf in kernel.buffers)) == 0
     np.testing.assert_allclose(arrays["y"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)

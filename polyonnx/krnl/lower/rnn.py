@@ -1,30 +1,66 @@
 """Recurrent layers: RNN, GRU, LSTM.
 
-Each direction is a time loop ``t`` whose body computes the gate pre-activations of every
-batch row (a small matmul of ``X[t]`` with ``W`` and of the previous hidden state with ``R``,
-into the temp ``<node>__gates``), then updates the state buffers ``<node>__h`` (and
-``<node>__c``) in place and writes ``Y[t]``. The state written at step ``t`` is read at step
-``t + 1``: a real loop-carried dependence, visible to isl through the accesses. For an RNN::
+A layer is lowered as the two products a fast implementation computes, each a loop nest the
+scheduler tiles:
 
-    for b, h:
-      S: H[0, b, h] = initial_h[0, b, h]
-    for t:
-      for b, j:
-        S: G[b, j] = (B[0, j] + B[0, H + j])
-        for k:
-          S: G[b, j] = (G[b, j] + (X[t, b, k] * W[0, j, k]))
-        for k:
-          S: G[b, j] = (G[b, j] + (H[0, b, k] * R[0, j, k]))
-      for b, h:
-        S: H[0, b, h] = tanh(G[b, h])
-        S: Y[t, 0, b, h] = H[0, b, h]
-    for b, h:
-      S: Y_h[0, b, h] = H[0, b, h]
+1. the **input projection** of every time step at once: per direction one GEMM into the temp
+   ``<node>__xw`` ``[D, T, B, gates, H]`` in step order (the reverse direction's step ``s``
+   reads ``X[T-1-s]``), starting from the biases;
+2. a **step loop** ``s``, which carries the recurrence: the recurrent product
+   ``G[d, b, q, v] = sum_h hs[d, s, b, h] * RT[d, q, h, v]`` (a GEMV for a batch of one, its
+   vector loop ``v`` along the rows of the packed weights), then the gate non-linearities and
+   the state update, element-wise along ``v``.
 
-The reverse direction reads ``X[T-1-t]`` and writes ``Y[T-1-t]``. ``sequence_lens`` masks the
-forward direction (state kept, ``Y`` zero past a row's length); a reverse pass over rows of
-different lengths would need a data-dependent write position and is refused.
-"""
+The directions of a bidirectional layer share one step loop under a loop ``d`` over them
+when their activations agree: nothing flows between directions, so ``d`` is a parallel loop.
+
+``W`` and ``R`` are repacked gate by gate to ``[D, gates, k, H]`` (a gate's output column
+``v`` contiguous): at compile time when they are constant, else by a transpose nest. The
+hidden state of every step is kept, ``<node>__hs[d, s]`` (``[D, T+1, B, H]``, ``hs[d, 0]``
+the initial state): a step's product reads one slice and its update writes the next, and
+``Y`` is copied from it in time order at the end. An LSTM's cell state is updated in place.
+
+``sequence_lens`` masks each row: a step at a time ``>= sequence_lens[b]`` keeps the state
+(so the reverse direction starts from the initial state at the row's last time) and ``Y`` is
+zero there. A bidirectional RNN (``T = 3, B = 1, I = 2, H = 4``)::
+
+    for d in [0, 1):
+      for s in [0, 3):
+        for b in [0, 1):
+          for q in [0, 1):
+            for v in [0, 4):
+              S0: rnn__xw[d, s, b, q, v] = rnn__bias[d, q, v]
+              for k in [0, 2):
+                S1: rnn__xw[d, s, b, q, v] = (rnn__xw[d, s, b, q, v] + (X[s, b, k] * rnn__wt[d, q, k, v]))
+    for d in [1, 2):
+      ... the same, reading X[-s + 2, b, k]
+    for d in [0, 2):
+      for b in [0, 1):
+        for h in [0, 4):
+          S4: rnn__hs[d, 0, b, h] = 0.0
+    for d in [0, 2):
+      for s in [0, 3):
+        for b in [0, 1):
+          for q in [0, 1):
+            for v in [0, 4):
+              S5: rnn__gates[d, b, q, v] = 0.0
+              for h in [0, 4):
+                S6: rnn__gates[d, b, q, v] = (rnn__gates[d, b, q, v] + (rnn__hs[d, s, b, h] * rnn__rt[d, q, h, v]))
+        for b in [0, 1):
+          for v in [0, 4):
+            S7: rnn__hs[d, s + 1, b, v] = tanh((rnn__xw[d, s, b, 0, v] + rnn__gates[d, b, 0, v]))
+    for d in [0, 1):
+      for t in [0, 3):
+        for b in [0, 1):
+          for h in [0, 4):
+            S8: Y[t, d, b, h] = rnn__hs[d, t + 1, b, h]
+    for d in [1, 2):
+      ... the same from rnn__hs[d, -t + 3, b, h]
+    for d in [0, 2):
+      for b in [0, 1):
+        for h in [0, 4):
+          S10: Y_h[d, b, h] = rnn__hs[d, 3, b, h]
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -49,6 +85,8 @@ from polyonnx.krnl.lower.gather import as_int64
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 Act = Callable[[ir.Expr], ir.Expr]
+ActSpec = tuple[str, float | None, float | None]
+"""An activation function's canonical name with its alpha and beta (None: the default)."""
 
 _ALPHA = {
     "Affine": 1.0,
@@ -59,11 +97,23 @@ _ALPHA = {
     "Elu": 1.0,
 }
 _BETA = {"Affine": 0.0, "ScaledTanh": 1.0, "HardSigmoid": 0.5}
+_ACTIVATIONS = (
+    "Sigmoid",
+    "Tanh",
+    "Relu",
+    "Affine",
+    "LeakyRelu",
+    "ThresholdedRelu",
+    "ScaledTanh",
+    "HardSigmoid",
+    "Elu",
+    "Softsign",
+    "Softplus",
+)
 
 
-def _activation(
-    node: Node, ctx: LowerContext, name: str, alpha: float | None, beta: float | None
-) -> Act:
+def _activation(node: Node, ctx: LowerContext, spec: ActSpec) -> Act:
+    name, alpha, beta = spec
     a = _ALPHA.get(name, 0.0) if alpha is None else alpha
     b = _BETA.get(name, 0.0) if beta is None else beta
     if name == "Sigmoid":
@@ -91,9 +141,9 @@ def _activation(
     raise unsupported(node, ctx, f"activation {name!r}")
 
 
-def _activations(
-    node: Node, ctx: LowerContext, defaults: Sequence[str], directions: int
-) -> list[list[Act]]:
+def _activation_specs(
+    node: Node, defaults: Sequence[str], directions: int
+) -> list[tuple[ActSpec, ...]]:
     """Per direction, the activation functions (f, g[, h]) with their alpha/beta."""
     names = [
         str(n.decode() if isinstance(n, bytes) else n) for n in node.attr("activations", ())
@@ -106,36 +156,31 @@ def _activations(
     # The alpha and beta lists are consumed in order by the functions that take them.
     alphas = list(node.attr("activation_alpha", ()))[::-1]
     betas = list(node.attr("activation_beta", ()))[::-1]
-    acts: list[Act] = []
+    # Canonical names are case-sensitive in the spec; accept any case like onnxruntime.
+    canonical = {n.lower(): n for n in _ACTIVATIONS}
+    specs: list[ActSpec] = []
     for name in names:
-        # Canonical names are case-sensitive in the spec; accept any case like onnxruntime.
-        canonical = {
-            n.lower(): n
-            for n in (
-                "Sigmoid",
-                "Tanh",
-                "Relu",
-                "Affine",
-                "LeakyRelu",
-                "ThresholdedRelu",
-                "ScaledTanh",
-                "HardSigmoid",
-                "Elu",
-                "Softsign",
-                "Softplus",
-            )
-        }.get(name.lower(), name)
-        alpha = float(alphas.pop()) if canonical in _ALPHA and alphas else None
-        beta = float(betas.pop()) if canonical in _BETA and betas else None
-        acts.append(_activation(node, ctx, canonical, alpha, beta))
-    return [acts[d * per : (d + 1) * per] for d in range(directions)]
+        known = canonical.get(name.lower(), name)
+        alpha = float(alphas.pop()) if known in _ALPHA and alphas else None
+        beta = float(betas.pop()) if known in _BETA and betas else None
+        specs.append((known, alpha, beta))
+    return [tuple(specs[d * per : (d + 1) * per]) for d in range(directions)]
 
 
 class _Rnn:
-    """Shapes, layouts and the shared pieces of the three recurrent lowerings."""
+    """Shapes, layouts and the nests the three recurrent lowerings share.
+
+    ``fold`` is how many leading gates take the recurrent bias into the input projection
+    (all but a GRU's ``h`` gate with ``linear_before_reset``, where it sits inside the reset).
+    """
 
     def __init__(
-        self, node: Node, ctx: LowerContext, gates: int, default_acts: Sequence[str]
+        self,
+        node: Node,
+        ctx: LowerContext,
+        gates: int,
+        default_acts: Sequence[str],
+        fold: int | None = None,
     ) -> None:
         self.node, self.ctx = node, ctx
         self.x, self.w, self.r = node.input(0), node.input(1), node.input(2)
@@ -153,11 +198,7 @@ class _Rnn:
         if direction not in ("forward", "reverse", "bidirectional"):
             raise bad_attr(node, "direction", f"has unknown value {direction!r}")
         self.directions = 2 if direction == "bidirectional" else 1
-        self.reverse = (
-            [direction == "reverse", True][: self.directions]
-            if direction != "bidirectional"
-            else [False, True]
-        )
+        self.reverse = [False, True] if self.directions == 2 else [direction == "reverse"]
         ws = ctx.shape(self.w)
         self.gates = gates
         self.hidden = ws[1] // gates
@@ -171,142 +212,231 @@ class _Rnn:
             )
         clip = node.attr("clip")
         self.clip = float(clip) if clip is not None else None
-        self.acts = _activations(node, ctx, default_acts, self.directions)
+        self.specs = _activation_specs(node, default_acts, self.directions)
+        self.fold = gates if fold is None else fold
         self.temps: list[ir.Buffer] = []
-        self.h = self.temp("h", (self.directions, self.batch, self.hidden))
-        self.g = self.temp("gates", (self.batch, gates * self.hidden))
+        self.constants: list[tuple[str, np.ndarray]] = []
+        self.nests: list[ir.Node] = []
         self.mask_lens = self._sequence_lens()
+        shape = (self.directions, self.seq, self.batch, gates, self.hidden)
+        self.xw = self.temp("xw", shape)
+        self.hs = self.temp("hs", (self.directions, self.seq + 1, self.batch, self.hidden))
+        self.g = self.temp("gates", (self.directions, self.batch, gates, self.hidden))
+        self.wt = self.rt = ""
+
+    def prologue(self) -> None:
+        """The nests before the step loops: packed weights, biases, the input projection and
+        the initial hidden state."""
+        self.wt = self._packed(self.w, "wt", self.inp)
+        self.rt = self._packed(self.r, "rt", self.hidden)
+        bias = self._bias()
+        for d in range(self.directions):
+            self.nests += self._projection(d, bias)
+        self.nests += self.init_state(self.hs, (var("d"), 0, var("b"), var("h")), self.h0)
 
     def temp(self, what: str, shape: tuple[int, ...]) -> str:
         buf = ir.Buffer(f"{self.node.name}__{what}", self.dtype, shape)
         self.temps.append(buf)
         return buf.name
 
+    def lowered(self) -> Lowered:
+        return Lowered(tuple(self.nests), tuple(self.temps), tuple(self.constants))
+
     def _sequence_lens(self) -> bool:
         if not self.lens:
             return False
         value = self.ctx.constant(self.lens)
-        if value is not None and bool(np.all(np.asarray(value) == self.seq)):
-            return False  # every row runs the full length: nothing to mask
-        if any(self.reverse):
-            raise unsupported(
-                self.node,
-                self.ctx,
-                "sequence_lens with a reverse direction (rows of different lengths)",
-            )
-        return True
+        return value is None or not bool(np.all(np.asarray(value) == self.seq))
+
+    # ---- the packed weights and the input projection
+    def _packed(self, weights: str, what: str, inner: int) -> str:
+        """``weights`` ``[D, gates*H, inner]`` as ``[D, gates, inner, H]``: repacked at
+        compile time when constant, else by a transpose nest."""
+        shape = (self.directions, self.gates, inner, self.hidden)
+        value = self.ctx.constant(weights)
+        name = f"{self.node.name}__{what}"
+        if value is not None:
+            packed = np.asarray(value).reshape(self.directions, self.gates, self.hidden, inner)
+            self.constants.append((name, np.ascontiguousarray(packed.transpose(0, 1, 3, 2))))
+            return name
+        name = self.temp(what, shape)
+        d, k, q, v = var("d"), var("k"), var("q"), var("v")
+        source = ir.Load(weights, (d, q * self.hidden + v, k), self.dtype)
+        self.nests += nest(
+            [("d", shape[0]), ("q", self.gates), ("k", inner), ("v", self.hidden)],
+            (ir.Stmt("S", ir.Access(name, (d, q, k, v)), source),),
+        )
+        return name
+
+    def _bias(self) -> str:
+        """The biases the input projection starts from, ``[D, gates, H]`` (``W_b + R_b`` for
+        the first ``fold`` gates, ``W_b`` for the others); "" without ``B``."""
+        if not self.b:
+            return ""
+        gates, hidden = self.gates, self.hidden
+        name = f"{self.node.name}__bias"
+        value = self.ctx.constant(self.b)
+        if value is not None:
+            both = np.asarray(value).reshape(self.directions, 2, gates, hidden)
+            folded = both[:, 0].copy()
+            folded[:, : self.fold] += both[:, 1, : self.fold]
+            self.constants.append((name, folded))
+            return name
+        name = self.temp("bias", (self.directions, gates, hidden))
+        d, q, v = var("d"), var("q"), var("v")
+        at = ir.Access(name, (d, q, v))
+        w_b = ir.Load(self.b, (d, q * hidden + v), self.dtype)
+        r_b = ir.Load(self.b, (d, q * hidden + v + gates * hidden), self.dtype)
+        for lo, hi, value_expr in ((0, self.fold, w_b + r_b), (self.fold, gates, w_b)):
+            if hi > lo:
+                gate = ir.Loop("q", lo, hi, nest([("v", hidden)], (ir.Stmt("S", at, value_expr),)))
+                self.nests.append(ir.Loop("d", 0, self.directions, (gate,)))
+        return name
+
+    def _projection(self, d: int, bias: str) -> tuple[ir.Node, ...]:
+        """``xw[d, s] = X[time] . W[d]^T + biases`` for every step ``s`` of direction ``d``
+        (a loop ``d`` of one iteration, so the nest's write is a translate of its loops)."""
+        s, b, q, v, k = var("s"), var("b"), var("q"), var("v"), var("k")
+        at = ir.Access(self.xw, (var("d"), s, b, q, v))
+        init: ir.Expr = ir.Load(bias, (var("d"), q, v), self.dtype) if bias else zero(self.dtype)
+        time = Aff.lift(self.seq - 1) - s if self.reverse[d] else s
+        product = self.x_at(time, b, k) * ir.Load(self.wt, (var("d"), q, k, v), self.dtype)
+        update = ir.Stmt("S", at, ir.Load(self.xw, at.index, self.dtype) + product)
+        inner = nest(
+            [("s", self.seq), ("b", self.batch), ("q", self.gates), ("v", self.hidden)],
+            (ir.Stmt("S", at, init), *nest([("k", self.inp)], (update,))),
+        )
+        return (ir.Loop("d", d, d + 1, inner),)
+
+    def init_state(
+        self, buf: str, index: tuple[ir.AffLike, ...], initial: str
+    ) -> tuple[ir.Node, ...]:
+        d, b, h = var("d"), var("b"), var("h")
+        value: ir.Expr = (
+            ir.Load(initial, self.state_index(d, b, h), self.dtype) if initial else zero(self.dtype)
+        )
+        return nest(
+            [("d", self.directions), ("b", self.batch), ("h", self.hidden)],
+            (ir.Stmt("S", ir.Access(buf, index), value),),
+        )
 
     # ---- indices for the two layouts
     def x_at(self, t: Aff, b: Aff, k: Aff) -> ir.Load:
         index = (t, b, k) if self.layout == 0 else (b, t, k)
         return ir.Load(self.x, index, self.dtype)
 
-    def y_index(self, t: Aff, d: int, b: Aff, h: Aff) -> tuple[Aff, ...]:
-        return (t, Aff.lift(d), b, h) if self.layout == 0 else (b, t, Aff.lift(d), h)
+    def y_index(self, t: Aff, d: Aff, b: Aff, h: Aff) -> tuple[Aff, ...]:
+        return (t, d, b, h) if self.layout == 0 else (b, t, d, h)
 
-    def state_index(self, d: int, b: Aff, h: Aff) -> tuple[Aff, ...]:
+    def state_index(self, d: Aff, b: Aff, h: Aff) -> tuple[Aff, ...]:
         """Index of initial_h / Y_h / initial_c / Y_c."""
-        return (Aff.lift(d), b, h) if self.layout == 0 else (b, Aff.lift(d), h)
+        return (d, b, h) if self.layout == 0 else (b, d, h)
 
-    def bias(self, d: int, j: Aff, recurrent: bool) -> ir.Expr | None:
-        if not self.b:
-            return None
-        offset = self.gates * self.hidden if recurrent else 0
-        return ir.Load(self.b, (Aff.lift(d), j + offset), self.dtype)
+    # ---- the step loops
+    def groups(self) -> list[tuple[int, int]]:
+        """The directions ``[lo, hi)`` that share one step loop: both of a bidirectional
+        layer when their activations agree."""
+        if self.directions == 2 and self.specs[0] == self.specs[1]:
+            return [(0, 2)]
+        return [(d, d + 1) for d in range(self.directions)]
+
+    def acts(self, lo: int) -> list[Act]:
+        return [_activation(self.node, self.ctx, spec) for spec in self.specs[lo]]
+
+    def step_loop(self, lo: int, hi: int, body: Sequence[ir.Node]) -> None:
+        self.nests.append(ir.Loop("d", lo, hi, (ir.Loop("s", 0, self.seq, tuple(body)),)))
+
+    def recurrent_product(self, state: ir.Load, lo: int, hi: int) -> ir.Node:
+        """``G[d, b, q, v] = sum_h state(h) . R^T[d, h, q, v]`` for the gates ``[lo, hi)``;
+        ``state`` reads the hidden state at ``h`` (as a loop ``h``)."""
+        d, b, q, v = var("d"), var("b"), var("q"), var("v")
+        at = ir.Access(self.g, (d, b, q, v))
+        rt = ir.Load(self.rt, (d, q, var("h"), v), self.dtype)
+        update = ir.Stmt("S", at, ir.Load(self.g, at.index, self.dtype) + state * rt)
+        body = (ir.Stmt("S", at, zero(self.dtype)), *nest([("h", self.hidden)], (update,)))
+        (loop,) = nest(
+            [("b", self.batch)], (ir.Loop("q", lo, hi, nest([("v", self.hidden)], body)),)
+        )
+        return loop
+
+    def hidden_at(self, h: Aff, step: int = 0) -> ir.Load:
+        """``hs[d, s + step, b, h]``: the state the step starts from (``step`` 0) or makes."""
+        return ir.Load(self.hs, (var("d"), var("s") + step, var("b"), h), self.dtype)
+
+    def xw_at(self, q: int) -> ir.Load:
+        return ir.Load(self.xw, (var("d"), var("s"), var("b"), Aff.lift(q), var("v")), self.dtype)
+
+    def sum_at(self, q: int) -> ir.Load:
+        """The recurrent product of gate ``q`` at ``b, v``."""
+        return ir.Load(self.g, (var("d"), var("b"), Aff.lift(q), var("v")), self.dtype)
 
     def clipped(self, e: ir.Expr) -> ir.Expr:
         if self.clip is None:
             return e
         return ir.minimum(ir.maximum(e, -self.clip), self.clip)
 
-    def time(self, d: int) -> Aff:
-        return Aff.lift(self.seq - 1) - var("t") if self.reverse[d] else var("t")
+    def _time(self, lo: int, hi: int) -> ir.Expr:
+        """The time of step ``s`` of direction ``d`` (int64): ``s``, ``T-1-s``, or for the two
+        directions of one step loop ``s + d * (T-1-2s)``."""
+        s = ir.Iter("s")
+        last = ir.Const(self.seq - 1, "int64")
+        flags = self.reverse[lo:hi]
+        if not any(flags):
+            return s
+        if all(flags):
+            return last - s
+        return s + (ir.Iter("d") - ir.Const(lo, "int64")) * (last - s * ir.Const(2, "int64"))
 
-    def active(self) -> ir.Expr:
-        """``t < sequence_lens[b]`` (only used when masking)."""
+    def active(self, time: ir.Expr) -> ir.Expr:
+        """``time < sequence_lens[b]`` (only used when masking)."""
         length = as_int64(ir.Load(self.lens, (var("b"),), self.ctx.dtype(self.lens)))
-        return ir.Binary("lt", ir.Iter("t"), length)
+        return ir.Binary("lt", time, length)
 
-    def masked(self, new: ir.Expr, old: ir.Expr) -> ir.Expr:
-        return ir.Select(self.active(), new, old) if self.mask_lens else new
+    def masked(self, lo: int, hi: int, new: ir.Expr, old: ir.Expr) -> ir.Expr:
+        return ir.Select(self.active(self._time(lo, hi)), new, old) if self.mask_lens else new
 
-    def init_state(self, buf: str, d: int, initial: str) -> tuple[ir.Node, ...]:
-        b, h = var("b"), var("h")
-        value: ir.Expr = (
-            ir.Load(initial, self.state_index(d, b, h), self.dtype) if initial else zero(self.dtype)
-        )
-        return nest(
-            [("b", self.batch), ("h", self.hidden)],
-            (ir.Stmt("S", ir.Access(buf, (Aff.lift(d), b, h)), value),),
-        )
+    def update(self, stmts: Sequence[ir.Stmt]) -> ir.Node:
+        """The element-wise state update of a step, over ``b, v``."""
+        (loop,) = nest([("b", self.batch), ("v", self.hidden)], stmts)
+        return loop
 
-    def preact(
-        self, d: int, lo: int, n: int, *, hidden_term: bool = True, recurrent_bias: bool = True
-    ) -> tuple[ir.Node, ...]:
-        """``G[b, lo + j] = Wb + Rb + X[t] . W[lo + j] + H . R[lo + j]`` for ``j < n``."""
-        b, j, k = var("b"), var("j"), var("k")
-        gj = j + lo
-        at = ir.Access(self.g, (b, gj))
-        cur = ir.Load(self.g, at.index, self.dtype)
-        init: ir.Expr = zero(self.dtype)
-        for bias in (self.bias(d, gj, False), self.bias(d, gj, True) if recurrent_bias else None):
-            if bias is not None:
-                init = bias if isinstance(init, ir.Const) else init + bias
-        body: list[ir.Node] = [ir.Stmt("S", at, init)]
-        body += nest(
-            [("k", self.inp)],
-            (
-                ir.Stmt(
-                    "S",
-                    at,
-                    cur
-                    + self.x_at(self.time(d), b, k)
-                    * ir.Load(self.w, (Aff.lift(d), gj, k), self.dtype),
-                ),
-            ),
-        )
-        if hidden_term:
-            body += nest(
-                [("k", self.hidden)],
-                (
-                    ir.Stmt(
-                        "S",
-                        at,
-                        cur
-                        + ir.Load(self.h, (Aff.lift(d), b, k), self.dtype)
-                        * ir.Load(self.r, (Aff.lift(d), gj, k), self.dtype),
-                    ),
-                ),
+    def new_hidden(self, lo: int, hi: int, value: ir.Expr) -> ir.Stmt:
+        at = ir.Access(self.hs, (var("d"), var("s") + 1, var("b"), var("v")))
+        return ir.Stmt("S", at, self.masked(lo, hi, value, self.hidden_at(var("v"))))
+
+    # ---- outputs
+    def outputs(self, states: Sequence[tuple[int, str, tuple[Aff, ...]]]) -> None:
+        """Y in time order from the step-ordered states, then ``Y_h`` (and ``Y_c``): for each
+        ``(output, buffer, index)`` of ``states``, ``output[d, b, h] = buffer[index]``."""
+        y = self.output(0)
+        t, b, h = var("t"), var("b"), var("h")
+        for d in range(self.directions) if y else ():
+            step = Aff.lift(self.seq - 1) - t if self.reverse[d] else t
+            value: ir.Expr = ir.Load(self.hs, (var("d"), step + 1, b, h), self.dtype)
+            if self.mask_lens:
+                value = ir.Select(self.active(ir.Iter("t")), value, zero(self.dtype))
+            at = ir.Access(y, self.y_index(t, var("d"), b, h))
+            inner = nest(
+                [("t", self.seq), ("b", self.batch), ("h", self.hidden)],
+                (ir.Stmt("S", at, value),),
             )
-        return nest([("b", self.batch), ("j", n)], body)
-
-    def gate(self, offset: int) -> ir.Load:
-        """The gate value ``G[b, offset*H + h]`` inside a ``b, h`` nest."""
-        return ir.Load(self.g, (var("b"), var("h") + offset * self.hidden), self.dtype)
-
-    def outputs(self, d: int, states: Sequence[tuple[str, str]]) -> tuple[ir.Node, ...]:
-        """After the time loop: Y_h (and Y_c) from the state buffers."""
-        b, h = var("b"), var("h")
+            self.nests.append(ir.Loop("d", d, d + 1, inner))
         stmts = [
             ir.Stmt(
                 "S",
-                ir.Access(out, self.state_index(d, b, h)),
-                ir.Load(buf, (Aff.lift(d), b, h), self.dtype),
+                ir.Access(self.output(k), self.state_index(var("d"), b, h)),
+                ir.Load(buf, index, self.dtype),
             )
-            for out, buf in states
-            if out
+            for k, buf, index in states
+            if self.output(k)
         ]
-        return nest([("b", self.batch), ("h", self.hidden)], stmts) if stmts else ()
+        if stmts:
+            self.nests += nest(
+                [("d", self.directions), ("b", self.batch), ("h", self.hidden)], stmts
+            )
 
-    def write_y(self, d: int) -> list[ir.Stmt]:
-        y = self.node.outputs[0] if self.node.outputs else ""
-        if not y:
-            return []
-        b, h = var("b"), var("h")
-        value: ir.Expr = ir.Load(self.h, (Aff.lift(d), b, h), self.dtype)
-        if self.mask_lens:
-            value = ir.Select(self.active(), value, zero(self.dtype))
-        return [ir.Stmt("S", ir.Access(y, self.y_index(self.time(d), d, b, h)), value)]
+    def final_hidden(self) -> tuple[int, str, tuple[Aff, ...]]:
+        return 1, self.hs, (var("d"), Aff.lift(self.seq), var("b"), var("h"))
 
     def output(self, k: int) -> str:
         return self.node.outputs[k] if len(self.node.outputs) > k else ""
@@ -316,147 +446,94 @@ class _Rnn:
 def lower_rnn(node: Node, ctx: LowerContext) -> Lowered:
     """Simple RNN: ``H = f(X W^T + H R^T + Wb + Rb)``."""
     s = _Rnn(node, ctx, 1, ("Tanh",))
-    nests: list[ir.Node] = []
-    b, h = var("b"), var("h")
-    for d in range(s.directions):
-        f = s.acts[d][0]
-        h_at = ir.Access(s.h, (Aff.lift(d), b, h))
-        update = ir.Stmt(
-            "S", h_at, s.masked(f(s.clipped(s.gate(0))), ir.Load(s.h, h_at.index, s.dtype))
+    s.prologue()
+    for lo, hi in s.groups():
+        (f,) = s.acts(lo)
+        pre = s.clipped(s.xw_at(0) + s.sum_at(0))
+        s.step_loop(
+            lo,
+            hi,
+            (
+                s.recurrent_product(s.hidden_at(var("h")), 0, 1),
+                s.update([s.new_hidden(lo, hi, f(pre))]),
+            ),
         )
-        step = (
-            *s.preact(d, 0, s.hidden),
-            *nest([("b", s.batch), ("h", s.hidden)], (update, *s.write_y(d))),
-        )
-        nests += [
-            *s.init_state(s.h, d, s.h0),
-            ir.Loop("t", 0, s.seq, step),
-            *s.outputs(d, [(s.output(1), s.h)]),
-        ]
-    return Lowered(tuple(nests), tuple(s.temps))
+    s.outputs([s.final_hidden()])
+    return s.lowered()
 
 
 @register("GRU")
 def lower_gru(node: Node, ctx: LowerContext) -> Lowered:
-    """GRU (gates z, r, h): ``H = (1 - z) * h~ + z * H``, ``linear_before_reset`` either way."""
-    s = _Rnn(node, ctx, 3, ("Sigmoid", "Tanh"))
-    hidden, dtype = s.hidden, s.dtype
+    """GRU (gates z, r, h): ``H = (1 - z) * h~ + z * H``, ``linear_before_reset`` either way.
+
+    With ``linear_before_reset`` one recurrent product covers the three gates and
+    ``h~ = g(xw_h + r * (G_h + Rb_h))``; without, the product of ``z, r``, then the reset
+    state ``r * H`` (``<node>__rh``), then its product with ``R_h``: ``h~ = g(xw_h + G_h)``.
+    """
     linear_before_reset = int(node.attr("linear_before_reset", 0))
-    rh = s.temp("rh", (s.batch, hidden)) if linear_before_reset else ""
-    nests: list[ir.Node] = []
-    b, h, j, k = var("b"), var("h"), var("j"), var("k")
-    for d in range(s.directions):
-        f, g = s.acts[d]
-        # z and r: pre-activations, then f in place.
-        zr_at = ir.Access(s.g, (b, j))
-        zr = nest(
-            [("b", s.batch), ("j", 2 * hidden)],
-            (ir.Stmt("S", zr_at, f(s.clipped(ir.Load(s.g, zr_at.index, dtype)))),),
-        )
-        # h~: the input part, then the reset-gated recurrent part.
-        hh_at = ir.Access(s.g, (b, j + 2 * hidden))
-        hh = ir.Load(s.g, hh_at.index, dtype)
-        r_gate = ir.Load(s.g, (b, j + hidden), dtype)
-        rw = ir.Load(s.r, (Aff.lift(d), j + 2 * hidden, k), dtype)
+    s = _Rnn(node, ctx, 3, ("Sigmoid", "Tanh"), fold=2 if linear_before_reset else 3)
+    s.prologue()
+    hidden, dtype = s.hidden, s.dtype
+    rh = "" if linear_before_reset else s.temp("rh", (s.directions, s.batch, hidden))
+    d, b, v = var("d"), var("b"), var("v")
+    for lo, hi in s.groups():
+        f, g = s.acts(lo)
+        z = f(s.clipped(s.xw_at(0) + s.sum_at(0)))
+        r = f(s.clipped(s.xw_at(1) + s.sum_at(1)))
+        h_old = s.hidden_at(v)
         if linear_before_reset:
-            rh_at = ir.Access(rh, (b, j))
-            rh_load = ir.Load(rh, (b, j), dtype)
-            rb = s.bias(d, j + 2 * hidden, True)
-            recurrent: tuple[ir.Node, ...] = (
-                ir.Stmt("S", rh_at, rb if rb is not None else zero(dtype)),
-                *nest(
-                    [("k", hidden)],
-                    (ir.Stmt("S", rh_at, rh_load + ir.Load(s.h, (Aff.lift(d), b, k), dtype) * rw),),
-                ),
-                ir.Stmt("S", hh_at, hh + r_gate * rh_load),
-            )
+            recurrent: ir.Expr = s.sum_at(2)
+            if s.b:
+                recurrent = recurrent + ir.Load(s.b, (d, v + 5 * hidden), dtype)
+            candidate = g(s.clipped(s.xw_at(2) + r * recurrent))
+            products: tuple[ir.Node, ...] = (s.recurrent_product(s.hidden_at(var("h")), 0, 3),)
         else:
-            rb = s.bias(d, j + 2 * hidden, True)
-            r_k = ir.Load(s.g, (b, k + hidden), dtype)
-            recurrent = (
-                *((ir.Stmt("S", hh_at, hh + rb),) if rb is not None else ()),
-                *nest(
-                    [("k", hidden)],
-                    (
-                        ir.Stmt(
-                            "S", hh_at, hh + r_k * ir.Load(s.h, (Aff.lift(d), b, k), dtype) * rw
-                        ),
-                    ),
-                ),
+            reset = s.update([ir.Stmt("S", ir.Access(rh, (d, b, v)), r * h_old)])
+            gated = ir.Load(rh, (d, b, var("h")), dtype)
+            candidate = g(s.clipped(s.xw_at(2) + s.sum_at(2)))
+            products = (
+                s.recurrent_product(s.hidden_at(var("h")), 0, 2),
+                reset,
+                s.recurrent_product(gated, 2, 3),
             )
-        hh_input = s.preact(d, 2 * hidden, hidden, hidden_term=False, recurrent_bias=False)
-        # preact() gives one b, j nest; append the recurrent part and g into it.
-        (b_loop,) = hh_input
-        (j_loop,) = b_loop.body
-        j_loop = ir.Loop(
-            j_loop.iterator,
-            j_loop.lower,
-            j_loop.upper,
-            (*j_loop.body, *recurrent, ir.Stmt("S", hh_at, g(s.clipped(hh)))),
-        )
-        hh_nest = ir.Loop(b_loop.iterator, b_loop.lower, b_loop.upper, (j_loop,))
-        h_at = ir.Access(s.h, (Aff.lift(d), b, h))
-        h_old = ir.Load(s.h, h_at.index, dtype)
-        z = s.gate(0)
-        new_h = (ir.Const(1.0, dtype) - z) * s.gate(2) + z * h_old
-        update = nest(
-            [("b", s.batch), ("h", hidden)],
-            (ir.Stmt("S", h_at, s.masked(new_h, h_old)), *s.write_y(d)),
-        )
-        step = (*s.preact(d, 0, 2 * hidden), *zr, hh_nest, *update)
-        nests += [
-            *s.init_state(s.h, d, s.h0),
-            ir.Loop("t", 0, s.seq, step),
-            *s.outputs(d, [(s.output(1), s.h)]),
-        ]
-    return Lowered(tuple(nests), tuple(s.temps))
+        new_h = (ir.Const(1.0, dtype) - z) * candidate + z * h_old
+        s.step_loop(lo, hi, (*products, s.update([s.new_hidden(lo, hi, new_h)])))
+    s.outputs([s.final_hidden()])
+    return s.lowered()
 
 
 @register("LSTM")
 def lower_lstm(node: Node, ctx: LowerContext) -> Lowered:
     """LSTM (gates i, o, f, c; optional peepholes ``P = [Pi, Po, Pf]``, ``input_forget``)."""
     s = _Rnn(node, ctx, 4, ("Sigmoid", "Tanh", "Tanh"))
+    s.prologue()
     hidden, dtype = s.hidden, s.dtype
     c0, peep = node.input(6), node.input(7)
     input_forget = int(node.attr("input_forget", 0))
+    d, b, v = var("d"), var("b"), var("v")
     c = s.temp("c", (s.directions, s.batch, hidden))
-    nests: list[ir.Node] = []
-    b, h = var("b"), var("h")
-    for d in range(s.directions):
-        f, g, hf = s.acts[d]
-        c_at = ir.Access(c, (Aff.lift(d), b, h))
-        c_old = ir.Load(c, c_at.index, dtype)
-        h_at = ir.Access(s.h, (Aff.lift(d), b, h))
-        h_old = ir.Load(s.h, h_at.index, dtype)
+    s.nests += s.init_state(c, (d, b, var("h")), c0)
+    c_at = ir.Access(c, (d, b, v))
+    c_now = ir.Load(c, c_at.index, dtype)  # before its statement: the old cell, after: the new
+    for lo, hi in s.groups():
+        f, g, hf = s.acts(lo)
 
-        def peephole(which: int, cell: ir.Expr, d: int = d) -> ir.Expr | None:
-            if not peep:
-                return None
-            return ir.Load(peep, (Aff.lift(d), h + which * hidden), dtype) * cell
+        def gate(q: int, which: int, cell: ir.Expr, act: Act) -> ir.Expr:
+            pre: ir.Expr = s.xw_at(q) + s.sum_at(q)
+            if peep:
+                pre = pre + ir.Load(peep, (d, v + which * hidden), dtype) * cell
+            return act(s.clipped(pre))
 
-        def gate(offset: int, which: int, cell: ir.Expr, act: Act) -> ir.Expr:
-            pre: ir.Expr = s.gate(offset)
-            p = peephole(which, cell)
-            return act(s.clipped(pre + p if p is not None else pre))
-
-        i_gate = gate(0, 0, c_old, f)
-        f_gate = (ir.Const(1.0, dtype) - i_gate) if input_forget else gate(2, 2, c_old, f)
-        new_c = f_gate * c_old + i_gate * g(s.clipped(s.gate(3)))
-        o_gate = gate(1, 1, ir.Load(c, c_at.index, dtype), f)  # uses the new cell state
-        new_h = o_gate * hf(ir.Load(c, c_at.index, dtype))
-        update = nest(
-            [("b", s.batch), ("h", hidden)],
-            (
-                ir.Stmt("S", c_at, s.masked(new_c, c_old)),
-                ir.Stmt("S", h_at, s.masked(new_h, h_old)),
-                *s.write_y(d),
+        i_gate = gate(0, 0, c_now, f)
+        f_gate = (ir.Const(1.0, dtype) - i_gate) if input_forget else gate(2, 2, c_now, f)
+        new_c = f_gate * c_now + i_gate * g(s.clipped(s.xw_at(3) + s.sum_at(3)))
+        new_h = gate(1, 1, c_now, f) * hf(c_now)  # (the output gate sees the new cell)
+        step = (
+            s.recurrent_product(s.hidden_at(var("h")), 0, 4),
+            s.update(
+                [ir.Stmt("S", c_at, s.masked(lo, hi, new_c, c_now)), s.new_hidden(lo, hi, new_h)]
             ),
         )
-        step = (*s.preact(d, 0, 4 * hidden), *update)
-        nests += [
-            *s.init_state(s.h, d, s.h0),
-            *s.init_state(c, d, c0),
-            ir.Loop("t", 0, s.seq, step),
-            *s.outputs(d, [(s.output(1), s.h), (s.output(2), c)]),
-        ]
-    return Lowered(tuple(nests), tuple(s.temps))
+        s.step_loop(lo, hi, step)
+    s.outputs([s.final_hidden(), (2, c, (d, b, var("h")))])
+    return s.lowered()

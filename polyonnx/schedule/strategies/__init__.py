@@ -43,6 +43,11 @@ from polyonnx.schedule.strategies.pointwise import (
     apply_pointwise,
     plan_pointwise,
 )
+from polyonnx.schedule.strategies.recurrent import (
+    RecurrentPlan,
+    apply_recurrent,
+    plan_recurrent,
+)
 from polyonnx.schedule.strategies.reduction import (
     ReductionPlan,
     apply_reduction,
@@ -65,7 +70,7 @@ class OwnLoops:
         return f"own loops from {self.loop}"
 
 
-NestPlan = ReductionPlan | VectorPlan | TransposePlan | OwnLoops
+NestPlan = ReductionPlan | VectorPlan | TransposePlan | RecurrentPlan | OwnLoops
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +118,11 @@ def plan_kernel(s: Schedule, tiling: Tiling, parallel: bool = True) -> KernelPla
                 continue
             plans.append(OwnLoops(names[i][0]))
         else:
-            plans.append(plan_pointwise(nest, names[i], s.poly) or OwnLoops(names[i][0]))
+            plans.append(
+                plan_pointwise(nest, names[i], s.poly)
+                or plan_recurrent(nest, top[i], s, tiling)
+                or OwnLoops(names[i][0])
+            )
         i += 1
     return KernelPlan(tuple(plans), parallel)
 
@@ -126,6 +135,7 @@ _APPLY: dict[type, Callable[[Schedule, Any], tuple[Schedule, list[tuple[str, ...
     ReductionPlan: apply_reduction,
     VectorPlan: apply_pointwise,
     TransposePlan: apply_pointwise,
+    RecurrentPlan: apply_recurrent,
     OwnLoops: _own_loops,
 }
 

@@ -75,6 +75,8 @@ CASES = [
     {"layout": 1, "direction": "bidirectional"},
     {"bias": False},
     {"lens": np.array([3, 1], np.int32), "h0": True},
+    {"lens": np.array([2, 3], np.int32), "direction": "reverse", "h0": True},
+    {"lens": np.array([1, 3], np.int32), "direction": "bidirectional"},
     {"attrs": {"clip": 0.5}},
 ]
 
