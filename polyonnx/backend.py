@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from polyonnx.errors import InputError
+from polyonnx.errors import InputError, UnsupportedOpError
 from polyonnx.options import Options
 from polyonnx.runtime.session import InferenceSession
 
@@ -73,10 +73,13 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
             "TopK",
             "Trilu",
             "CenterCropPad",
+            "AffineGrid",
             "Upsample",
         )
     },
     "Slice": (1, 2, 3, 4),
+    "Loop": (0, 1),  # the trip count and first condition: loops are unrolled
+    "Dropout": (1, 2),  # ratio and training_mode decide whether it is the identity
     "Pad": (1, 3),
     "Range": (0, 1, 2),
     "ConstantOfShape": (0,),
@@ -88,16 +91,43 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
 
 
 def value_inputs(model: onnx.ModelProto) -> list[str]:
-    """The graph inputs (not initializers) used as shape-determining operands, in input order."""
+    """The graph inputs (not initializers) that shape-determining operands are computed from
+    (also in subgraphs, and through other nodes up to a Shape or Size), in input order."""
     inits = {t.name for t in model.graph.initializer}
-    used = {
+    nodes = list(_all_nodes(model.graph))
+    needed = {
         name
-        for n in model.graph.node
+        for n in nodes
         if n.domain in ("", "ai.onnx")
         for k, name in enumerate(n.input)
         if k in VALUE_OPERANDS.get(n.op_type, ())
     }
-    return [i.name for i in model.graph.input if i.name in used and i.name not in inits]
+    producer = {o: n for n in nodes for o in n.output if o}
+    todo = list(needed)
+    while todo:
+        n = producer.get(todo.pop())
+        if n is None or n.op_type in ("Shape", "Size"):  # these read shapes, not values
+            continue
+        # An If's (or Loop's) outputs are computed from its subgraphs' outputs.
+        body_outputs = [
+            o.name for a in n.attribute for g in (*a.graphs, *([a.g] if a.HasField("g") else []))
+            for o in g.output
+        ]  # fmt: skip
+        for i in (*n.input, *body_outputs):
+            if i and i not in needed:
+                needed.add(i)
+                todo.append(i)
+    return [i.name for i in model.graph.input if i.name in needed and i.name not in inits]
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            if a.HasField("g"):
+                yield from _all_nodes(a.g)
+            for g in a.graphs:
+                yield from _all_nodes(g)
 
 
 def _bind(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
@@ -222,6 +252,12 @@ class PolyonnxBackend(Backend):
         elif not isinstance(model, onnx.ModelProto):
             return PolyonnxRep(InferenceSession(model, options=options))
         if value_inputs(model):
+            for vi in (*model.graph.input, *model.graph.output):
+                kind = vi.type.WhichOneof("value")
+                if kind not in ("tensor_type", None):
+                    raise UnsupportedOpError(
+                        "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
+                    )
             # Compiled on first run, once per value of the shape-determining inputs.
             return PolyonnxRep(None, model, options)
         return PolyonnxRep(_session(model, options))

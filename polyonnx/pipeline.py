@@ -35,7 +35,7 @@ from polyonnx.codegen import aot
 from polyonnx.codegen.target import vector_bits
 from polyonnx.compiled import Compiled
 from polyonnx.errors import PolyonnxError
-from polyonnx.frontend.importer import import_model
+from polyonnx.frontend.importer import CONTROL_FLOW, import_model
 from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes import optimize
@@ -43,9 +43,10 @@ from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.passes.pixels import flat_pixels
 from polyonnx.graph.validate import validate
+from polyonnx.krnl.lower.registry import has_lowering
 from polyonnx.krnl.memory import plan_memory
 from polyonnx.krnl.passes import AFTER
-from polyonnx.krnl.program import Program, build_program
+from polyonnx.krnl.program import VIEW_OPS, Program, build_program
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.scheduled import ScheduledKernel
@@ -65,9 +66,13 @@ def to_graph(
 ) -> Graph:
     """Frontend, validation and graph passes: an optimized graph with static shapes."""
     options = options or Options()
-    graph = optimize(validate(import_model(model, input_shapes), options.max_tensor_bytes))
-    tiling = Tiling.for_vector_bits(vector_bits(options)) if options.channel_blocks else None
-    return choose_layouts(graph, tiling)
+    graph = import_model(model, input_shapes, expand=_expanded)
+    graph = optimize(validate(graph, options.max_tensor_bytes))
+    # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
+    unguarded = not any(n.guard for n in graph.nodes)
+    blocks = options.channel_blocks and unguarded
+    tiling = Tiling.for_vector_bits(vector_bits(options)) if blocks else None
+    return choose_layouts(graph, tiling) if unguarded else graph
 
 
 def choose_layouts(graph: Graph, tiling: Tiling | None) -> Graph:
@@ -83,6 +88,13 @@ def channel_blocks(tiling: Tiling) -> tuple[int, int]:
     is one register tile wide; one vector is allowed where the tiles hold two blocks side by
     side (32 vector registers: AVX-512), where it ran as fast (docs/performance.md)."""
     return tiling.vector, tiling.vector // 2 if tiling.paired_rows else tiling.vector
+
+
+def _expanded(op_type: str, opset: int) -> bool:
+    """An op with no lowering (nor a place elsewhere: views, control flow, constants) but an
+    ONNX function body compiles as that body."""
+    handled = op_type in VIEW_OPS or op_type in CONTROL_FLOW or op_type == "Constant"
+    return not handled and not has_lowering(op_type, opset)
 
 
 def lower(graph: Graph, *, after: str | None = None) -> Program:

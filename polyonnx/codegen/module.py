@@ -72,6 +72,57 @@ def build_module(
     module = ir.Module(name=prefix)
     if triple:
         module.triple = triple
+    order = _kernel_functions(module, kernels, config, with_kernels, symbols)
+
+    run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")
+    inputs, outputs, weights, workspace = run.args
+    for arg, name in zip(run.args, ("inputs", "outputs", "weights", "workspace"), strict=True):
+        arg.name = name
+    b = ir.IRBuilder(run.append_basic_block("entry"))
+
+    def address(name: str) -> ir.Value:
+        slot = plan.slot(program, name)
+        if slot.region in ("input", "output"):
+            table = inputs if slot.region == "input" else outputs
+            p = b.gep(table, [ir.Constant(I64, slot.where)], source_etype=PTR)
+            return b.load(p, typ=PTR)
+        base = weights if slot.region == "weights" else workspace
+        return b.gep(base, [ir.Constant(I64, slot.where)], inbounds=True, source_etype=I8)
+
+    def call(ki: int, kernel: Kernel, fn: ir.Function) -> None:
+        rc = b.call(fn, [address(buf.name) for buf in kernel.buffers])
+        failed = b.icmp_unsigned("!=", rc, ir.Constant(I32, 0))
+        with b.if_then(failed, likely=False):
+            b.ret(b.or_(rc, ir.Constant(I32, (ki + 1) << 8)))
+
+    for ki, ((kernel, _), fn) in enumerate(zip(kernels, order, strict=True)):
+        guard = program.guards.get(kernel.name, ())
+        if not guard:
+            call(ki, kernel, fn)
+            continue
+        # A kernel of an If's branch runs when its conditions (bools, one byte) hold.
+        holds: ir.Value = ir.Constant(I1, 1)
+        for cond, flag in guard:
+            value = b.icmp_unsigned("!=", b.load(address(cond), typ=I8), ir.Constant(I8, 0))
+            holds = b.and_(holds, value if flag else b.not_(value))
+        with b.if_then(holds):
+            call(ki, kernel, fn)
+    b.ret(ir.Constant(I32, 0))
+
+    if aot:
+        _c_api(module, run, plan, metadata)
+    return module
+
+
+def _kernel_functions(
+    module: ir.Module,
+    kernels: Sequence[tuple[Kernel, tuple[la.LNode, ...]]],
+    config: CodegenConfig,
+    with_kernels: bool,
+    symbols: Sequence[str] | None,
+) -> list[ir.Function]:
+    """The function of each kernel, in order: emitted into ``module`` (or declared, without
+    ``with_kernels``) once per symbol."""
     functions: dict[str, ir.Function] = {}
     order = []
     if symbols is None:
@@ -84,34 +135,7 @@ def build_module(
                 fnty = ir.FunctionType(I32, [PTR] * len(k.buffers))
                 functions[symbol] = ir.Function(module, fnty, name=symbol)
         order.append(functions[symbol])
-
-    run = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), name=f"{prefix}_run")
-    inputs, outputs, weights, workspace = run.args
-    for arg, name in zip(run.args, ("inputs", "outputs", "weights", "workspace"), strict=True):
-        arg.name = name
-    b = ir.IRBuilder(run.append_basic_block("entry"))
-    for ki, ((kernel, _), fn) in enumerate(zip(kernels, order, strict=True)):
-        args = []
-        for buf in kernel.buffers:
-            slot = plan.slot(program, buf.name)
-            if slot.region in ("input", "output"):
-                table = inputs if slot.region == "input" else outputs
-                p = b.gep(table, [ir.Constant(I64, slot.where)], source_etype=PTR)
-                args.append(b.load(p, typ=PTR))
-            else:
-                base = weights if slot.region == "weights" else workspace
-                args.append(
-                    b.gep(base, [ir.Constant(I64, slot.where)], inbounds=True, source_etype=I8)
-                )
-        rc = b.call(fn, args)
-        failed = b.icmp_unsigned("!=", rc, ir.Constant(I32, 0))
-        with b.if_then(failed, likely=False):
-            b.ret(b.or_(rc, ir.Constant(I32, (ki + 1) << 8)))
-    b.ret(ir.Constant(I32, 0))
-
-    if aot:
-        _c_api(module, run, plan, metadata)
-    return module
+    return order
 
 
 def _c_api(module: ir.Module, run: ir.Function, plan: MemoryPlan, metadata: str) -> None:

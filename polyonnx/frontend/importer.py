@@ -16,7 +16,8 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
+from polyonnx.frontend.functions import expand_functions
 from polyonnx.frontend.load import (
     DATA_PROP_MAX_ELEMENTS,
     ModelSource,
@@ -52,12 +55,15 @@ def import_model(
     *,
     target_opset: int | None = None,
     base_dir: str | os.PathLike | None = None,
+    expand: Callable[[str, int], bool] | None = None,
 ) -> Graph:
     """Load ``model`` (see :func:`load_model`) and build a fully static :class:`Graph`.
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic or unknown dimensions;
     dimensions the model fixes must agree. Initializers (also when listed as graph inputs, as
-    in IR version 3 models) and ``Constant`` nodes become ``graph.constants``.
+    in IR version 3 models) and ``Constant`` nodes become ``graph.constants``. Nodes of the ops
+    ``expand(op_type, opset)`` selects are replaced by their ONNX function bodies, when they
+    have one (:mod:`polyonnx.frontend.functions`).
 
     Example:
         >>> from polyonnx.testing.examples import conv_model
@@ -66,16 +72,22 @@ def import_model(
         (2, 8, 8, 8)
     """
     proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
+    if expand is not None:
+        proto = expand_functions(proto, expand, default_opset(proto))
     init_names = {t.name for t in proto.graph.initializer}
     if _specialise_inputs(proto.graph, init_names, dict(input_shapes or {})):
         proto = _infer_again(proto)
     gp = proto.graph
-    raw_nodes, constants = _nodes_and_constants(gp)
+    constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
+    names: set[str] = set()
+    raw_nodes = _convert_nodes(((n, ()) for n in gp.node), names, constants)
     inputs = [vi for vi in gp.input if vi.name not in init_names]
     nodes = _toposort(raw_nodes, {vi.name for vi in inputs} | set(constants))
     values = _declared_values(gp, constants, nodes)
-    if any(o and o not in values for n in nodes for o in n.outputs):
-        _type_the_rest(nodes, values, constants, default_opset(proto))
+    if any(o and o not in values for n in nodes for o in n.outputs) or any(
+        n.op_type in CONTROL_FLOW and not n.domain for n in nodes
+    ):
+        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names)
     for vi in gp.output:
         if vi.name not in values:
             raise ModelError(f"graph output {vi.name!r} is not produced by any node")
@@ -103,24 +115,6 @@ def _infer_again(proto: onnx.ModelProto) -> onnx.ModelProto:
     return infer_shapes(proto)
 
 
-def _nodes_and_constants(gp: onnx.GraphProto) -> tuple[list[Node], dict[str, np.ndarray]]:
-    """The graph's nodes (named uniquely, in file order) and its constants: initializers and
-    the values of ``Constant`` nodes, which are not kept as nodes."""
-    constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
-    nodes: list[Node] = []
-    names: set[str] = set()
-    for i, n in enumerate(gp.node):
-        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
-        names.add(name)
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            constants[n.output[0]] = _constant_value(name, attrs)
-            continue
-        domain = "" if n.domain == "ai.onnx" else n.domain
-        nodes.append(Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain))
-    return nodes, constants
-
-
 def _declared_values(
     gp: onnx.GraphProto, constants: Mapping[str, np.ndarray], nodes: list[Node]
 ) -> dict[str, Value]:
@@ -146,10 +140,39 @@ def _declared_values(
 _SMALL = 1 << 16
 
 
+#: Ops with subgraphs that the frontend expands into plain nodes.
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _convert_nodes(
+    protos: Iterable[tuple[onnx.NodeProto, Guard]], names: set[str], constants: dict[str, Any]
+) -> list[Node]:
+    """Graph nodes for ONNX nodes (each with its guard); ``Constant`` nodes go to
+    ``constants``. Node names are made unique (``names`` holds those taken)."""
+    out: list[Node] = []
+    for i, (n, guard) in enumerate(protos):
+        name = n.name if n.name and n.name not in names else _fresh(f"{n.op_type}_{i}", names)
+        names.add(name)
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            constants[n.output[0]] = _constant_value(name, attrs)
+            continue
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        out.append(
+            Node(name, n.op_type, tuple(n.input), tuple(n.output), attrs, domain, tuple(guard))
+        )
+    return out
+
+
 def _type_the_rest(
-    nodes: list[Node], values: dict[str, Value], constants: Mapping[str, np.ndarray], opset: int
-) -> None:
-    """Types every node output ONNX inference left open, in topological order.
+    nodes: list[Node],
+    values: dict[str, Value],
+    constants: dict[str, np.ndarray],
+    opset: int,
+    names: set[str],
+) -> list[Node]:
+    """Types every node output ONNX inference left open, in topological order, and expands
+    If nodes into their branches (:mod:`polyonnx.frontend.control`); returns the nodes.
 
     ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
     initializer feeding a Reshape). So small constant-only computations are evaluated here,
@@ -157,43 +180,185 @@ def _type_the_rest(
     our own rules apply (:func:`polyonnx.graph.shapes.infer_outputs`).
     """
     known = {k: v for k, v in constants.items() if v.size <= _SMALL}
-    for n in nodes:
-        check_inputs(n, values, opset)
-        if (
-            n.op_type in DYNAMIC_OPS
-            and not n.domain
-            and any(o and o not in values for o in n.outputs)
+    queue: deque[Node | LoopUnrolling] = deque(nodes)
+    typed: list[Node] = []
+    merges: set[str] = set()
+
+    def add_constants(tensors: Iterable[onnx.TensorProto]) -> None:
+        for t in tensors:
+            constants[t.name] = _tensor(t)
+        for name, arr in constants.items():  # also the subgraphs' Constant nodes
+            if name not in values:
+                values[name] = Value(name, arr.dtype.name, tuple(int(d) for d in arr.shape))
+                if arr.size <= _SMALL:
+                    known[name] = arr
+
+    def push(protos: Iterable[tuple[onnx.NodeProto, Guard]], *then: LoopUnrolling) -> None:
+        queue.extendleft(reversed([*_convert_nodes(protos, names, constants), *then]))
+        add_constants(())
+
+    while queue:
+        n = queue.popleft()
+        if isinstance(n, LoopUnrolling):
+            running = known.get(n.running)
+            protos, tensors, done = n.step(None if running is None else bool(running.all()))
+            add_constants(tensors)
+            push(protos, *(() if done else (n,)))
+            continue
+        if n.op_type in CONTROL_FLOW and not n.domain:
+            for o in n.outputs:
+                values.pop(o, None)  # typed again from the nodes that replace the node
+            if n.op_type == "Loop":
+                queue.appendleft(_loop(n, known, opset))
+                continue
+            expansion = _expand_control(n, values, known, opset)
+            merges |= expansion.merges
+            add_constants(expansion.initializers)
+            push(expansion.nodes)
+            continue
+        typed.append(n)
+        _type_outputs(n, values, {**constants, **known}, known, opset, n.name in merges)
+        _propagate_known(n, values, known, opset)
+    return typed
+
+
+def _type_outputs(
+    n: Node,
+    values: dict[str, Value],
+    constants: Mapping[str, np.ndarray],
+    known: Mapping[str, np.ndarray],
+    opset: int,
+    merges_branches: bool = False,
+) -> None:
+    """Types the outputs of ``n`` that ONNX inference left open (see :func:`_type_the_rest`);
+    ``merges_branches``: ``n`` merges the branches of an If, which must agree."""
+    if merges_branches:
+        _check_branches_agree(n, values)
+    check_inputs(n, values, opset)
+    if n.op_type in DYNAMIC_OPS and not n.domain and any(o and o not in values for o in n.outputs):
+        _type_dynamic(n, values, constants, opset)
+    if any(o and o not in values for o in n.outputs):
+        validate_node(n, values)  # a bad attribute is the likely reason inference failed
+        for v in (
+            _infer_alone(n, values, known, opset)
+            or _range_output(n, known)
+            or infer_outputs(n, values)
         ):
-            _type_dynamic(n, values, {**constants, **known}, opset)
-        if any(o and o not in values for o in n.outputs):
-            validate_node(n, values)  # a bad attribute is the likely reason inference failed
-            for v in (
-                _infer_alone(n, values, known, opset)
-                or _range_output(n, known)
-                or infer_outputs(n, values)
-            ):
-                values.setdefault(v.name, v)
-        for o in n.outputs:
-            if o and o not in values:
-                raise ShapeError(
-                    f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
-                    "shape (does it depend on input data?)"
-                )
-        if n.op_type in ("Shape", "Size") and not n.domain:
-            shape = values[n.inputs[0]].shape
-            dims = np.array(shape, dtype=np.int64)
-            known[n.outputs[0]] = (
-                np.array(dims.prod(), dtype=np.int64)
-                if n.op_type == "Size"
-                else dims[n.attr("start", 0) : n.attr("end", None)]
+            values.setdefault(v.name, v)
+    for o in n.outputs:
+        if o and o not in values:
+            raise ShapeError(
+                f"node {n.name!r} ({n.op_type}): output {o!r} has no static "
+                "shape (does it depend on input data?)"
             )
-        elif (
-            all(i in known for i in n.inputs if i)
-            and not n.domain
-            and all(int(np.prod(values[o].dims)) <= _SMALL for o in n.outputs if o)
-            and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)
-        ):
-            known.update(evaluate_node(n, known, opset) or {})
+
+
+def _propagate_known(
+    n: Node, values: Mapping[str, Value], known: dict[str, np.ndarray], opset: int
+) -> None:
+    """The values of the outputs of ``n`` computable at compile time, into ``known``: shapes,
+    and small computations of known values."""
+    if n.op_type in ("Shape", "Size") and not n.domain:
+        shape = values[n.inputs[0]].shape
+        dims = np.array(shape, dtype=np.int64)
+        known[n.outputs[0]] = (
+            np.array(dims.prod(), dtype=np.int64)
+            if n.op_type == "Size"
+            else dims[n.attr("start", 0) : n.attr("end", None)]
+        )
+    elif n.op_type == "CastLike" and not n.domain and n.inputs[0] in known:
+        # CastLike reads only the type of its second input.
+        known[n.outputs[0]] = known[n.inputs[0]].astype(values[n.inputs[1]].dtype)
+    elif (
+        all(i in known for i in n.inputs if i)
+        and not n.domain
+        and all(int(np.prod(values[o].dims)) <= _SMALL for o in n.outputs if o)
+        and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)
+    ):
+        known.update(evaluate_node(n, known, opset) or {})
+
+
+def _expand_control(
+    n: Node, values: dict[str, Value], known: dict[str, np.ndarray], opset: int
+) -> Expansion:
+    """An If or a Scan as the nodes that replace it."""
+    return _expand(n, values, known) if n.op_type == "If" else _scan(n, values, opset)
+
+
+def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling:
+    """The unrolling of Loop node ``n``: its trip count must be known at compile time (or
+    absent, when the condition ends the loop)."""
+    trip_name, cond = n.input(0), n.input(1)
+    trip: int | None = None
+    if trip_name:
+        if trip_name not in known:
+            raise UnsupportedOpError(
+                "Loop", opset, n.name, f"trip count {trip_name!r} is known only at run time"
+            )
+        trip = int(np.asarray(known[trip_name]).reshape(-1)[0])
+        trip = None if trip >= 1 << 62 else max(trip, 0)  # INT64_MAX: no trip count
+    running = ""
+    if cond and cond in known:
+        if not bool(np.asarray(known[cond]).all()):
+            trip = 0
+    elif cond:
+        running = cond
+    return LoopUnrolling(
+        n.name, n.attr("body"), n.outputs, n.guard, trip, list(n.inputs[2:]), running, opset
+    )
+
+
+def _scan(n: Node, values: Mapping[str, Value], opset: int) -> Expansion:
+    """Scan node ``n`` unrolled over its (static) sequence length."""
+    if opset < 9:
+        raise UnsupportedOpError("Scan", opset, n.name, "Scan-8 (batched, sequence_lens)")
+    m = int(n.attr("num_scan_inputs", 0))
+    scanned = n.inputs[len(n.inputs) - m :]
+    if not m or any(i not in values for i in scanned):
+        raise ModelError(f"Scan node {n.name!r}: its {m} scan inputs must be typed tensors")
+    ranks = [len(values[i].shape) for i in scanned]
+    axes = list(n.attr("scan_input_axes") or [0] * m)
+    lengths = {int(values[i].shape[a % r]) for i, a, r in zip(scanned, axes, ranks, strict=True)}
+    if len(lengths) != 1:
+        raise ShapeError(f"Scan node {n.name!r}: its scan inputs differ in length {lengths}")
+    attrs = dict(n.attrs)
+    return expand_scan(
+        n.name, n.attr("body"), n.inputs, n.outputs, attrs, ranks, lengths.pop(), n.guard, opset
+    )
+
+
+def _expand(n: Node, values: dict[str, Value], known: dict[str, np.ndarray]) -> Expansion:
+    """The If node ``n`` as the nodes of its branches."""
+    cond = n.input(0)
+    if not cond or (cond not in values and cond not in known):
+        raise ModelError(f"If node {n.name!r}: its condition {cond!r} is not defined")
+    if cond not in known and (values[cond].dtype != "bool" or values[cond].shape not in ((), (1,))):
+        raise ModelError(
+            f"If node {n.name!r}: the condition {cond!r} must be a one-element bool tensor, "
+            f"is {values[cond]}"
+        )
+    return expand_if(
+        n.name,
+        cond,
+        n.outputs,
+        n.attr("then_branch"),
+        n.attr("else_branch"),
+        known.get(cond),
+        n.guard,
+    )
+
+
+def _check_branches_agree(merge: Node, values: Mapping[str, Value]) -> None:
+    """An If output computed at run time by either branch has one type and static shape."""
+    then_v, else_v = values[merge.inputs[1]], values[merge.inputs[2]]
+    if (then_v.dtype, then_v.shape) != (else_v.dtype, else_v.shape):
+        raise UnsupportedOpError(
+            "If",
+            node=merge.name.rsplit("/", 1)[0],
+            detail=f"its branches give {then_v.dtype}{list(then_v.shape)} and "
+            f"{else_v.dtype}{list(else_v.shape)} for one output, and the condition is known "
+            "only at run time (polyonnx compiles static shapes)",
+        )
 
 
 def _type_dynamic(
@@ -357,7 +522,8 @@ def _check_given(name: str, dims: tuple[Dim, ...] | None, given: tuple) -> None:
             f"the model declares rank {len(dims)}"
         )
     for i, (d, g) in enumerate(zip(dims, given, strict=True)):
-        if isinstance(d, int) and d != g:
+        # Older exporters write 0 (or -1, see load.py) for a dynamic dimension: it may be set.
+        if isinstance(d, int) and d > 0 and d != g:
             raise ShapeError(
                 f"input_shapes[{name!r}] = {given}: dim {i} is fixed to {d} by the model"
             )

@@ -16,7 +16,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import inliner, shape_inference, version_converter
 
-from polyonnx.errors import ModelError, ShapeError
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.value_types import check_inputs, infer_checked
 
 #: Opset that models older than it are upgraded to by default: opset 13 moved axes of
@@ -54,6 +54,7 @@ def load_model(
     if target_opset is None and any(p.key == LOADED_MARK for p in proto.metadata_props):
         return proto  # already checked, upgraded and inferred by this function
     _load_external_data(proto, folder, where)
+    _negative_dims_are_dynamic(proto.graph)
     check_inputs(proto.graph, where)
     # The checker, converter and shape inference copy the whole proto several times; with the
     # weights set aside they copy the graph alone.
@@ -97,6 +98,17 @@ def _longest_vector(graph: onnx.GraphProto) -> int:
         if len(dims) == 1 and dims[0].HasField("dim_value"):
             lengths.append(dims[0].dim_value)
     return max(lengths, default=0)
+
+
+def _negative_dims_are_dynamic(graph: onnx.GraphProto) -> None:
+    """Older exporters write ``dim_value: -1`` for a dynamic dimension, and onnxruntime reads it
+    so: such a dimension (of an input, output or ``value_info``) becomes an unnamed one, which
+    ``input_shapes`` or the fed arrays then set."""
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        if vi.type.HasField("tensor_type"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    d.ClearField("dim_value")
 
 
 #: Metadata key marking a model :func:`load_model` returned, so loading it again is a copy.
@@ -155,11 +167,17 @@ def _one_line(e: BaseException) -> str:
 
 
 def default_opset(model: onnx.ModelProto) -> int:
-    """The version of the default ONNX domain a model imports; ModelError when it has none."""
+    """The version of the default ONNX domain a model imports; UnsupportedOpError when it
+    imports only other domains (ai.onnx.ml, ai.onnx.preview.training: valid, not compiled)."""
     for op in model.opset_import:
         if op.domain in ("", "ai.onnx"):
             return int(op.version)
-    raise ModelError(f"model {model.graph.name!r} does not import the default ONNX domain")
+    domains = sorted(op.domain for op in model.opset_import)
+    raise UnsupportedOpError(
+        "model",
+        node=model.graph.name,
+        detail=f"it imports only the domains {domains}, not the default ONNX domain",
+    )
 
 
 def _parse(

@@ -58,14 +58,20 @@ def _freeze(v: Any) -> Any:
 @dataclass(frozen=True, slots=True, init=False)
 class Node:
     """One ONNX operator application. Missing optional inputs are ``""``. ``attrs`` may be
-    given as a mapping (stored sorted by name, lists as tuples)."""
+    given as a mapping (stored sorted by name, lists as tuples).
+
+    ``guard``: the node runs only when each ``(value, flag)`` holds, the value being a
+    one-element bool tensor equal to ``flag`` (a branch of an If, see
+    :mod:`polyonnx.frontend.control`); empty for a node that always runs.
+    """
 
     name: str
     op_type: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: tuple[tuple[str, Any], ...]
-    domain: str
+    attrs: tuple[tuple[str, Any], ...] = ()
+    domain: str = ""
+    guard: tuple[tuple[str, bool], ...] = ()
 
     def __init__(
         self,
@@ -75,6 +81,7 @@ class Node:
         outputs: Iterable[str],
         attrs: Mapping[str, Any] | tuple[tuple[str, Any], ...] = (),
         domain: str = "",
+        guard: Iterable[tuple[str, bool]] = (),
     ) -> None:
         if isinstance(attrs, Mapping):
             attrs = tuple(sorted((k, _freeze(v)) for k, v in attrs.items()))
@@ -84,6 +91,7 @@ class Node:
         object.__setattr__(self, "outputs", tuple(outputs))
         object.__setattr__(self, "attrs", attrs)
         object.__setattr__(self, "domain", domain)
+        object.__setattr__(self, "guard", tuple(guard))
 
     def attr(self, name: str, default: Any = None) -> Any:
         for k, v in self.attrs:
@@ -101,9 +109,10 @@ class Node:
     def __str__(self) -> str:
         attrs = ", ".join(f"{k}={_short(v)}" for k, v in self.attrs)
         attrs = f"[{attrs}]" if attrs else ""
+        when = " if " + " and ".join(c if f else f"not {c}" for c, f in self.guard)
         return (
             f"{self.name}: {', '.join(self.outputs)} = {self.op_type}{attrs}"
-            f"({', '.join(self.inputs)})"
+            f"({', '.join(self.inputs)}){when if self.guard else ''}"
         )
 
 

@@ -53,6 +53,9 @@ class Program:
     borders: Mapping[str, ir.Border] = field(default_factory=dict)
     """Zero-bordered buffers by name (see :mod:`polyonnx.krnl.borders`): their borders must
     be zero when a run starts, and no kernel writes them."""
+    guards: Mapping[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
+    """Kernel name -> its guard (the nodes' :attr:`~polyonnx.graph.ir.Node.guard`, an If's
+    branch): the entry point calls the kernel only when each bool value equals its flag."""
 
     def root(self, name: str) -> str:
         return self.storage.get(name, name)
@@ -272,6 +275,7 @@ def build_program(
     kernels: list[ir.Kernel] = []
     constants = dict(graph.constants)
     dynamic: dict[str, DynamicOutput] = {}
+    guards: dict[str, tuple[tuple[str, bool], ...]] = {}
     for gi, group in enumerate(groups):
         if _views_only(group):
             for n in group:
@@ -286,6 +290,8 @@ def build_program(
             borders=borders,
         )
         built = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, context, after=after)
+        if group[0].guard:
+            guards[built.kernel.name] = group[0].guard
         for out, residual in built.shared.items():
             storage[out] = storage.get(residual, residual)
         for view, value in built.views.items():
@@ -319,6 +325,7 @@ def build_program(
         out_dynamic,
         counts,
         borders={b.buffer: b for b in borders.values()},
+        guards=guards,
     )
 
 
@@ -335,7 +342,8 @@ def _own_output_memory(
     kernels, storage, constants = list(kernels), dict(storage), dict(constants)
     input_names = {v.name for v in graph.inputs}
     roots_taken: set[str] = set()
-    for out in graph.outputs:
+    # An output computed under its own name owns its memory before a view of it claims it.
+    for out in sorted(graph.outputs, key=lambda o: storage.get(o.name, o.name) != o.name):
         root = storage.get(out.name, out.name)
         if not out.is_static:
             # Data-dependent extents exist only as outputs of the op that sizes them (the

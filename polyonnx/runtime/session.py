@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from polyonnx.errors import InputError, ModelError, PolyonnxError
+from polyonnx.errors import InputError, ModelError, PolyonnxError, UnsupportedOpError
 from polyonnx.frontend.load import load_model
 from polyonnx.krnl.memory import aligned_empty
 from polyonnx.options import Options
@@ -361,6 +361,11 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
     inits = {t.name for t in model.graph.initializer}
 
     def arg(vi: onnx.ValueInfoProto) -> NodeArg:
+        kind = vi.type.WhichOneof("value")
+        if kind not in ("tensor_type", None):
+            raise UnsupportedOpError(
+                "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
+            )
         tt = vi.type.tensor_type
         dims: list[int | str] = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim

@@ -159,6 +159,34 @@ def test_symbolic_dims_need_input_shapes():
     verify(g)
 
 
+@pytest.mark.parametrize("written", [-1, 0])
+def test_a_dim_written_as_minus_one_or_zero_is_dynamic(written):
+    # Older exporters write dim_value -1 (or 0) for a dynamic dimension, as onnxruntime reads it.
+    m = _relu_model(shape=[written, 3])
+    for vi in (*m.graph.input, *m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = written
+    g = import_model(m, {"x": (4, 3)})
+    assert g.value("x").shape == (4, 3) and g.value("y").shape == (4, 3)
+    if written < 0:
+        with pytest.raises(ShapeError, match=r"'x'.*dim 0.*input_shapes"):
+            import_model(m)
+    else:
+        assert import_model(m).value("y").shape == (0, 3)  # no shape given: an empty tensor
+
+
+def test_a_session_runs_a_dim_written_as_minus_one_at_any_extent():
+    import polyonnx
+
+    m = _relu_model(shape=[-1, 3])
+    for vi in (*m.graph.input, *m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = -1
+    sess = polyonnx.InferenceSession(m)
+    assert sess.get_inputs()[0].shape == ["?", 3]
+    for n in (1, 5):
+        x = np.linspace(-1, 1, 3 * n, dtype=np.float32).reshape(n, 3)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+
+
 def test_bad_input_shapes():
     m = _relu_model(shape=["N", 3])
     with pytest.raises(ShapeError, match="not inputs"):

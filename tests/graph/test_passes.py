@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from polyonnx.errors import ModelError
+from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.frontend import import_model
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes import (
@@ -207,10 +207,23 @@ def test_identity_to_two_graph_outputs():
     _check_same(m, g, {"x": np.array([-1.0, 2.0], np.float32)})
 
 
-def test_training_dropout_is_not_removed():
+def test_training_dropout_is_refused():
+    # Its random mask cannot follow the reference's generator: refused, never the identity.
     nodes = [helper.make_node("Dropout", ["x", "", "train"], ["y"])]
     m = _model(nodes, [("x", [2])], [("y", [2])], {"train": np.array(True)})
-    assert _ops(remove_identities(import_model(m))) == ["Dropout"]
+    with pytest.raises(UnsupportedOpError, match="training mode"):
+        remove_identities(import_model(m))
+
+
+def test_training_dropout_with_ratio_zero_is_the_identity():
+    nodes = [helper.make_node("Dropout", ["x", "r", "train"], ["y", "mask"])]
+    m = _model(
+        nodes,
+        [("x", [2])],
+        [("y", [2])],
+        {"train": np.array(True), "r": np.array(0.0, np.float32)},
+    )
+    assert _ops(remove_identities(import_model(m))) == ["Identity"]  # x is a graph input
 
 
 # --------------------------------------------------------------------------- bn_fold

@@ -18,3 +18,17 @@ def test_a_view_of_an_input_that_is_an_output_and_also_consumed():
     y, z = polyonnx.InferenceSession(m).run(None, {"x": x})
     np.testing.assert_array_equal(y, x)
     np.testing.assert_array_equal(z, -x)
+
+
+def test_an_output_and_an_identity_of_it_are_both_returned():
+    # Regression: the Identity's output claimed the memory of the output it views, and the
+    # other output was then "copied" from itself (left unwritten).
+    m = model(
+        [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Identity", ["t"], ["y"])],
+        [tensor("x", [4])],
+        [tensor("y", [4]), tensor("t", [4])],
+    )
+    x = np.array([-1.0, 0.0, 1.0, 2.0], np.float32)
+    y, t = polyonnx.InferenceSession(m).run(None, {"x": x})
+    np.testing.assert_array_equal(t, np.maximum(x, 0))
+    np.testing.assert_array_equal(y, np.maximum(x, 0))

@@ -108,7 +108,9 @@ def fuse(graph: Graph) -> list[Group]:
     group_of: dict[str, int] = {}  # value name -> index of the group producing it
     dag = nx.DiGraph()  # group -> group data dependences
     for n in graph.nodes:
-        preds = {group_of[i] for i in n.inputs if i in group_of}
+        # A guarded node (in an If's branch) runs after its condition is computed.
+        reads = (*n.inputs, *(cond for cond, _ in n.guard))
+        preds = {group_of[i] for i in reads if i in group_of}
         target = next(
             (
                 k
@@ -144,7 +146,13 @@ def _join_candidates(
         return []
     shape = graph.value(n.outputs[0]).shape
     groups = dict.fromkeys(group_of[i] for i in n.inputs if i in group_of)
-    fits = [k for k in groups if _anchors(members[k][0]) and _shape(graph, members[k]) == shape]
+    fits = [
+        k
+        for k in groups
+        if _anchors(members[k][0])
+        and _shape(graph, members[k]) == shape
+        and members[k][0].guard == n.guard  # a kernel runs under one guard (an If's branch)
+    ]
 
     def leaks(k: int) -> bool:
         """Whether a value ``n`` reads from group ``k`` is still used outside it after."""

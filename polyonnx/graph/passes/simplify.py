@@ -1,5 +1,9 @@
 """Remove pass-through nodes: Identity, and Dropout (which is the identity at inference).
 
+A Dropout that may run in training mode with a non-zero ratio draws random numbers (the
+reference uses numpy's generator): it is refused with UnsupportedOpError, never run as the
+identity.
+
 Consumers of a removed node's output read its input instead. Graph output names never change:
 when the removed node's output is a graph output, the producer of its input is renamed to
 produce it directly; an Identity is kept only when its input is a graph input, a constant or
@@ -21,6 +25,7 @@ import dataclasses
 
 import numpy as np
 
+from polyonnx.errors import UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node
 
 
@@ -35,6 +40,14 @@ def remove_identities(graph: Graph) -> Graph:
     for n in graph.nodes:
         n = dataclasses.replace(n, inputs=tuple(alias.get(i, i) for i in n.inputs))
         if not _is_passthrough(n, consts):
+            if n.op_type == "Dropout" and not n.domain:
+                raise UnsupportedOpError(
+                    "Dropout",
+                    graph.opset,
+                    n.name,
+                    "training mode with a non-zero ratio (random masks), or a training_mode "
+                    "or ratio input not known at compile time",
+                )
             kept.append(n)
             continue
         src, dst = n.inputs[0], n.outputs[0]
@@ -72,5 +85,8 @@ def _is_passthrough(n: Node, consts: dict[str, np.ndarray]) -> bool:
     if n.op_type != "Dropout":
         return False
     # Dropout-12 takes training_mode as an input; it is the identity only when that is false.
-    mode = n.input(2)
-    return not mode or (mode in consts and not bool(np.asarray(consts[mode]).any()))
+    mode, ratio = n.input(2), n.input(1)
+    if not mode or (mode in consts and not bool(np.asarray(consts[mode]).any())):
+        return True
+    # Training with ratio 0 keeps every element too.
+    return bool(ratio) and ratio in consts and not bool(np.asarray(consts[ratio]).any())

@@ -21,6 +21,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     normalization,
     pool,
     quant,
+    quantize,
     reduce,
     resize,
     rnn,

@@ -48,6 +48,7 @@ from polyonnx.krnl.lower.common import (
     window,
     zero,
 )
+from polyonnx.krnl.lower.half import half_product
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
@@ -93,6 +94,30 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     if reaches_padding:
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
 
+    # The channels of the direct nest (and of float16's): ungrouped, or a group loop ``g``.
+    grouped = group > 1 and mg > 1
+    if group == 1:
+        channel_iters = [("oc", out_channels)]
+        oc, xc_base = var("oc"), Aff.lift(0)
+    else:
+        channel_iters = [("g", group)] + ([("oc", mg)] if mg > 1 else [])
+        oc = var("g") * mg + (var("oc") if mg > 1 else 0)
+        xc_base = var("g") * cg
+    ic_iters = [("ic", cg)] if cg > 1 else []
+    ic = var("ic") if cg > 1 else Aff.lift(0)
+    if dtype == "float16":  # summed in float32, rounded once, as the reference does
+        return half_product(
+            node.name,
+            [("n", n_batch), *channel_iters, *pairs(o_names, out_spatial)],
+            ir.Access(y, (var("n"), oc, *(var(o) for o in o_names))),
+            ic_iters + pairs(k_names, kernel),
+            ir.Load(source, (var("n"), xc_base + ic, *positions), dtype),
+            load(ctx, w, (oc, ic, *(var(k) for k in k_names))),
+            guards=(),
+            bias=load(ctx, b, (oc,)) if b else None,
+            before=prologue,
+            temps=temps,
+        )
     weights = ctx.constant(w)
     pointwise = weights is not None and source == x and all(k == 1 for k in kernel)
     one_row = all(s == 1 for s in (*out_spatial[:-1], *win.strides))
@@ -116,16 +141,6 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     # The direct nest: ungrouped (a 1x1 conv on one row of pixels: rows of output channels
     # along the pixels; weights given at run time), depthwise, or grouped into ``acc[n, g, oc,
     # spatial...]`` (its index a point of the nest) and then copied to Y.
-    grouped = group > 1 and mg > 1
-    if group == 1:
-        channel_iters = [("oc", out_channels)]
-        oc, xc_base = var("oc"), Aff.lift(0)
-    else:
-        channel_iters = [("g", group)] + ([("oc", mg)] if mg > 1 else [])
-        oc = var("g") * mg + (var("oc") if mg > 1 else 0)
-        xc_base = var("g") * cg
-    ic_iters = [("ic", cg)] if cg > 1 else []
-    ic = var("ic") if cg > 1 else Aff.lift(0)
     spatial = tuple(var(o) for o in o_names)
     if grouped:
         acc = ir.Buffer(f"{node.name}__acc", dtype, (n_batch, group, mg, *out_spatial), "temp")

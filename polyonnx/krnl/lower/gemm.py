@@ -9,9 +9,13 @@ Gemm (``transA=0, transB=1``, bias ``C`` of shape ``[N]``)::
 
 MatMul follows numpy: leading batch dimensions broadcast (iterators ``b0..``) and a 1-D operand
 has no ``i`` (or ``j``) loop.
+
+float16 products are summed in float32 (:mod:`polyonnx.krnl.lower.half`).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -28,6 +32,7 @@ from polyonnx.krnl.lower.common import (
     var,
     zero,
 )
+from polyonnx.krnl.lower.half import half_product
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
@@ -48,11 +53,11 @@ def lower_gemm(node: Node, ctx: LowerContext) -> Lowered:
         )
     i, j, k = var("i"), var("j"), var("k")
     out = ir.Access(y, (i, j))
+    bias: ir.Expr | None = None
     if c and beta != 0.0:
-        bias: ir.Expr = ir.Load(c, broadcast_index(ctx.shape(c), y_shape, ("i", "j")), ctx.dtype(c))
-        init_value = bias if beta == 1.0 else bias * beta
-    else:
-        init_value = zero(dtype)
+        bias = ir.Load(c, broadcast_index(ctx.shape(c), y_shape, ("i", "j")), ctx.dtype(c))
+        bias = bias if beta == 1.0 else bias * beta
+    init_value = bias if bias is not None else zero(dtype)
     weights = ctx.constant(b)
     constants: tuple[tuple[str, np.ndarray], ...] = ()
     if trans_b and weights is not None:
@@ -63,7 +68,20 @@ def lower_gemm(node: Node, ctx: LowerContext) -> Lowered:
         b_load: ir.Expr = ir.Load(b, (k, j), dtype)
     else:
         b_load = load(ctx, b, (j, k) if trans_b else (k, j))
-    product = load(ctx, a, (k, i) if trans_a else (i, k)) * b_load
+    a_load = load(ctx, a, (k, i) if trans_a else (i, k))
+    if dtype == "float16":
+        lowered = half_product(
+            node.name,
+            [("i", y_shape[0]), ("j", y_shape[1])],
+            out,
+            [("k", k_extent)],
+            a_load,
+            b_load,
+            alpha=alpha,
+            bias=bias,
+        )
+        return dataclasses.replace(lowered, constants=constants)
+    product = a_load * b_load
     if alpha != 1.0:
         product = product * alpha
     update = ir.Stmt("S", out, ir.Load(y, out.index, dtype) + product)
@@ -124,6 +142,10 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered
         else (*broadcast_index(b_shape[:-2], batch_shape, batch_names), k, var("j"))
     )
     out = ir.Access(y, tuple(out_index))
+    if dtype == "float16":
+        return half_product(
+            node.name, iters, out, [("k", k_extent)], load(ctx, a, a_index), load(ctx, b, b_index)
+        )
     update = ir.Stmt(
         "S", out, ir.Load(y, out.index, dtype) + load(ctx, a, a_index) * load(ctx, b, b_index)
     )

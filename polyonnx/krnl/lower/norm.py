@@ -122,33 +122,42 @@ def _softmax(node: Node, ctx: LowerContext, log: bool) -> Lowered:
     index = tuple(var(names[d]) for d in range(rank))
     row_shape = tuple(shape[d] for d in outer)
     row = tuple(var(names[d]) for d in outer)
+    # float16 as the reference computes it: each op rounded to float16, the sum along the
+    # row in float32 (numpy's pairwise sum), and log-softmax as the log of the softmax.
+    half = dtype == "float16"
+    sum_dtype = "float32" if half else dtype
     mx = ir.Buffer(f"{node.name}__max", dtype, row_shape)
-    total = ir.Buffer(f"{node.name}__sum", dtype, row_shape)
+    total = ir.Buffer(f"{node.name}__sum", sum_dtype, row_shape)
     mx_at, total_at = ir.Access(mx.name, row), ir.Access(total.name, row)
-    mx_load, total_load = ir.Load(mx.name, row, dtype), ir.Load(total.name, row, dtype)
+    mx_load, total_load = ir.Load(mx.name, row, dtype), ir.Load(total.name, row, sum_dtype)
     x_load = load(ctx, x, index)
     out = ir.Access(y, index)
     out_load = ir.Load(y, index, dtype)
     r_iters = [(names[d], shape[d]) for d in reduced]
     shifted = x_load - mx_load
-    if log:
+    finishes: tuple[ir.Node, ...]
+    if log and not half:
         accumulate: tuple[ir.Node, ...] = (
             ir.Stmt("S", total_at, total_load + ir.unary("exp", shifted)),
         )
-        finish = ir.Stmt("S", out, shifted - ir.unary("log", total_load))
+        finishes = (ir.Stmt("S", out, shifted - ir.unary("log", total_load)),)
     else:
         # Y holds exp(x - max) between the two passes, so exp is evaluated once per element.
+        summand = ir.Cast(out_load, sum_dtype) if half else out_load
         accumulate = (
             ir.Stmt("S", out, ir.unary("exp", shifted)),
-            ir.Stmt("S", total_at, total_load + out_load),
+            ir.Stmt("S", total_at, total_load + summand),
         )
-        finish = ir.Stmt("S", out, out_load / total_load)
+        divisor = ir.Cast(total_load, dtype) if half else total_load
+        finishes = (ir.Stmt("S", out, out_load / divisor),)
+        if log:
+            finishes += (ir.Stmt("S", out, ir.unary("log", out_load)),)
     body = (
         ir.Stmt("S", mx_at, lowest(dtype)),
         *nest(r_iters, (ir.Stmt("S", mx_at, ir.maximum(mx_load, x_load)),)),
-        ir.Stmt("S", total_at, zero(dtype)),
+        ir.Stmt("S", total_at, zero(sum_dtype)),
         *nest(r_iters, accumulate),
-        *nest(r_iters, (finish,)),
+        *nest(r_iters, finishes),
     )
     return Lowered(nest([(names[d], shape[d]) for d in outer], body), (mx, total))
 

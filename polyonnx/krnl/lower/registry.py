@@ -179,6 +179,12 @@ def lower_nodes(nodes: Iterable[Node], ctx: LowerContext) -> Lowered:
     )
 
 
+def has_lowering(op_type: str, opset: int, domain: str = "") -> bool:
+    """Whether a lowering of ``op_type`` is registered at ``opset``."""
+    _load_families()
+    return find(op_type, opset, domain) is not None
+
+
 def supported_ops() -> list[str]:
     _load_families()
     return sorted(_REGISTRY)

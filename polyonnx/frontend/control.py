@@ -1,0 +1,364 @@
+"""Control flow: an ``If`` node becomes the nodes of its branches, guarded by its condition;
+``Loop`` and ``Scan`` bodies are unrolled (:class:`LoopUnrolling`, :func:`expand_scan`).
+
+The branches' nodes join the graph (their values renamed ``<If node>/then/<name>`` and
+``<If node>/else/<name>``, so names stay unique), so every stage after the frontend sees plain
+nodes and compiles each branch through the normal pipeline. How the condition decides:
+
+- known at compile time (a constant, or computed from shapes): only the branch it picks is
+  inlined, its outputs renamed to the If's by Identity nodes;
+- known only at run time: the nodes of the then branch carry the guard ``(cond, True)``, those
+  of the else branch ``(cond, False)`` (:attr:`polyonnx.graph.ir.Node.guard`); the entry point
+  runs a guarded kernel only when its guard holds. Each If output is then
+  ``Where(cond, then_output, else_output)``: it reads the branch that ran (the other branch's
+  buffer is never read for the result), so both branches must give the same shape and type.
+
+Values of the enclosing graph that a branch reads (outer-scope values) keep their names.
+
+Example:
+    >>> from onnx import helper, TensorProto
+    >>> then = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "then", [],
+    ...     [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])])
+    >>> other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [],
+    ...     [helper.make_tensor_value_info("n", TensorProto.FLOAT, [2])])
+    >>> e = expand_if("if0", "c", ("y",), then, other, None, ())
+    >>> [(p.op_type, list(p.output), g) for p, g in e.nodes][:2]
+    [('Relu', ['if0/then/r'], (('c', True),)), ('Neg', ['if0/else/n'], (('c', False),))]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from polyonnx.errors import ModelError, UnsupportedOpError
+
+Guard = tuple[tuple[str, bool], ...]
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """What replaces an If node: nodes (each with its guard), in order, and the branches'
+    initializers; ``merges`` names the Where nodes joining the two branches' outputs."""
+
+    nodes: tuple[tuple[onnx.NodeProto, Guard], ...]
+    initializers: tuple[onnx.TensorProto, ...]
+    merges: frozenset[str] = frozenset()
+
+
+def expand_if(
+    name: str,
+    cond: str,
+    outputs: Sequence[str],
+    then_branch: onnx.GraphProto,
+    else_branch: onnx.GraphProto,
+    cond_value: np.ndarray | None,
+    guard: Guard,
+) -> Expansion:
+    """The nodes replacing If node ``name`` (see the module docstring). ``cond_value`` is the
+    condition's value when known at compile time; ``guard`` the If's own guard (an If inside
+    a branch of another)."""
+    for label, branch in (("then_branch", then_branch), ("else_branch", else_branch)):
+        if len(branch.output) != len(outputs):
+            raise ModelError(
+                f"If node {name!r}: {label} has {len(branch.output)} outputs, the node "
+                f"{len(outputs)}"
+            )
+    if cond_value is not None:
+        if np.asarray(cond_value).size != 1:
+            raise ModelError(f"If node {name!r}: the condition must have one element")
+        taken = bool(np.asarray(cond_value).reshape(-1)[0])
+        label = "then" if taken else "else"
+        nodes, inits, results = inline(then_branch if taken else else_branch, f"{name}/{label}/")
+        nodes += [
+            helper.make_node("Identity", [r], [o], name=f"{name}/{label}/out{k}")
+            for k, (r, o) in enumerate(zip(results, outputs, strict=True))
+        ]
+        return Expansion(tuple((n, guard) for n in nodes), tuple(inits))
+    then_nodes, then_inits, then_results = inline(then_branch, f"{name}/then/")
+    else_nodes, else_inits, else_results = inline(else_branch, f"{name}/else/")
+    scalar_shape = numpy_helper.from_array(np.zeros(0, np.int64), f"{name}/scalar_shape")
+    flag = f"{name}/cond"
+    merge = [helper.make_node("Reshape", [cond, scalar_shape.name], [flag], name=flag)]
+    merge += [
+        helper.make_node("Where", [flag, t, e], [o], name=f"{name}/merge{k}")
+        for k, (t, e, o) in enumerate(zip(then_results, else_results, outputs, strict=True))
+    ]
+    return Expansion(
+        (
+            *((n, (*guard, (cond, True))) for n in then_nodes),
+            *((n, (*guard, (cond, False))) for n in else_nodes),
+            *((n, guard) for n in merge),
+        ),
+        (*then_inits, *else_inits, scalar_shape),
+        frozenset(n.name for n in merge[1:]),
+    )
+
+
+def inline(
+    branch: onnx.GraphProto, prefix: str, bindings: Sequence[str] | None = None
+) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
+    """A subgraph's nodes and initializers with every name it defines prefixed (also where
+    subgraphs nested in it read them), and the names of its outputs after renaming.
+    ``bindings``: the values its inputs take, in order (a Loop or Scan body's)."""
+    bindings = list(bindings or [])
+    if len(branch.input) != len(bindings):
+        raise ModelError(
+            f"subgraph {branch.name!r} has {len(branch.input)} inputs, {len(bindings)} expected"
+        )
+    local = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
+    renames = {v: prefix + v for v in local}
+    renames.update((i.name, b) for i, b in zip(branch.input, bindings, strict=True))
+    nodes = [_renamed(n, renames, prefix, k) for k, n in enumerate(branch.node)]
+    inits = []
+    for t in branch.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(t)
+        copy.name = renames[t.name]
+        inits.append(copy)
+    return nodes, inits, [renames.get(o.name, o.name) for o in branch.output]
+
+
+def _renamed(
+    node: onnx.NodeProto, renames: Mapping[str, str], prefix: str, index: int
+) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    out.name = prefix + (node.name or f"{node.op_type}_{index}")
+    _rename_list(out.input, renames)
+    _rename_list(out.output, renames)
+    for a in out.attribute:
+        if a.HasField("g"):
+            _rename_reads(a.g, renames)
+        for g in a.graphs:
+            _rename_reads(g, renames)
+    return out
+
+
+def _rename_list(names: Iterable[str], renames: Mapping[str, str]) -> None:
+    seq = names  # a protobuf repeated field, edited in place
+    for k, v in enumerate(list(seq)):
+        if v in renames:
+            seq[k] = renames[v]  # type: ignore[index]
+
+
+def _rename_reads(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
+    """Rename, in a nested subgraph (in place), its reads of values of an enclosing scope."""
+    own = (
+        {o for n in graph.node for o in n.output if o}
+        | {t.name for t in graph.initializer}
+        | {i.name for i in graph.input}
+    )
+    visible = {k: v for k, v in renames.items() if k not in own}
+    for n in graph.node:
+        _rename_list(n.input, visible)
+        for a in n.attribute:
+            if a.HasField("g"):
+                _rename_reads(a.g, visible)
+            for g in a.graphs:
+                _rename_reads(g, visible)
+    for o in graph.output:
+        if o.name in visible:
+            o.name = visible[o.name]
+
+
+#: Loop and Scan bodies are unrolled up to this many iterations; longer loops are refused.
+UNROLL_LIMIT = 256
+
+
+def _scalar(name: str, value: object, dtype: type) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, dtype), name)
+
+
+def _unsqueeze(x: str, axis: int, out: str, opset: int) -> list[onnx.NodeProto | onnx.TensorProto]:
+    if opset >= 13:
+        axes = numpy_helper.from_array(np.array([axis], np.int64), f"{out}/axes")
+        return [axes, helper.make_node("Unsqueeze", [x, axes.name], [out], name=out)]
+    return [helper.make_node("Unsqueeze", [x], [out], name=out, axes=[axis])]
+
+
+def _split(items: Sequence) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    return (
+        [i for i in items if isinstance(i, onnx.NodeProto)],
+        [i for i in items if isinstance(i, onnx.TensorProto)],
+    )
+
+
+def _stack(
+    parts: Sequence[str], axis: int, out: str, opset: int
+) -> list[onnx.NodeProto | onnx.TensorProto]:
+    """``out``: the ``parts`` stacked along a new ``axis`` (Unsqueeze each, then Concat)."""
+    items: list = []
+    for k, p in enumerate(parts):
+        items += _unsqueeze(p, axis, f"{out}/part{k}", opset)
+    names = [f"{out}/part{k}" for k in range(len(parts))]
+    return [*items, helper.make_node("Concat", names, [out], name=out, axis=axis)]
+
+
+@dataclass
+class LoopUnrolling:
+    """A Loop node being unrolled, one iteration per :meth:`step`, so that a condition the
+    body computes from compile-time values ends the unrolling (a while loop). Iterations
+    whose condition is known only at run time are guarded by a running condition ``r_t``
+    (``r_{t+1} = r_t ? cond_t : false``), and the loop-carried results select the last
+    iteration that ran; scan outputs need every iteration's condition at compile time."""
+
+    name: str
+    body: onnx.GraphProto
+    outputs: tuple[str, ...]
+    guard: Guard
+    trip: int | None
+    carried: list[str]
+    running: str  # "" while every iteration so far is known to run
+    opset: int
+    t: int = 0
+    finals: list[str] | None = None
+    scans: list[list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        n_carried = len(self.carried)
+        if len(self.body.input) != 2 + n_carried or len(self.body.output) < 1 + n_carried:
+            raise ModelError(
+                f"Loop node {self.name!r}: its body must take (iteration, condition, "
+                f"{n_carried} loop-carried values) and return the condition and those values"
+            )
+        self.finals = list(self.carried)
+        self.scans = [[] for _ in range(len(self.body.output) - 1 - n_carried)]
+
+    def step(
+        self, running_value: bool | None
+    ) -> tuple[list[tuple[onnx.NodeProto, Guard]], list[onnx.TensorProto], bool]:
+        """The next iteration's nodes, or the nodes giving the Loop's outputs when the loop is
+        over (``True`` last). ``running_value``: the running condition when known."""
+        assert self.finals is not None and self.scans is not None
+        if self.running == "":
+            running_value = True
+        if self.t == self.trip or running_value is False:
+            return (*self._finish(), True)
+        if running_value is None and (self.trip is None or any(self.scans)):
+            what = "scan outputs" if any(self.scans) else "no maximum trip count"
+            raise UnsupportedOpError(
+                "Loop",
+                node=self.name,
+                detail=f"its condition is known only at run time and it has {what}",
+            )
+        if self.t >= UNROLL_LIMIT:
+            raise UnsupportedOpError(
+                "Loop",
+                node=self.name,
+                detail=f"more than {UNROLL_LIMIT} iterations (loops are unrolled)",
+            )
+        prefix = f"{self.name}/{self.t}/"
+        items: list = [_scalar(prefix + "iter", self.t, np.int64)]
+        cond_in = self.running or prefix + "true"
+        if not self.running:
+            items.append(_scalar(cond_in, True, np.bool_))
+        nodes, inits, results = inline(self.body, prefix, [prefix + "iter", cond_in, *self.carried])
+        guard = self.guard if running_value else (*self.guard, (self.running, True))
+        out: list[tuple[onnx.NodeProto, Guard]] = [(n, guard) for n in nodes]
+        n_carried = len(self.carried)
+        cond_out, values, scans = results[0], results[1 : 1 + n_carried], results[1 + n_carried :]
+        if running_value:
+            self.running, self.finals = cond_out, list(values)
+        else:
+            flag = prefix + "ran"
+            false = _scalar(prefix + "false", False, np.bool_)
+            shape = numpy_helper.from_array(np.zeros(0, np.int64), prefix + "scalar_shape")
+            merge = [
+                helper.make_node("Reshape", [self.running, shape.name], [flag], name=flag),
+                helper.make_node(
+                    "Where", [flag, cond_out, false.name], [prefix + "running"], name=prefix + "r"
+                ),
+            ]
+            finals = [f"{prefix}final{k}" for k in range(n_carried)]
+            merge += [
+                helper.make_node("Where", [flag, v, f], [g], name=g)
+                for v, f, g in zip(values, self.finals, finals, strict=True)
+            ]
+            items += [false, shape]
+            out += [(n, self.guard) for n in merge]
+            self.running, self.finals = prefix + "running", finals
+        for acc, s in zip(self.scans, scans, strict=True):
+            acc.append(s)
+        self.carried = list(values)
+        self.t += 1
+        more, consts = _split(items)
+        return [(n, self.guard) for n in more] + out, [*consts, *inits], False
+
+    def _finish(self) -> tuple[list[tuple[onnx.NodeProto, Guard]], list[onnx.TensorProto]]:
+        assert self.finals is not None and self.scans is not None
+        n_carried = len(self.finals)
+        items: list = [
+            helper.make_node("Identity", [f], [o], name=f"{self.name}/out{k}")
+            for k, (f, o) in enumerate(zip(self.finals, self.outputs[:n_carried], strict=True))
+        ]
+        for parts, o in zip(self.scans, self.outputs[n_carried:], strict=True):
+            if not parts:
+                raise UnsupportedOpError(
+                    "Loop", node=self.name, detail="scan outputs of a loop that runs 0 times"
+                )
+            items += _stack(parts, 0, o, self.opset)
+        nodes, consts = _split(items)
+        return [(n, self.guard) for n in nodes], consts
+
+
+def expand_scan(
+    name: str,
+    body: onnx.GraphProto,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    attrs: Mapping[str, object],
+    input_ranks: Sequence[int],
+    length: int,
+    guard: Guard,
+    opset: int,
+) -> Expansion:
+    """A Scan node (opset >= 9) unrolled over its ``length`` steps: step ``t`` runs the body on
+    the ``t``-th slices of the scan inputs (Gather at ``t``, or ``length-1-t`` reversed) and
+    the states of step ``t-1``; the scan outputs are the steps' outputs stacked along their
+    axes."""
+    m = int(attrs["num_scan_inputs"])  # type: ignore[call-overload]
+    n_states = len(inputs) - m
+    k_outs = len(outputs) - n_states
+    in_axes = list(attrs.get("scan_input_axes") or [0] * m)  # type: ignore[call-overload]
+    in_dirs = list(attrs.get("scan_input_directions") or [0] * m)  # type: ignore[call-overload]
+    out_axes = list(attrs.get("scan_output_axes") or [0] * k_outs)  # type: ignore[call-overload]
+    out_dirs = list(attrs.get("scan_output_directions") or [0] * k_outs)  # type: ignore[call-overload]
+    if length > UNROLL_LIMIT:
+        raise UnsupportedOpError(
+            "Scan",
+            node=name,
+            detail=f"{length} steps, more than {UNROLL_LIMIT} (scans are unrolled)",
+        )
+    if length == 0 and k_outs:
+        raise UnsupportedOpError("Scan", node=name, detail="scan outputs of an empty sequence")
+    items: list = []
+    states = list(inputs[:n_states])
+    scans: list[list[str]] = [[] for _ in range(k_outs)]
+    for t in range(length):
+        prefix = f"{name}/{t}/"
+        slices = []
+        for j, x in enumerate(inputs[n_states:]):
+            axis = in_axes[j] % input_ranks[j]
+            index = t if not in_dirs[j] else length - 1 - t
+            at = _scalar(f"{prefix}index{j}", index, np.int64)
+            items += [at, helper.make_node("Gather", [x, at.name], [f"{prefix}slice{j}"],
+                                           name=f"{prefix}slice{j}", axis=axis)]  # fmt: skip
+            slices.append(f"{prefix}slice{j}")
+        nodes, inits, results = inline(body, prefix, [*states, *slices])
+        items += [*inits, *nodes]
+        states = results[:n_states]
+        for acc, r in zip(scans, results[n_states:], strict=True):
+            acc.append(r)
+    items += [
+        helper.make_node("Identity", [s], [o], name=f"{name}/out{k}")
+        for k, (s, o) in enumerate(zip(states, outputs[:n_states], strict=True))
+    ]
+    for k, (parts, o) in enumerate(zip(scans, outputs[n_states:], strict=True)):
+        items += _stack(parts[::-1] if out_dirs[k] else parts, int(out_axes[k]), o, opset)
+    nodes, consts = _split(items)
+    return Expansion(tuple((n, guard) for n in nodes), tuple(consts))

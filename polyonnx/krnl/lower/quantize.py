@@ -1,0 +1,90 @@
+"""QuantizeLinear and DequantizeLinear (integer types), per tensor or per axis::
+
+    for i0, i1:                                   (QuantizeLinear to uint8, per axis 1)
+      S: Y[i0, i1] = uint8(min(max(float32(round(X[i0, i1] / scale[i1])) + float32(zp[i1]),
+                                   0.0), 255.0))
+
+As the reference computes them: ``x / scale`` in the input's type rounded half to even, the zero
+point added and the sum saturated to the target's range (clamped while still a float, so no
+out-of-range conversion happens); dequantizing subtracts the zero point and multiplies by the
+scale in float32, then rounds to the scale's type. Blocked scales (``block_size``) and the
+float8 / 4-bit types are refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polyonnx.graph.ir import Node
+from polyonnx.krnl import ir
+from polyonnx.krnl.lower.common import generic_iters, nest, normalize_axis, unsupported, var
+from polyonnx.krnl.lower.registry import LowerContext, register
+
+_INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
+
+
+def _param(node: Node, ctx: LowerContext, name: str, rank: int) -> ir.Expr | None:
+    """A load of the scale or zero point ``name`` (one element, or one per element along the
+    node's axis), indexed by the iterators ``i0..``; None when ``name`` is absent."""
+    if not name:
+        return None
+    if int(node.attr("block_size", 0)):
+        raise unsupported(node, ctx, "blocked scales (block_size)")
+    shape = ctx.shape(name)
+    if int(np.prod(shape, dtype=np.int64)) == 1:
+        index: tuple[ir.Aff, ...] = (ir.Aff.lift(0),) * len(shape)
+    elif len(shape) == 1:
+        axis = normalize_axis(node, int(node.attr("axis", 1)), rank)
+        index = (var(f"i{axis}"),)
+    else:
+        raise unsupported(node, ctx, f"{name!r} of shape {list(shape)} (blocked)")
+    return ir.Load(name, index, ctx.dtype(name))
+
+
+def _f32(e: ir.Expr) -> ir.Expr:
+    return e if e.dtype == "float32" else ir.Cast(e, "float32")
+
+
+@register("QuantizeLinear", since=10)
+def lower_quantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """``Y = saturate(round(X / scale) + zero_point)``."""
+    x, scale, zp, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    dst = ctx.dtype(y)
+    if dst not in _INTEGERS or ctx.dtype(x) not in ("float32", "float16"):
+        raise unsupported(node, ctx, f"{ctx.dtype(x)} to {dst}")
+    shape = ctx.shape(x)
+    iters = generic_iters(shape)
+    index = tuple(var(n) for n, _ in iters)
+    s = _param(node, ctx, scale, len(shape))
+    assert s is not None
+    xv = ir.Load(x, index, ctx.dtype(x))
+    if s.dtype != xv.dtype:
+        s = ir.Cast(s, xv.dtype)
+    value = _f32(ir.unary("round", xv / s))
+    z = _param(node, ctx, zp, len(shape))
+    if z is not None:
+        value = value + _f32(z)
+    info = np.iinfo(dst)
+    value = ir.minimum(ir.maximum(value, float(info.min)), float(info.max))
+    return nest(iters, (ir.Stmt("S", ir.Access(y, index), ir.Cast(value, dst)),))
+
+
+@register("DequantizeLinear", since=10)
+def lower_dequantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """``Y = (X - zero_point) * scale``, in float32."""
+    x, scale, zp, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    src, dst = ctx.dtype(x), ctx.dtype(y)
+    if src not in _INTEGERS or dst not in ("float32", "float16"):
+        raise unsupported(node, ctx, f"{src} to {dst}")
+    shape = ctx.shape(x)
+    iters = generic_iters(shape)
+    index = tuple(var(n) for n, _ in iters)
+    s = _param(node, ctx, scale, len(shape))
+    assert s is not None
+    value = _f32(ir.Load(x, index, src))
+    z = _param(node, ctx, zp, len(shape))
+    if z is not None:
+        value = value - _f32(z)
+    value = value * _f32(s)
+    out = value if dst == "float32" else ir.Cast(value, dst)
+    return nest(iters, (ir.Stmt("S", ir.Access(y, index), out),))
