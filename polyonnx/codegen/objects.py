@@ -17,7 +17,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx import cache
-from polyonnx.codegen.target import LLVM_LOCK, create_machine, machine, optimize
+from polyonnx.codegen.target import LLVM_LOCK, create_machine, llvm_quiescent, machine, optimize
 from polyonnx.errors import CodegenError
 from polyonnx.forked import forked_map
 from polyonnx.options import Options
@@ -106,6 +106,6 @@ def compile_objects(
 
 def _forked(workers: int, jobs: list[_Job], meanwhile: Callable[[], object]) -> list[bytes | str]:
     """:func:`_worker` of each job, in a pool of forked processes."""
-    # LLVM_LOCK is held, so no thread of ours is inside LLVM while the process is copied.
-    with LLVM_LOCK:
+    # No thread of ours is inside LLVM (or llvmlite) while the process is copied.
+    with llvm_quiescent():
         return forked_map(_worker, jobs, workers, CodegenError, meanwhile)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import llvmlite.binding as llvm
+import llvmlite.binding.ffi as llvm_ffi
 
 from polyonnx.codegen.config import x86_vector_registers
 from polyonnx.errors import CodegenError
@@ -15,6 +18,16 @@ from polyonnx.options import Options
 
 # llvmlite holds global state; one lock serialises everything that touches it.
 LLVM_LOCK = threading.RLock()
+
+
+@contextmanager
+def llvm_quiescent() -> Iterator[None]:
+    """No thread in LLVM: :data:`LLVM_LOCK` and llvmlite's own C-API lock, held while the
+    process forks. llvmlite calls made outside LLVM_LOCK (the host's triple, say) take only
+    llvmlite's lock, and a child forked while another thread holds it waits for it forever
+    (the forking thread, the child's only one, may take it again: it is reentrant)."""
+    with LLVM_LOCK, llvm_ffi.lib._lock:  # (llvmlite has no public name for its lock)
+        yield
 
 
 #: The machine scheduler's largest region (``-dag-maps-huge-region``, see :func:`init_llvm`).
