@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -13,7 +15,7 @@ import onnx
 from polyonnx.fuzz.case import Case, Draw, Outcome, RandomDraw
 from polyonnx.fuzz.corrupt import corrupt_feeds, corrupt_model
 from polyonnx.fuzz.graphs import random_graph
-from polyonnx.fuzz.worker import Worker
+from polyonnx.fuzz.worker import Worker, heap_check_interpreter, heap_checks_catch_overruns
 
 #: How each kind of case is made from a draw.
 MAKERS: dict[str, Callable[[Draw], Case]] = {
@@ -125,6 +127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         p.error(f"unknown kinds {unknown}; choose among {', '.join(KINDS)}")
+    if args.heap_checks and not heap_checks_catch_overruns():
+        found = heap_check_interpreter()
+        if found is not None:
+            print(
+                f"heap checks: glibc's debugging malloc does not work with {sys.executable}; "
+                f"the campaign runs under {found.executable}",
+                flush=True,
+            )
+            command = [found.executable, "-m", "polyonnx.fuzz", *(argv or sys.argv[1:])]
+            env = {**os.environ, **dict(found.environment)}
+            return subprocess.run(command, env=env, check=False).returncode
+        print("heap checks: MALLOC_PERTURB_ only (no interpreter here runs the debugging malloc)")
     failed = campaign(
         kinds, args.cases, args.seed, args.seconds, args.show, args.timeout, args.heap_checks
     )

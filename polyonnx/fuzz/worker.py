@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -74,6 +75,74 @@ def _catches_overrun(extra: tuple[tuple[str, str], ...]) -> bool:
 def heap_checks_catch_overruns() -> bool:
     """Whether :func:`heap_check_environment` includes glibc's debugging malloc here."""
     return "MALLOC_CHECK_" in heap_check_environment()
+
+
+@dataclass(frozen=True, slots=True)
+class Interpreter:
+    """A Python interpreter and the environment it needs to import this polyonnx."""
+
+    executable: str
+    environment: tuple[tuple[str, str], ...] = ()
+
+
+def heap_check_interpreter() -> Interpreter | None:
+    """An interpreter under which glibc's debugging malloc catches an overrun, or None.
+
+    This one when it does; otherwise a system interpreter of the same minor version (Debian's
+    ``/usr/bin/python3`` links ``libpython`` statically) given this one's package directories
+    on ``PYTHONPATH``, so that a campaign started from a pyenv virtual environment still runs
+    under the full checks.
+
+    Example:
+        >>> found = heap_check_interpreter()
+        >>> found is None or os.path.exists(found.executable)
+        True
+    """
+    if heap_checks_catch_overruns():
+        return Interpreter(sys.executable)
+    return _system_interpreter_with_checks()
+
+
+@functools.cache
+def _system_interpreter_with_checks() -> Interpreter | None:
+    if ctypes.util.find_library("c_malloc_debug") is None:
+        return None
+    minor = tuple(sys.version_info[:2])
+    version = ".".join(map(str, minor))
+    here = os.path.realpath(sys.executable)
+    env = {"PYTHONPATH": os.pathsep.join(_package_directories())}
+    debug = {"LD_PRELOAD": MALLOC_DEBUG_LIBRARY, "MALLOC_CHECK_": "3"}
+    for name in (f"/usr/bin/python{version}", "/usr/bin/python3"):
+        if not os.path.exists(name) or os.path.realpath(name) == here:
+            continue
+        probe = subprocess.run(
+            [
+                name,
+                "-c",
+                f"import sys, polyonnx; assert sys.version[:{len(version)}] == {version!r}",
+            ],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=120,
+        )
+        if probe.returncode != 0:
+            continue
+        crashed = subprocess.run(
+            [name, "-c", _CANARY], env={**os.environ, **env, **debug}, capture_output=True
+        )
+        if crashed.returncode == -signal.SIGABRT:
+            return Interpreter(name, tuple(sorted(env.items())))
+    return None
+
+
+def _package_directories() -> list[str]:
+    """Where this process imports polyonnx and the third-party packages from (an editable
+    install's finder lives in a ``.pth`` file, which ``PYTHONPATH`` entries do not run)."""
+    import polyonnx
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(polyonnx.__file__)))
+    sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    return [root, *sites]
 
 
 @contextmanager
