@@ -39,9 +39,11 @@ from polyonnx.frontend.importer import CONTROL_FLOW, import_model
 from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes import optimize
+from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.passes.pixels import flat_pixels
+from polyonnx.graph.passes.winograd import winograd_convs
 from polyonnx.graph.validate import validate
 from polyonnx.krnl.lower.registry import has_lowering
 from polyonnx.krnl.memory import plan_memory
@@ -77,10 +79,13 @@ def to_graph(
 
 def choose_layouts(graph: Graph, tiling: Tiling | None) -> Graph:
     """The layout passes: the convolutions that fit channel blocks of ``tiling`` blocked
-    (None: none), then the 1x1 convolutions left in ONNX's layout on one row of pixels."""
+    (None: none), the 3x3 ones among them that pay for it as Winograd convolutions; then,
+    of the convolutions left in ONNX's layout, those that are fully-connected layers as
+    ``Gemm`` and the 1x1 ones on one row of pixels."""
     if tiling is not None:
         graph = blocked_layout(graph, *channel_blocks(tiling))
-    return flat_pixels(graph)
+        graph = winograd_convs(graph, tiling.lanes)
+    return flat_pixels(conv_as_gemm(graph))
 
 
 def channel_blocks(tiling: Tiling) -> tuple[int, int]:

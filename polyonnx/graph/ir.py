@@ -122,6 +122,21 @@ def _short(v: Any) -> str:
     return repr(v)
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2`` ... : the first not in ``taken``, which it joins.
+
+    Example:
+        >>> taken = {"w", "w_1"}
+        >>> fresh_name("w", taken), fresh_name("w", taken)
+        ('w_2', 'w_3')
+    """
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
 @dataclass(frozen=True)
 class Graph:
     """A model's graph. ``values`` types every value; ``constants`` holds initializers."""

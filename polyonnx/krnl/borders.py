@@ -27,6 +27,7 @@ from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import window
 from polyonnx.krnl.lower.registry import LowerContext
+from polyonnx.krnl.lower.winograd import input_pads
 
 
 def zero_borders(graph: Graph, computed: Set[str]) -> dict[str, ir.Border]:
@@ -58,7 +59,10 @@ def zero_borders(graph: Graph, computed: Set[str]) -> dict[str, ir.Border]:
 
 def _input_pads(node: Node, ctx: LowerContext) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The zero padding (before, after: one per axis of the input) that ``node``, a
-    ConvBlocked, reads around its input; None for any other reader."""
+    ConvBlocked or WinogradConv, reads around its input; None for any other reader."""
+    if (node.domain, node.op_type) == (INTERNAL_DOMAIN, "WinogradConv"):
+        begin, end = input_pads(node, ctx)
+        return (0, 0, *begin, 0), (0, 0, *end, 0)
     if (node.domain, node.op_type) != (INTERNAL_DOMAIN, "ConvBlocked"):
         return None
     xs, ws = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])

@@ -12,15 +12,18 @@ each relying on the ones before:
 2. ``inline_pointwise`` (:mod:`~polyonnx.krnl.inline`): point-wise producers are substituted
    into their consumers, so a chain of epilogues (``Add -> Relu``) becomes one nest. Before
    the next pass: it matches a reduction's temp to the one epilogue reading it.
-3. ``accumulate_in_place`` (:mod:`~polyonnx.krnl.in_place`): a reduction accumulates straight
+3. ``sink_pointwise`` (:mod:`~polyonnx.krnl.sink`): a point-wise reader of a temp that
+   several statements write piece by piece (a Winograd convolution's output tiles) moves
+   into those statements instead.
+4. ``accumulate_in_place`` (:mod:`~polyonnx.krnl.in_place`): a reduction accumulates straight
    into the buffer its epilogue writes.
-4. ``residual_in_place`` (:mod:`~polyonnx.krnl.residual`): a reduction whose epilogue adds a
+5. ``residual_in_place`` (:mod:`~polyonnx.krnl.residual`): a reduction whose epilogue adds a
    dying residual starts its sums at the residual, in the residual's memory. It looks for the
    reduction writing the epilogue's output, which the pass before made so.
-5. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
+6. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
    bordered buffers. After the epilogues are in place: the passes before match a temp to the
    value it becomes by shape, and a bordered buffer is larger than its value.
-6. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
+7. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
    Last: lowerings name their statements with placeholders, and the passes merge and drop
    statements.
 
@@ -29,8 +32,8 @@ prints the kernels as they are after ``PASS``, or as lowered with ``--after lowe
 
 Example:
     >>> [p.name for p in PASSES]  # doctest: +NORMALIZE_WHITESPACE
-    ['distribute_finishes', 'inline_pointwise', 'accumulate_in_place', 'residual_in_place',
-     'store_bordered', 'renumber_statements']
+    ['distribute_finishes', 'inline_pointwise', 'sink_pointwise', 'accumulate_in_place',
+     'residual_in_place', 'store_bordered', 'renumber_statements']
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from polyonnx.krnl.distribute import distribute_finishes
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
 from polyonnx.krnl.residual import residual_in_place
+from polyonnx.krnl.sink import sink_pointwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,7 @@ def _residual_in_place(kernel: ir.Kernel, context: KernelContext) -> PassResult:
 PASSES: tuple[KernelPass, ...] = (
     KernelPass("distribute_finishes", lambda k, _: PassResult(distribute_finishes(k))),
     KernelPass("inline_pointwise", lambda k, _: PassResult(inline_pointwise(k))),
+    KernelPass("sink_pointwise", lambda k, _: PassResult(sink_pointwise(k))),
     KernelPass("accumulate_in_place", lambda k, _: PassResult(accumulate_in_place(k))),
     KernelPass("residual_in_place", _residual_in_place),
     KernelPass("store_bordered", lambda k, c: PassResult(store_bordered(k, c.borders))),

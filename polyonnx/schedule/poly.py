@@ -105,9 +105,48 @@ class Dependences:
     def all(self) -> isl.UnionMap:
         """RAW, WAR and WAW together. RAW and WAW come from one flow computation (a third
         less isl work): the last write before an access to an element is the same whether
-        the access reads or writes it."""
-        last_write = _flow(self.reads.union(self.writes), self.writes, self.order, must=True)
-        return last_write.union(self.war).coalesce()
+        the access reads or writes it. An array whose every element is written at most once
+        (a temp between two nests) has no WAW, and the one write before a read is its last:
+        its RAW needs no search for the last of several writes (isl's must-source analysis,
+        which dominates the cost of kernels with many statements writing one temp)."""
+        single = _single_assignment(self.writes)
+        once = _flow(
+            _on_arrays(self.reads, single), _on_arrays(self.writes, single), self.order, must=False
+        )
+        others = _on_arrays(self.writes, single, keep=False)
+        sink = _on_arrays(self.reads, single, keep=False).union(others)
+        last_write = _flow(sink, others, self.order, must=True)
+        return once.union(last_write).union(self.war).coalesce()
+
+
+def _arrays(accesses: isl.UnionMap) -> dict[str, isl.UnionMap]:
+    """``accesses`` (instances -> elements) split by the array accessed."""
+    out: dict[str, isl.UnionMap] = {}
+    for m in _maps(accesses):
+        name = m.get_tuple_name(isl.dim_type.out)
+        part = isl.UnionMap.from_map(m)
+        out[name] = out[name].union(part) if name in out else part
+    return out
+
+
+def _maps(accesses: isl.UnionMap) -> list[isl.Map]:
+    maps: list[isl.Map] = []
+    accesses.foreach_map(maps.append)
+    return maps
+
+
+def _single_assignment(writes: isl.UnionMap) -> frozenset[str]:
+    """The arrays of which no element is written twice."""
+    return frozenset(name for name, w in _arrays(writes).items() if w.is_injective())
+
+
+def _on_arrays(accesses: isl.UnionMap, arrays: frozenset[str], keep: bool = True) -> isl.UnionMap:
+    """The accesses of ``accesses`` to ``arrays`` (``keep``) or to the other arrays."""
+    out = isl.UnionMap.empty(accesses.get_space())
+    for m in _maps(accesses):
+        if (m.get_tuple_name(isl.dim_type.out) in arrays) == keep:
+            out = out.union(isl.UnionMap.from_map(m))
+    return out
 
 
 def _flow(

@@ -64,3 +64,40 @@ def test_isl_identifier_sanitises_value_names():
     assert isl_identifier("gpu_0/data:0", taken) == "gpu_0_data_0_1"
     assert isl_identifier("0abc", taken) == "b_0abc"
     assert isl_identifier("min", taken) == "b_min"
+
+
+def _must_analysis(deps) -> isl.UnionMap:
+    """RAW, WAR and WAW with isl's must-source analysis on every array (no shortcut)."""
+    info = isl.UnionAccessInfo.from_sink(deps.reads.union(deps.writes))
+    info = info.set_must_source(deps.writes).set_schedule(deps.order)
+    last = info.compute_flow().get_may_dependence()
+    return last.union(deps.war)
+
+
+def _winograd_kernel():
+    import numpy as np
+    import onnx.helper as oh
+    from onnx import TensorProto, numpy_helper
+
+    from polyonnx.options import Options
+    from polyonnx.pipeline import lower, to_graph
+
+    w = np.ones((32, 32, 3, 3), np.float32)
+    graph = oh.make_graph(
+        [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4), oh.make_node("Relu", ["c"], ["y"])],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 16, 16])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    program = lower(to_graph(model, None, Options(num_threads=1)))
+    return next(k for k in program.kernels if k.name.endswith("WinogradConv"))
+
+
+def test_single_assignment_arrays_shortcut_gives_the_exact_dependences():
+    from tests.schedule.zoo import ZOO
+
+    for kernel in [*(make() for make in ZOO.values()), _winograd_kernel()]:
+        deps = PolyKernel.build(kernel).dependences()
+        assert deps.all.is_equal(_must_analysis(deps)), kernel.name

@@ -11,8 +11,10 @@ Example:
 from __future__ import annotations
 
 from polyonnx.graph.ir import Graph
+from polyonnx.graph.passes.affine import batchnorm_to_affine, merge_affine
 from polyonnx.graph.passes.bn_fold import fold_batchnorm
 from polyonnx.graph.passes.dce import eliminate_dead_code
+from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
 from polyonnx.graph.passes.fuse import Group, fuse
 from polyonnx.graph.passes.simplify import remove_identities
@@ -20,10 +22,13 @@ from polyonnx.graph.passes.verify import verify
 
 __all__ = [
     "Group",
+    "batchnorm_to_affine",
+    "conv_as_gemm",
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
     "fuse",
+    "merge_affine",
     "optimize",
     "remove_identities",
     "verify",
@@ -31,7 +36,9 @@ __all__ = [
 
 
 def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
-    """Fold constants, remove Identity/Dropout, fold BatchNormalization into Conv, drop dead code.
+    """Fold constants, remove Identity/Dropout, fold BatchNormalization into Conv (any other
+    becomes a per-channel multiply-add, merged with the multiplications and additions by
+    constants around it), drop dead code.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -44,5 +51,5 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     """
     graph = fold_constants(graph, max_fold_bytes)
     graph = remove_identities(graph)
-    graph = fold_batchnorm(graph)
+    graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
     return eliminate_dead_code(graph)

@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.ir import Graph, Node, Value, fresh_name
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
@@ -48,7 +48,8 @@ def fold_batchnorm(graph: Graph) -> Graph:
         new_w = w * f.astype(w.dtype).reshape((m,) + (1,) * (w.ndim - 1))
         new_b = ((b - mean) * f + beta).astype(w.dtype)
         # Fresh names: the original weights may be shared with other Convs.
-        w_name, b_name = _fresh(f"{conv.name}_w_bn", taken), _fresh(f"{conv.name}_b_bn", taken)
+        w_name = fresh_name(f"{conv.name}_w_bn", taken)
+        b_name = fresh_name(f"{conv.name}_b_bn", taken)
         for name, arr in ((w_name, new_w), (b_name, new_b)):
             consts[name] = arr
             values[name] = Value(name, arr.dtype.name, tuple(arr.shape))
@@ -84,11 +85,3 @@ def _foldable_conv(
     if consts[conv.inputs[1]].dtype.kind != "f":
         return None
     return conv
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    taken.add(name)
-    return name

@@ -27,4 +27,5 @@ from polyonnx.krnl.lower import (  # noqa: F401
     rnn,
     slice,
     topk,
+    winograd,
 )
