@@ -15,8 +15,8 @@ from typing import Any
 from polyonnx.bench.disassembly import CLASSES, LABELS, VECTOR_CLASSES
 from polyonnx.bench.page import Section, table
 
-#: Kernel functions listed under "Kernels" (the largest).
-TOP_KERNELS = 20
+#: Kernels listed per model under "Kernels" (those doing most of its arithmetic).
+TOP_PER_MODEL = 2
 
 
 def title(report: dict[str, Any]) -> str:
@@ -149,27 +149,24 @@ CODE_HEADERS = [
 
 
 def kernel_rows(report: dict[str, Any]) -> list[list[str]]:
-    """The :data:`TOP_KERNELS` largest kernel functions of all models (each once)."""
-    seen, kernels = set(), []
+    """Per model, the :data:`TOP_PER_MODEL` kernels doing most of its arithmetic."""
+    rows = []
     for r in report["models"]:
-        for k in r["code"]["kernels"]:
-            if (r["model"], k["symbol"]) not in seen:
-                seen.add((r["model"], k["symbol"]))
-                kernels.append((r["model"], k))
-    kernels.sort(key=lambda mk: -mk[1]["bytes"])
-    return [
-        [
-            model,
-            k["kernel"],
-            _short(", ".join(k["ops"])),
-            f"{k['flops'] / 1e6:.3g}",
-            str(k["bytes"]),
-            str(k["instructions"]),
-            percent(share(k["mix"], ("vector_fma",))),
-            percent(share(k["mix"], VECTOR_CLASSES)),
+        kernels = sorted(r["code"]["kernels"], key=lambda k: -k["flops"])[:TOP_PER_MODEL]
+        rows += [
+            [
+                r["model"],
+                k["kernel"],
+                _short(", ".join(k["ops"])),
+                f"{k['flops'] / 1e6:.3g}",
+                str(k["bytes"]),
+                str(k["instructions"]),
+                percent(share(k["mix"], ("vector_fma",))),
+                percent(share(k["mix"], VECTOR_CLASSES)),
+            ]
+            for k in kernels
         ]
-        for model, k in kernels[:TOP_KERNELS]
-    ]
+    return rows
 
 
 def _short(text: str, n: int = 40) -> str:
@@ -237,8 +234,9 @@ def sections(report: dict[str, Any], plots: dict[str, str]) -> list[Section]:
         ),
         Section(
             "Kernels",
-            f"The {TOP_KERNELS} largest kernel functions (bytes of code; MFLOP: the "
-            "arithmetic of one run of the kernel).",
+            f"Per model, the {TOP_PER_MODEL} kernels doing most of its arithmetic (MFLOP: "
+            "of one run of the kernel), their code (bytes) and instruction mix; the plot "
+            "shows every kernel function's size.",
             (
                 table(
                     [
