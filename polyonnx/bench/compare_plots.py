@@ -44,6 +44,13 @@ def draw(a: Report, b: Report, names: Names, out: Path) -> dict[str, str]:
     return files
 
 
+def plain_numbers() -> Any:
+    """A tick formatter writing 0.5, 2 (not 5 x 10^-1) on a log axis."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda y, _: f"{y:g}")
+
+
 def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -95,10 +102,12 @@ def latency(a: Report, b: Report, names: Names, path: Path) -> bool:
     x = np.arange(len(keys))
     fig, ax = plt.subplots(figsize=(max(7.0, 0.6 * len(keys)), 4))
     for offset, key, label in ((-0.2, "polyonnx_s", "polyonnx"), (0.2, "onnxruntime_s", "ort")):
-        quotients = [by[1][k][key]["median"] / by[0][k][key]["median"] for k in keys]
-        ax.bar(x + offset, quotients, 0.4, label=label)
+        quotients = np.array([by[1][k][key]["median"] / by[0][k][key]["median"] for k in keys])
+        ax.bar(x + offset, quotients - 1.0, 0.4, bottom=1.0, label=label)  # from parity
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plain_numbers())
+    ax.yaxis.set_minor_formatter(plain_numbers())
     ax.set_xticks(x, [f"{m} ({t})" for m, t in keys], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"latency {names[1]} / {names[0]}")
     ax.set_title(f"> 1: {names[1]} takes longer than {names[0]} (model (threads))", fontsize=9)
