@@ -33,9 +33,9 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import onnx
@@ -132,13 +132,15 @@ class EmulatedSettings:
         :data:`PORTABLE_CASES` when there is one; False: none; with ``quick``, a dozen of
         them)."""
         chosen = tuple(models or (QUICK_MODELS if quick else DEFAULT_MODELS))
-        path = PORTABLE_CASES if node_cases is True else node_cases or None
-        if path is None or (node_cases is True and not PORTABLE_CASES.exists()):
+        found = PORTABLE_CASES if PORTABLE_CASES.exists() else None
+        listed = found if node_cases is True else node_cases or None
+        if listed is None:
             return EmulatedSettings(target, chosen, quick=quick)
-        names = read_case_names(Path(path))
+        path = Path(listed)
+        names = read_case_names(path)
         if quick:
             names = names[:: max(1, len(names) // QUICK_NODE_CASES)][:QUICK_NODE_CASES]
-        return EmulatedSettings(target, chosen, tuple(names), _shown(Path(path)), quick)
+        return EmulatedSettings(target, chosen, tuple(names), _shown(path), quick)
 
 
 def read_case_names(path: Path) -> list[str]:
@@ -183,16 +185,18 @@ def check_tools(target: EmulatedTarget) -> None:
 
 @dataclass(frozen=True)
 class _Built:
-    """A model compiled and linked for the target: its run and what to compare it with."""
+    """A model compiled and linked for the target: its run, what to compare it with, and its
+    row of the report so far."""
 
     name: str
     job: Job
     reference: list[np.ndarray]
-    row: dict[str, Any] = field(default_factory=dict)
+    row: dict[str, Any]
 
 
-def measure(settings: EmulatedSettings, stream: Any = None) -> dict[str, Any]:
-    """Everything ``settings`` asks for, as the report's JSON-able dict."""
+def measure(settings: EmulatedSettings, stream: TextIO | None = None) -> dict[str, Any]:
+    """Everything ``settings`` asks for, as the report's JSON-able dict (progress to
+    ``stream``, default stderr)."""
     from polyonnx.bench.suite import require_extras
 
     require_extras()
