@@ -1,8 +1,10 @@
 """A benchmark report's folder: ``report.json`` (the data), ``report.md`` and ``report.html``
-(the same tables, and the plots of :mod:`polyonnx.bench.plots` as PNG files beside them).
+(the same tables, and the plots as PNG files beside them; :mod:`polyonnx.bench.page` renders
+both documents from one description).
 
-Tables are built once from the JSON as (headers, rows) and rendered twice, as Markdown and as
-HTML, so the two documents cannot disagree.
+A measured report (``polyonnx bench``) gets the sections of :func:`sections_of` and the plots
+of :mod:`polyonnx.bench.plots`; an emulated one (``polyonnx bench --target T``), those of
+:mod:`polyonnx.bench.emulated_document`.
 
 Rewriting the documents of an earlier report from its data::
 
@@ -11,41 +13,32 @@ Rewriting the documents of an earlier report from its data::
 
 from __future__ import annotations
 
-import html
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polyonnx.bench import emulated_document, emulated_plots
+from polyonnx.bench.folder import EMULATED
+from polyonnx.bench.page import Section, write_page
+from polyonnx.bench.page import table as _table
 from polyonnx.bench.plots import draw
 
 #: Kernels listed under the roofline (those losing most time against their bound).
 TOP_KERNELS = 20
 
 
-@dataclass(frozen=True, slots=True)
-class Table:
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    numeric: tuple[bool, ...]  # right-aligned columns
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    title: str
-    text: str = ""
-    tables: tuple[Table, ...] = ()
-    plot: str | None = None  # a file name in the report's folder
-
-
 def write(report: dict[str, Any], out: Path) -> None:
     """``report.json``, the plots, ``report.md`` and ``report.html`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
-    plots = draw(report, out)
-    title, sections = _title(report), sections_of(report, plots)
-    (out / "report.md").write_text(markdown(title, sections))
-    (out / "report.html").write_text(to_html(title, sections))
+    if report["schema"] == EMULATED:
+        drawn = emulated_plots.draw(report, out)
+        heading = emulated_document.title(report)
+        sections = emulated_document.sections(report, drawn)
+    else:
+        drawn = draw(report, out)
+        heading, sections = title(report), sections_of(report, drawn)
+    write_page(out, "report", heading, sections)
 
 
 def _spread(s: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
@@ -56,13 +49,7 @@ def _spread(s: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
     return f"{med} ({s['min'] * scale:.{digits}f}-{s['max'] * scale:.{digits}f}, n={s['rounds']})"
 
 
-def _table(headers: list[str], rows: list[list[str]], numeric: str = "") -> Table:
-    """``numeric``: one character per column, ``r`` for right-aligned."""
-    flags = tuple(c == "r" for c in numeric.ljust(len(headers), "l"))
-    return Table(tuple(headers), tuple(tuple(r) for r in rows), flags)
-
-
-def _title(report: dict[str, Any]) -> str:
+def title(report: dict[str, Any]) -> str:
     host = report["host"]
     return (
         f"polyonnx bench: {host['cpu']['name']} ({host['llvm']['cpu']}, "
@@ -353,67 +340,3 @@ def _ratio(x: float | None) -> str:
 
 def _short(text: str, n: int = 40) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def markdown(title: str, sections: list[Section]) -> str:
-    lines = [f"# {title}", ""]
-    for sec in sections:
-        lines += [f"## {sec.title}", ""]
-        if sec.text:
-            lines += [sec.text, ""]
-        if sec.plot:
-            lines += [f"![{sec.title}]({sec.plot})", ""]
-        for t in sec.tables:
-            cells = [c.replace("|", "\\|") for c in t.headers]
-            lines.append("| " + " | ".join(cells) + " |")
-            lines.append("| " + " | ".join("---:" if r else "---" for r in t.numeric) + " |")
-            for row in t.rows:
-                lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
-            lines.append("")
-    return "\n".join(lines)
-
-
-_CSS = (
-    "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
-    "td,th{border:1px solid #ccc;padding:2px 6px}td.r{text-align:right}"
-    "img{max-width:100%}"
-)
-
-
-def _inline(text: str) -> str:
-    """The Markdown the sections use: **bold** and `code`, escaped."""
-    parts = html.escape(text).split("**")
-    text = "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
-    parts = text.split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
-
-
-def to_html(title: str, sections: list[Section]) -> str:
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    for sec in sections:
-        body.append(f"<h2>{html.escape(sec.title)}</h2>")
-        for para in sec.text.split("\n\n") if sec.text else ():
-            items = [line[2:] for line in para.splitlines() if line.startswith("- ")]
-            if items:
-                body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
-            else:
-                body.append(f"<p>{_inline(para)}</p>")
-        if sec.plot:
-            body.append(f'<img src="{html.escape(sec.plot)}" alt="{html.escape(sec.title)}">')
-        for t in sec.tables:
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
-            rows = "".join(
-                "<tr>"
-                + "".join(
-                    f'<td class="r">{html.escape(c)}</td>' if r else f"<td>{html.escape(c)}</td>"
-                    for c, r in zip(row, t.numeric, strict=True)
-                )
-                + "</tr>"
-                for row in t.rows
-            )
-            body.append(f"<table><tr>{head}</tr>{rows}</table>")
-    return (
-        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -155,20 +156,40 @@ LIBRARIES = ("polyonnx", "onnxruntime", "numpy", "llvmlite", "islpy", "onnx", "m
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of :data:`LIBRARIES` (None: not installed), of LLVM (llvmlite's), Python and
-    numpy's BLAS."""
+    """Versions of :data:`LIBRARIES` (None: not installed), polyonnx's commit
+    (:func:`source_commit`), LLVM's (llvmlite's), Python's and numpy's BLAS."""
     out: dict[str, str | None] = {}
     for name in LIBRARIES:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
+    out["polyonnx_commit"] = source_commit()
     from polyonnx.codegen.target import llvm_version
 
     out["llvm"] = llvm_version()
     out["python"] = platform.python_version()
     out["blas"] = numpy_blas()
     return out
+
+
+def source_commit() -> str | None:
+    """The git commit polyonnx runs from (``+dirty`` when tracked files differ from it), or
+    None outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True)
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.decode().strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def numpy_blas() -> str | None:

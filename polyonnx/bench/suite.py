@@ -37,6 +37,7 @@ from typing import Any
 import polyonnx
 from polyonnx.bench import gemm, peak, roofline
 from polyonnx.bench.document import write
+from polyonnx.bench.folder import MEASURED
 from polyonnx.bench.host import fingerprint, versions
 from polyonnx.bench.models import MODELS, RTOL, Refused, geometric_mean
 from polyonnx.bench.models import measure as measure_model
@@ -44,8 +45,8 @@ from polyonnx.bench.progress import Progress
 from polyonnx.bench.timing import Spread
 from polyonnx.testing.architectures import multiply_adds, parameters
 
-#: The report format; bumped when a key changes meaning.
-SCHEMA = "polyonnx-bench/1"
+#: The report format (:data:`polyonnx.bench.folder.MEASURED`); bumped when a key changes meaning.
+SCHEMA = MEASURED
 
 QUICK_MODELS = ("mnist", "gru_classifier")
 QUICK_GEMMS = ((128, 128, 128), (256, 256, 256), (64, 196, 128))

@@ -34,3 +34,5 @@ def test_cores_and_versions():
     libs = versions()
     assert libs["polyonnx"] and libs["numpy"] and libs["llvmlite"] and libs["islpy"]
     assert libs["llvm"].count(".") == 2
+    commit = libs["polyonnx_commit"]
+    assert commit is None or len(commit.removesuffix("+dirty")) == 12

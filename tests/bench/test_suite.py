@@ -127,3 +127,27 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
 def test_settings_refuse_unknown_models():
     with pytest.raises(ValueError, match="unknown model"):
         Settings.of(models=["nope"])
+
+
+def test_compare_with_another_machines_report(folder, report, tmp_path):
+    """A real --quick report against itself as another machine would have it: polyonnx
+    twice as slow there, the same onnxruntime."""
+    from polyonnx.bench.compare import compare
+
+    other = json.loads(json.dumps(report))
+    other["host"]["cpu"]["name"] = "Another CPU"
+    for r in other["models"]:
+        for key in ("median", "min", "max"):
+            r["polyonnx_s"][key] *= 2
+        r["ratio"] *= 2
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "report.json").write_text(json.dumps(other))
+    page = compare(folder, tmp_path / "other", tmp_path / "cmp")
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "Another CPU" in md and report["host"]["cpu"]["name"] in md
+    for r in report["models"]:
+        row = next(line for line in md.splitlines() if line.startswith(f"| {r['model']} | 1 | "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[4] == "2.00" and cells[7] == "1.00" and cells[10] == "2.00"
+    assert (tmp_path / "cmp" / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert page.printed.count("| 1 |") >= len(report["models"])

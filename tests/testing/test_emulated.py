@@ -10,10 +10,7 @@ compiler or qemu-user the target's tests skip, saying which Debian package is mi
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +22,15 @@ from onnx import TensorProto, helper, numpy_helper
 import polyonnx
 from polyonnx.codegen.aot import write_library
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
-from polyonnx.testing.emulated import TARGETS, EmulatedTarget, Job, run_libraries
+from polyonnx.testing.emulated import (
+    TARGETS,
+    EmulatedTarget,
+    Job,
+    emulator_workaround,
+    graph_input_names,
+    library_feeds,
+    run_libraries,
+)
 from polyonnx.testing.zoo import mnist_model, small_cnn
 from tests.backend import suite
 
@@ -33,12 +38,6 @@ CASES = suite.read_portable()
 #: Node cases per target are run in this many tests (an emulated process each).
 CHUNKS = 8
 CROSS = ("aarch64", "ppc64le", "riscv64")
-#: Cases whose RISC-V V code QEMU before 8.1 (Debian 12 has 7.2) aborts on, in its translation
-#: of a narrowing float-to-int conversion (``vfncvt.rtz.x.f.w``; QEMU issue 1441): under
-#: those emulators they run as scalar code.
-QEMU_7_RVV_ABORTS = frozenset(
-    {"test_qlinearmatmul_2D_int8_float16", "test_qlinearmatmul_3D_int8_float32"}
-)
 
 
 def _target(name: str) -> EmulatedTarget:
@@ -111,11 +110,11 @@ def test_node_cases_match_the_suite(name: str, chunk: int, tmp_path: Path) -> No
         model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
         ((inputs, outputs),) = suite.data_sets(case, model)
         options = target.options(num_threads=1)
-        if case_name in QEMU_7_RVV_ABORTS and name == "riscv64" and _qemu_version(target) < (8, 1):
-            options = replace(options, features="-v")
+        options = emulator_workaround(target, case_name, options) or options
         compiled = polyonnx.compile(model, options)
         lib = write_library(compiled, tmp_path / f"{case_name}.so")
-        jobs.append(Job(lib, compiled.metadata(), _feeds(model, inputs, compiled)))
+        feeds = library_feeds(graph_input_names(model), inputs, compiled.metadata())
+        jobs.append(Job(lib, compiled.metadata(), feeds))
         references.append((case, outputs))
     failures = {}
     results = run_libraries(target, jobs, tmp_path / "run")
@@ -126,26 +125,3 @@ def test_node_cases_match_the_suite(name: str, chunk: int, tmp_path: Path) -> No
         except AssertionError as e:
             failures[case_name] = str(e).strip().splitlines()[0][:300]
     assert not failures, f"{len(failures)} of {len(names)} cases failed on {name}: {failures}"
-
-
-def _qemu_version(target: EmulatedTarget) -> tuple[int, ...]:
-    """The emulator's version, e.g. (7, 2, 22)."""
-    out = subprocess.run([target.qemu[0], "--version"], capture_output=True, text=True).stdout
-    found = re.search(r"version (\d+)\.(\d+)", out)
-    return tuple(map(int, found.groups())) if found else (0, 0)
-
-
-def _feeds(model: onnx.ModelProto, inputs: list, compiled: polyonnx.Compiled) -> tuple:
-    """The data set's inputs (in the graph's input order) in the library's input order."""
-    initializers = {t.name for t in model.graph.initializer}
-    by_name = dict(
-        zip(
-            [i.name for i in model.graph.input if i.name not in initializers],
-            inputs,
-            strict=True,
-        )
-    )
-    return tuple(
-        np.ascontiguousarray(by_name[i["name"]], dtype=i["dtype"])
-        for i in json.loads(compiled.metadata())["inputs"]
-    )
