@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from llvmlite import ir
@@ -99,7 +99,7 @@ def fma_kernel(rows: int, lanes: int, iterations: int) -> tuple[Kernel, tuple[la
 def assembly(kernel: Kernel, ast: tuple[la.LNode, ...], options: Options) -> str:
     """The optimized x86 assembly of ``kernel`` (as the JIT compiles it)."""
     module = ir.Module(name=kernel.name)
-    emit_kernel(module, kernel, ast, CodegenConfig(options.checked, vector_bits(options), 1))
+    emit_kernel(module, kernel, ast, replace(CodegenConfig.for_options(options), threads=1))
     with LLVM_LOCK:
         tm = target_machine(options)
         return tm.emit_assembly(parse_and_optimize(module, tm, options.opt_level))
