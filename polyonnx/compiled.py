@@ -25,6 +25,7 @@ from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
+from polyonnx.codegen.target import codegen_config
 from polyonnx.graph.ir import Graph
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import MemoryPlan
@@ -52,7 +53,7 @@ class Compiled:
 
     @property
     def config(self) -> CodegenConfig:
-        return CodegenConfig.for_options(self.options)
+        return codegen_config(self.options)
 
     @functools.cached_property
     def symbols(self) -> tuple[str, ...]:

@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from polyonnx import cache
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits, vector_registers
+from polyonnx.codegen.parallel_runtime import thread_count
+from polyonnx.codegen.target import l1_data_bytes, vector_bits, vector_registers
 from polyonnx.errors import ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.krnl.ir import Kernel

@@ -72,7 +72,8 @@ class SearchSpace:
     caches)."""
 
     def __init__(self, kernel: Kernel, options: Options) -> None:
-        from polyonnx.codegen.target import l1_data_bytes, l2_bytes, thread_count, vector_bits
+        from polyonnx.codegen.parallel_runtime import thread_count
+        from polyonnx.codegen.target import l1_data_bytes, l2_bytes, vector_bits
 
         self.kernel = kernel
         self.tiling = target_tiling(options)
