@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -42,8 +43,11 @@ import polyonnx
 from polyonnx.bench.peak import measure_peak
 from polyonnx.bench.timing import WARM_S, interleaved
 from polyonnx.pipeline import to_graph
-from polyonnx.testing import max_errors
+from polyonnx.testing import max_errors, onnxruntime_session
 from polyonnx.testing.zoo import light_model
+
+#: Options that keep convolutions in ONNX's layout (one kernel per Conv, not three).
+ONNX_LAYOUT = polyonnx.Options(channel_blocks=False)
 
 
 @dataclass(frozen=True, order=True)
@@ -69,13 +73,12 @@ class ConvShape:
             (self.w + left + right - dw * (kw - 1) - 1) // sw + 1,
         )
 
-    @property
+    @functools.cached_property
     def flops(self) -> int:
-        """2 per multiply-add (the bias is not counted)."""
-        oh, ow = self.out_hw
-        return (
-            2 * self.c_out * oh * ow * (self.c_in // self.group) * self.kernel[0] * self.kernel[1]
-        )
+        """The conv kernel's arithmetic as :func:`polyonnx.kernel_flops` counts it: 2 per
+        multiply-add (the bias, which starts the sums, is not counted)."""
+        (conv,) = polyonnx.list_kernels(conv_model(self), options=ONNX_LAYOUT)
+        return conv.flops
 
     @property
     def label(self) -> str:
@@ -93,7 +96,7 @@ class ConvShape:
 def resnet50_convs() -> list[tuple[ConvShape, int]]:
     """Every distinct Conv of ResNet50 with its count, in order of first appearance."""
     # (in ONNX's layout: the compiler's own graph has them as channel-blocked ConvBlocked)
-    graph = to_graph(light_model("resnet50"), options=polyonnx.Options(channel_blocks=False))
+    graph = to_graph(light_model("resnet50"), options=ONNX_LAYOUT)
     counts: Counter[ConvShape] = Counter()
     for node in graph.nodes:
         if node.op_type != "Conv":
@@ -166,10 +169,7 @@ def measure(s: ConvShape, count: int, threads: int, repeat: int, budget_s: float
     """Compile the one-op model with polyonnx and onnxruntime and time both, interleaved."""
     model = conv_model(s)
     sess = polyonnx.InferenceSession(model, num_threads=threads)
-    # (not polyonnx.testing's session: inter_op_num_threads is part of what is compared)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ref = onnxruntime_session(model, threads=threads, inter_op_threads=1)
     feeds = {"x": np.random.default_rng(1).standard_normal((1, s.c_in, s.h, s.w), dtype=np.float32)}
     err = max_errors(sess.run(None, feeds), ref.run(None, feeds)).relative
     (poly_s, ort_s), runs = interleaved(

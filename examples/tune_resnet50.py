@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
+from polyonnx.testing import onnxruntime_session
 
 RESNET50 = os.path.join(
     os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx"
@@ -95,11 +96,7 @@ def main() -> int:
     tuned = polyonnx.InferenceSession(
         model, options=dataclasses.replace(options, tuning_db=args.db)
     )
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    reference = ort.InferenceSession(model.SerializeToString(), so, ["CPUExecutionProvider"])
+    reference = onnxruntime_session(model, threads=args.threads)
     name = untuned.get_inputs()[0].name
     shape = [int(d) for d in untuned.get_inputs()[0].shape]
     feed = {name: np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)}

@@ -36,6 +36,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from polyonnx.errors import InputError, UnsupportedOpError
+from polyonnx.graph.shapes import REDUCTIONS
 from polyonnx.options import Options
 from polyonnx.runtime.session import InferenceSession
 
@@ -52,16 +53,7 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
     **{
         op: (1,)
         for op in (
-            "ReduceSum",
-            "ReduceMean",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
+            *REDUCTIONS,
             "CumSum",
             "CumProd",
             "Expand",

@@ -25,6 +25,7 @@ from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.module import CodegenConfig, build_module, kernel_module, kernel_symbol
+from polyonnx.codegen.target import codegen_config
 from polyonnx.graph.ir import Graph
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import MemoryPlan
@@ -52,7 +53,7 @@ class Compiled:
 
     @property
     def config(self) -> CodegenConfig:
-        return CodegenConfig.for_options(self.options)
+        return codegen_config(self.options)
 
     @functools.cached_property
     def symbols(self) -> tuple[str, ...]:
@@ -61,20 +62,13 @@ class Compiled:
 
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The whole model in one LLVM module (what ``--emit llvm|asm|obj`` shows)."""
-        return build_module(
-            self.program,
-            self.plan,
-            self.asts,
-            prefix=self.prefix,
-            config=self.config,
-            aot=aot,
-            metadata=self.metadata(),
-            triple=triple,
-            symbols=self.symbols,
-        )
+        return self._module(aot, triple, with_kernels=True)
 
     def entry_module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The entry point alone, calling kernels declared from :meth:`kernel_modules`."""
+        return self._module(aot, triple, with_kernels=False)
+
+    def _module(self, aot: bool, triple: str, *, with_kernels: bool) -> ir.Module:
         return build_module(
             self.program,
             self.plan,
@@ -84,7 +78,7 @@ class Compiled:
             aot=aot,
             metadata=self.metadata(),
             triple=triple,
-            with_kernels=False,
+            with_kernels=with_kernels,
             symbols=self.symbols,
         )
 

@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from polyonnx.codegen import aot
-from polyonnx.codegen.target import vector_bits
 from polyonnx.compiled import Compiled
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import CONTROL_FLOW, import_model
@@ -54,7 +53,7 @@ from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.scheduled import ScheduledKernel
 from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.schedule.trace import TraceLike
-from polyonnx.schedule_driver import KernelLoops, schedule_program
+from polyonnx.schedule_driver import KernelLoops, schedule_program, target_tiling
 
 STAGES = ("onnx", "graph", "krnl", "isl", "ast", "llvm", "asm", "obj", "lib")
 
@@ -73,7 +72,7 @@ def to_graph(
     # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
     unguarded = not any(n.guard for n in graph.nodes)
     blocks = options.channel_blocks and unguarded
-    tiling = Tiling.for_vector_bits(vector_bits(options)) if blocks else None
+    tiling = target_tiling(options) if blocks else None
     return choose_layouts(graph, tiling) if unguarded else graph
 
 

@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from polyonnx import cache
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.target import l1_data_bytes, thread_count, vector_bits, vector_registers
+from polyonnx.codegen.parallel_runtime import thread_count
+from polyonnx.codegen.target import l1_data_bytes, vector_bits, vector_registers
 from polyonnx.errors import ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.krnl.ir import Kernel
@@ -83,6 +84,18 @@ def _tuned_loops(
     return out
 
 
+def target_tiling(options: Options) -> Tiling:
+    """The default strategies' knobs for the target ``options`` ask for (the host's unless
+    another is set): its vector width and registers, L1 data cache and threads. The layout
+    pass, the scheduler and the tuner's search space all start from it."""
+    return Tiling.for_vector_bits(
+        vector_bits(options),
+        thread_count(options),
+        l1_data_bytes(options),
+        vector_registers(options),
+    )
+
+
 def _given(schedule: Schedule, _kernel: Kernel) -> ScheduledKernel:
     """A strategy that answers ``schedule`` whatever the kernel."""
     return schedule.scheduled()
@@ -107,9 +120,7 @@ def schedule_program(
     kernel not served by the cache is scheduled in this process and keeps its schedule.
     """
     threads = thread_count(options)
-    tiling = Tiling.for_vector_bits(
-        vector_bits(options), threads, l1_data_bytes(options), vector_registers(options)
-    )
+    tiling = target_tiling(options)
     # On one thread no loop runs in parallel: no parallel loops to look for and prove.
     strategy = functools.partial(default_schedule, tiling=tiling, parallel=threads > 1)
     chosen = {

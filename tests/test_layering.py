@@ -1,11 +1,14 @@
 """The import layering of docs/architecture.md, read from the source: no module imports from a
-layer above its own, and isl and LLVM stay in the packages that own them."""
+layer above its own, no module imports itself through others (no cycle), and isl and LLVM
+stay in the packages that own them."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping, Set
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "polyonnx"
@@ -74,14 +77,18 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module == "polyonnx":
-                for a in node.names:
-                    sub = PACKAGE / a.name
-                    is_module = sub.is_dir() or sub.with_suffix(".py").exists()
-                    out.append((node.lineno, f"polyonnx.{a.name}" if is_module else "polyonnx"))
+            if node.module == "polyonnx" or node.module.startswith("polyonnx."):
+                out += [(node.lineno, _imported(node.module, a.name)) for a in node.names]
             else:
                 out.append((node.lineno, node.module))
     return out
+
+
+def _imported(module: str, name: str) -> str:
+    """What ``from module import name`` imports: the submodule ``module.name`` when there is
+    one, else ``module`` (``from polyonnx import x``: ``polyonnx.x``, or the public API)."""
+    sub = PACKAGE.parent.joinpath(*module.split("."), name)
+    return f"{module}.{name}" if sub.is_dir() or sub.with_suffix(".py").exists() else module
 
 
 SOURCES = sorted(PACKAGE.rglob("*.py"))
@@ -127,3 +134,42 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     [(line, module)] = _imports(probe)
     assert (line, module) == (2, "polyonnx.pipeline")
     assert LAYER[_unit(module)] > LAYER["krnl"]
+
+
+def _cycles(imports: Mapping[str, Set[str]]) -> list[list[str]]:
+    """One cycle (module, the module it imports, ..., back to the first) for each group of
+    modules that import one another, directly or through others."""
+    graph = nx.DiGraph((m, other) for m, targets in imports.items() for other in targets)
+    graph.remove_edges_from(nx.selfloop_edges(graph))
+    out = []
+    for group in nx.strongly_connected_components(graph):
+        if len(group) > 1:
+            out.append([a for a, _ in nx.find_cycle(graph.subgraph(group))])
+    return out
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """Function-level imports count (they run, only later); ``TYPE_CHECKING`` ones do not. A
+    cycle hides the order in which modules depend on one another (and breaks on the day a
+    module-level import joins it)."""
+    modules = {_module_of(p): p for p in SOURCES}
+    imports = {m: {i for _, i in _imports(p) if i in modules} for m, p in modules.items()}
+    cycles = [" -> ".join([*c, c[0]]) for c in _cycles(imports)]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_a_cycle_is_caught(tmp_path: Path) -> None:
+    """A function-level import closes a cycle; one under TYPE_CHECKING does not."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from polyonnx.codegen import target\n", encoding="utf-8")
+    b.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from polyonnx.codegen.config import CodegenConfig\n"
+        "def f():\n    from polyonnx.codegen import isa\n",
+        encoding="utf-8",
+    )
+    assert [m for _, m in _imports(a)] == ["polyonnx.codegen.target"]
+    assert [m for _, m in _imports(b)] == ["typing", "polyonnx.codegen.isa"]
+    imports = {"t": {"i"}, "i": {"t"}, "c": {"t"}}
+    assert _cycles(imports) in ([["t", "i"]], [["i", "t"]])
+    assert _cycles({"c": {"t"}, "t": {"i"}}) == []

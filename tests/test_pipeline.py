@@ -8,8 +8,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from polyonnx import pipeline
+from polyonnx.codegen.target import vector_bits, vector_registers
 from polyonnx.errors import PolyonnxError
 from polyonnx.krnl.passes import AFTER, PASSES
+from polyonnx.options import Options
+from polyonnx.schedule_driver import target_tiling
+from polyonnx.testing.examples import conv_model
 
 F = TensorProto.FLOAT
 
@@ -62,3 +66,17 @@ def test_after_needs_krnl_and_a_pass_name(stage: str, after: str) -> None:
     passes = "lower, distribute_finishes, inline_pointwise"
     with pytest.raises(PolyonnxError, match=f"after='{after}' .* one of {passes}"):
         pipeline.emit(_matmul_add_relu(), stage, after=after)
+
+
+@pytest.mark.parametrize("target", ["aarch64-linux-gnu", "riscv64-linux-gnu"])
+def test_the_layout_and_the_scheduler_read_the_targets_tiling(target: str) -> None:
+    """32 vector registers of 4 lanes: tiles hold two blocks of 8 channels side by side, so
+    the layout pass may block a conv's 12 channels by 4 (the scheduler plans with the same
+    tiling)."""
+    options = Options(target=target)
+    tiling = target_tiling(options)
+    assert (tiling.lanes, tiling.registers) == (vector_bits(options) // 32, 32)
+    assert tiling.registers == vector_registers(options)
+    assert pipeline.channel_blocks(tiling) == (8, 4)
+    graph = pipeline.to_graph(conv_model(12), None, options)
+    assert "ConvBlocked" in {n.op_type for n in graph.nodes}

@@ -26,18 +26,23 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from llvmlite import ir
 
 from polyonnx.bench.timing import Spread
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.jit import parse_and_optimize
 from polyonnx.codegen.kernel_call import kernel_callable
-from polyonnx.codegen.target import LLVM_LOCK, host_cpu, target_machine, vector_bits
+from polyonnx.codegen.target import (
+    LLVM_LOCK,
+    codegen_config,
+    host_cpu,
+    target_machine,
+    vector_bits,
+)
 from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
 from polyonnx.options import Options
 
@@ -99,7 +104,7 @@ def fma_kernel(rows: int, lanes: int, iterations: int) -> tuple[Kernel, tuple[la
 def assembly(kernel: Kernel, ast: tuple[la.LNode, ...], options: Options) -> str:
     """The optimized x86 assembly of ``kernel`` (as the JIT compiles it)."""
     module = ir.Module(name=kernel.name)
-    emit_kernel(module, kernel, ast, CodegenConfig(options.checked, vector_bits(options), 1))
+    emit_kernel(module, kernel, ast, replace(codegen_config(options), threads=1))
     with LLVM_LOCK:
         tm = target_machine(options)
         return tm.emit_assembly(parse_and_optimize(module, tm, options.opt_level))

@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import llvmlite.binding as llvm
+from llvmlite import ir
 
 from polyonnx.codegen.builtins import BUILTINS, builtins_module
 from polyonnx.codegen.elf import undefined_symbols
@@ -35,36 +37,66 @@ from polyonnx.codegen.parallel_runtime import CFLAGS, ENTRY, SOURCE
 from polyonnx.codegen.target import LLVM_LOCK, target_machine
 from polyonnx.codegen.toolchain import c_compiler
 from polyonnx.errors import CodegenError
+from polyonnx.graph.ir import Graph
+from polyonnx.krnl.memory import MemoryPlan
+from polyonnx.krnl.program import Program
+from polyonnx.options import Options
 
-if TYPE_CHECKING:
-    from polyonnx.compiled import Compiled
+
+class CompiledModel(Protocol):
+    """What ahead-of-time output reads of a compiled model: :class:`polyonnx.compiled.Compiled`
+    (a layer above codegen, which it builds its modules with)."""
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def program(self) -> Program: ...
+
+    @property
+    def plan(self) -> MemoryPlan: ...
+
+    @property
+    def options(self) -> Options: ...
+
+    def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
+        """The whole model in one LLVM module."""
+        ...
+
+    def entry_module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
+        """The entry point alone, calling the kernels of :meth:`kernel_modules`."""
+        ...
+
+    def kernel_modules(self, triple: str = "") -> Sequence[tuple[str, Callable[[], ir.Module]]]:
+        """Each distinct kernel function: its symbol and how to make its module."""
+        ...
 
 
-def _machine_and_module(compiled: Compiled) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
+def _machine_and_module(compiled: CompiledModel) -> tuple[llvm.TargetMachine, llvm.ModuleRef]:
     tm = target_machine(compiled.options)
     return tm, parse_and_optimize(
         compiled.module(aot=True, triple=tm.triple), tm, compiled.options.opt_level
     )
 
 
-def optimized_ir(compiled: Compiled) -> str:
+def optimized_ir(compiled: CompiledModel) -> str:
     with LLVM_LOCK:
         return str(_machine_and_module(compiled)[1])
 
 
-def assembly(compiled: Compiled) -> str:
+def assembly(compiled: CompiledModel) -> str:
     with LLVM_LOCK:
         tm, mod = _machine_and_module(compiled)
         return tm.emit_assembly(mod)
 
 
-def object_code(compiled: Compiled) -> bytes:
+def object_code(compiled: CompiledModel) -> bytes:
     with LLVM_LOCK:
         tm, mod = _machine_and_module(compiled)
         return tm.emit_object(mod)
 
 
-def _builtins_object(compiled: Compiled) -> bytes:
+def _builtins_object(compiled: CompiledModel) -> bytes:
     """:mod:`polyonnx.codegen.builtins` as object code for the library, hidden."""
     with LLVM_LOCK:
         tm = target_machine(compiled.options)
@@ -74,7 +106,7 @@ def _builtins_object(compiled: Compiled) -> bytes:
         return tm.emit_object(ref)
 
 
-def header(compiled: Compiled) -> str:
+def header(compiled: CompiledModel) -> str:
     """A C header describing the library's entry point and tensors."""
     lines = [
         f"/* polyonnx: compiled model {compiled.graph.name!r}. */",
@@ -125,7 +157,7 @@ def header(compiled: Compiled) -> str:
     return "\n".join(lines)
 
 
-def write_library(compiled: Compiled, path: str | os.PathLike) -> Path:
+def write_library(compiled: CompiledModel, path: str | os.PathLike) -> Path:
     """Write ``path`` (a shared library) and ``path`` with suffix ``.h`` (its C header),
     linked by the target's C compiler (:func:`polyonnx.codegen.toolchain.c_compiler`: the
     host's, or a cross compiler for ``options.target``)."""

@@ -1,5 +1,6 @@
 """What, besides a kernel and its loops, decides the kernel's machine code: the codegen
-configuration every emitter takes whole.
+configuration every emitter takes whole. What the options ask for on their target is
+:func:`polyonnx.codegen.target.codegen_config` (the record itself needs no LLVM).
 
 Example:
     >>> CodegenConfig(vector_bits=512, threads=2).key()
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polyonnx.options import Options
+from polyonnx.codegen.isa import x86_vector_registers
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,30 +29,11 @@ class CodegenConfig:
     of the target's L2: :func:`~polyonnx.codegen.target.prefetch_above`; 0: never)."""
     vector_registers: int = 0
     """Vector registers a register tile may budget for; 0: an x86-64 CPU's for
-    ``vector_bits`` (:func:`x86_vector_registers`)."""
+    ``vector_bits`` (:func:`~polyonnx.codegen.isa.x86_vector_registers`)."""
 
     def __post_init__(self) -> None:
         if not self.vector_registers:
             object.__setattr__(self, "vector_registers", x86_vector_registers(self.vector_bits))
-
-    @staticmethod
-    def for_options(options: Options) -> CodegenConfig:
-        """What ``options`` ask for on their target (the host's unless another is set)."""
-        # (imported here: reading the target needs LLVM, the record itself does not)
-        from polyonnx.codegen.target import (
-            prefetch_above,
-            thread_count,
-            vector_bits,
-            vector_registers,
-        )
-
-        return CodegenConfig(
-            options.checked,
-            vector_bits(options),
-            thread_count(options),
-            prefetch_above(options),
-            vector_registers(options),
-        )
 
     def key(self) -> str:
         """The configuration as text, part of every kernel's symbol
@@ -68,8 +50,3 @@ class CodegenConfig:
                 else ""
             )
         )
-
-
-def x86_vector_registers(bits: int) -> int:
-    """x86-64's vector registers at ``bits`` (AVX-512 has 32, AVX and SSE 16)."""
-    return 32 if bits >= 512 else 16

@@ -55,7 +55,13 @@ from polyonnx.codegen.llvm_types import (
     zero,
 )
 from polyonnx.codegen.parallel import can_share, parallel_children, run_on_pool
-from polyonnx.codegen.tile_emit import TileState, emit_register_tile, emit_tile_group, prefetch
+from polyonnx.codegen.tile_emit import (
+    Position,
+    TileState,
+    emit_register_tile,
+    emit_tile_group,
+    prefetch,
+)
 from polyonnx.codegen.tiles import MAX_UNROLL, MAX_VECTOR_STEPS, register_tile, tile_group
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
@@ -101,9 +107,12 @@ class KernelEmitter:
     """The register tile being emitted (see :meth:`emit_in_tile`)."""
     _unrolled: tuple[int, ...] = field(init=False, default=())
     """The iterations of the enclosing ``unroll`` loops being emitted, outermost first (from
-    the register tile's start inside one)."""
+    the register tile's start inside one); set for a scope by :meth:`_at`."""
     _vector_step: int = field(init=False, default=0)
-    """The vector being emitted of a straight-line vector loop."""
+    """The vector being emitted of a straight-line vector loop (:meth:`_at`)."""
+    _filled: set[Position] = field(init=False, default_factory=set)
+    """In a register tile: the positions of the accumulators emitted (:meth:`emit_in_tile`
+    returns them)."""
     _prefetched: set[tuple[ir.Block, str, object]] = field(init=False, default_factory=set)
     """(block, buffer, element offset) of the prefetches emitted."""
 
@@ -143,20 +152,10 @@ class KernelEmitter:
                 self._plain_for(node, env)
             elif isinstance(node, la.If):
                 self._if(node, env)
-            elif (
-                isinstance(node, la.Mark)
-                and node.name == "vector"
-                and len(node.body) == 1
-                and isinstance(node.body[0], la.For)
-            ):
-                self._vector_for(node.body[0], env)
-            elif (
-                isinstance(node, la.Mark)
-                and node.name == "unroll"
-                and len(node.body) == 1
-                and isinstance(node.body[0], la.For)
-            ):
-                self._unrolled_for(node.body[0], env)
+            elif (loop := la.marked_loop(node, "vector")) is not None:
+                self._vector_for(loop, env)
+            elif (loop := la.marked_loop(node, "unroll")) is not None:
+                self._unrolled_for(loop, env)
             elif (
                 isinstance(node, la.Mark)
                 and node.name.split()[0] == "parallel"
@@ -208,9 +207,8 @@ class KernelEmitter:
         outer = self._unrolled
         for k in range(trip):
             value = self.frame.index.int("add", init, ir.Constant(I64, k))
-            self._unrolled = (*outer, k)
-            self._nodes(node.body, {**env, node.iterator: value})
-        self._unrolled = outer
+            with self._at((*outer, k), self._vector_step):
+                self._nodes(node.body, {**env, node.iterator: value})
 
     def _if(self, node: la.If, env: dict[str, ir.Value]) -> None:
         cond = self.frame.index.expr(node.cond, env)
@@ -258,22 +256,31 @@ class KernelEmitter:
 
     def emit_in_tile(
         self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value], state: TileState
-    ) -> None:
+    ) -> frozenset[Position]:
         """Emit ``nodes`` (a register tile's reduction, init or epilogue) with ``state`` the
-        tile being emitted (for :mod:`~polyonnx.codegen.tile_emit`)."""
-        with self._in_tile(state):
-            self._nodes(nodes, env)
+        tile being emitted (for :mod:`~polyonnx.codegen.tile_emit`); the positions of the
+        accumulators its statement was emitted for."""
+        filled: set[Position] = set()
+        assert self._tile is None, "register tiles do not nest"
+        self._tile, self._filled = state, filled
+        try:
+            with self._at((), self._vector_step):  # (positions count from the tile)
+                self._nodes(nodes, env)
+        finally:
+            self._tile, self._filled = None, set()
+        return frozenset(filled)
 
     @contextmanager
-    def _in_tile(self, state: TileState) -> Iterator[None]:
-        """``state`` the register tile for the duration; unrolled positions count from it."""
-        assert self._tile is None, "register tiles do not nest"
-        outer = self._unrolled
-        self._tile, self._unrolled = state, ()
+    def _at(self, unrolled: tuple[int, ...], step: int) -> Iterator[None]:
+        """Emit at a position for the duration: ``unrolled``, the iterations of the enclosing
+        ``unroll`` loops (from the register tile's start inside one), and ``step``, the vector
+        of a straight-line vector loop."""
+        outer = self._unrolled, self._vector_step
+        self._unrolled, self._vector_step = unrolled, step
         try:
             yield
         finally:
-            self._tile, self._unrolled = None, outer
+            self._unrolled, self._vector_step = outer
 
     def address(
         self, buffer: str, index: tuple[Aff, ...], point: Mapping[str, ir.Value], lanes: Lanes
@@ -308,9 +315,8 @@ class KernelEmitter:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
             for k in range(trip // width):
                 base = self.frame.index.int("add", init, ir.Constant(I64, k * width))
-                self._vector_step = k
-                self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
-            self._vector_step = 0
+                with self._at(self._unrolled, k):
+                    self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
             if trip % width:
                 rest = la.IOp("add", (node.init, la.IConst(trip // width * width)))
                 self._for(la.For(node.iterator, rest, node.cond, 1, node.body), env)
@@ -369,7 +375,7 @@ class KernelEmitter:
             value = self._expr(stmt.body, _Instance(point, lanes, held))
             if not isinstance(value.type, ir.VectorType):
                 value = scalars.splat(value, lanes.width)
-            tile.filled.add((self._unrolled, self._vector_step))
+            self._filled.add((self._unrolled, self._vector_step))
             if tile.writes_slots:
                 b.store(value, slot)
                 return

@@ -25,9 +25,9 @@ import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.jit import jit
+from polyonnx.codegen.target import codegen_config
 from polyonnx.errors import InputError
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
@@ -42,7 +42,7 @@ def kernel_callable(
     options = options or Options()
     module = ir.Module(name=kernel.name)
     name = f"polyonnx_kernel_{next(_ids)}_{kernel.name}"
-    emit_kernel(module, replace(kernel, name=name), ast, CodegenConfig.for_options(options))
+    emit_kernel(module, replace(kernel, name=name), ast, codegen_config(options))
     address = jit(module, name, options)
     proto = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * len(kernel.buffers))
     fn = proto(address)

@@ -117,6 +117,15 @@ class Mark:
 LNode = For | If | Mark | Call
 
 
+def marked_loop(node: LNode, name: str) -> For | None:
+    """The loop a ``name`` mark (``vector``, ``unroll``...) holds when ``node`` is that mark
+    around one loop, else None."""
+    if isinstance(node, Mark) and node.name == name and len(node.body) == 1:
+        loop = node.body[0]
+        return loop if isinstance(loop, For) else None
+    return None
+
+
 # (islpy's stubs omit the members named after keywords: and_, or_, for_, if_.)
 _OPS = {
     isl.ast_expr_op_type.add: "add",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from polyonnx import cache
 from polyonnx.codegen.toolchain import host_compiler
+from polyonnx.options import Options
 
 SOURCE = Path(__file__).with_name("parallel.c")
 ENTRY = "polyonnx_parallel_for"
@@ -52,3 +53,10 @@ def shared_library() -> str | None:
             return None
         os.replace(tmp, target)
     return str(target)
+
+
+def thread_count(options: Options) -> int:
+    """Threads parallel loops run on: ``options.num_threads``, else every core; 1 when the
+    thread pool cannot be built (no C compiler)."""
+    wanted = options.num_threads or os.cpu_count() or 1
+    return 1 if wanted > 1 and shared_library() is None else wanted

@@ -52,6 +52,7 @@ from polyonnx.codegen.llvm_types import (
     zero,
 )
 from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import MATH_OPS
 
 Declare = Callable[[str, ir.Type, list[ir.Type]], ir.Function]
 """``declare(name, return type, argument types)``: the external function ``name``."""
@@ -244,39 +245,32 @@ def _float_sign(s: ScalarEmitter, x: ir.Value, dtype: str) -> ir.Value:
     return b.select(b.fcmp_ordered("<", x, zero_), const_like(x.type, -1.0), pos)
 
 
+#: The float ops LLVM has an intrinsic for (``round``: to nearest even, as ONNX rounds).
+_INTRINSICS = {
+    "sqrt": "sqrt",
+    "sin": "sin",
+    "cos": "cos",
+    "floor": "floor",
+    "ceil": "ceil",
+    "round": "roundeven",
+    "abs": "fabs",
+}
+#: The float ops :mod:`~polyonnx.codegen.vecmath` writes out for float32, with what the other
+#: types call.
+_VECMATH: dict[str, UnaryEmit] = {
+    "exp": _intrinsic("exp"),
+    "log": _intrinsic("log"),
+    "tanh": _libm("tanh"),
+    "erf": _libm("erf"),
+    "sigmoid": _sigmoid,
+}
+
 _FLOAT_UNARY: dict[str, UnaryEmit] = {
     "neg": lambda s, x, dtype: s.builder.fneg(x),
-    **{
-        op: _intrinsic(name)
-        for op, name in (
-            ("sqrt", "sqrt"),
-            ("sin", "sin"),
-            ("cos", "cos"),
-            ("floor", "floor"),
-            ("ceil", "ceil"),
-            ("round", "roundeven"),
-            ("abs", "fabs"),
-        )
-    },
-    **{
-        op: _libm(op)
-        for op in (
-            "tan",
-            "asin",
-            "acos",
-            "atan",
-            "sinh",
-            "cosh",
-            "asinh",
-            "acosh",
-            "atanh",
-        )
-    },
-    "exp": _vecmath("exp", _intrinsic("exp")),
-    "log": _vecmath("log", _intrinsic("log")),
-    "tanh": _vecmath("tanh", _libm("tanh")),
-    "erf": _vecmath("erf", _libm("erf")),
-    "sigmoid": _vecmath("sigmoid", _sigmoid),
+    **{op: _intrinsic(name) for op, name in _INTRINSICS.items()},
+    # (the other math functions: the C library's)
+    **{op: _libm(op) for op in sorted(MATH_OPS - _INTRINSICS.keys() - _VECMATH.keys())},
+    **{op: _vecmath(op, other) for op, other in _VECMATH.items()},
     "isnan": lambda s, x, dtype: s.builder.fcmp_unordered("uno", x, x),
     "isinf": _is_inf,
     "isposinf": lambda s, x, dtype: s.builder.fcmp_ordered(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +11,9 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import llvmlite.binding.ffi as llvm_ffi
 
-from polyonnx.codegen.config import x86_vector_registers
+from polyonnx.codegen.config import CodegenConfig
+from polyonnx.codegen.isa import architecture, is_x86, x86_vector_registers
+from polyonnx.codegen.parallel_runtime import thread_count
 from polyonnx.errors import CodegenError
 from polyonnx.options import Options
 
@@ -68,25 +69,6 @@ def host_cpu() -> tuple[str, str, str]:
     )
 
 
-def thread_count(options: Options) -> int:
-    """Threads parallel loops run on: ``options.num_threads``, else every core; 1 when the
-    thread pool cannot be built (no C compiler)."""
-    from polyonnx.codegen.parallel_runtime import shared_library
-
-    wanted = options.num_threads or os.cpu_count() or 1
-    return 1 if wanted > 1 and shared_library() is None else wanted
-
-
-def architecture(triple: str) -> str:
-    """The architecture a triple names, as its first component: ``x86_64``, ``aarch64``,
-    ``powerpc64le``, ``riscv64``..."""
-    return triple.split("-", 1)[0]
-
-
-def is_x86(triple: str) -> bool:
-    return architecture(triple) in ("x86_64", "i386", "i686")
-
-
 def vector_bits(options: Options) -> int:
     """The widest vector register of the target: on x86, 512 (AVX-512), 256 (AVX) or 128 bits
     (SSE); elsewhere 128: NEON, VSX, and SVE and RVV at their minimum length (LLVM lowers
@@ -111,6 +93,18 @@ def vector_registers(options: Options) -> int:
     if is_x86(triple):
         return x86_vector_registers(vector_bits(options))
     return 64 if architecture(triple).startswith("powerpc") else 32
+
+
+def codegen_config(options: Options) -> CodegenConfig:
+    """The codegen configuration ``options`` ask for on their target (the host's unless
+    another is set): checks, vector width and registers, threads, prefetch threshold."""
+    return CodegenConfig(
+        options.checked,
+        vector_bits(options),
+        thread_count(options),
+        prefetch_above(options),
+        vector_registers(options),
+    )
 
 
 @functools.cache

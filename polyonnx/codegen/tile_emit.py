@@ -13,7 +13,7 @@ one :class:`TileState` entered for each, which says where their accumulators are
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -33,6 +33,11 @@ PREFETCH_BYTES = 1024
 a conv tile's weights (128 bytes per channel block each)."""
 
 
+Position = tuple[tuple[int, ...], int]
+"""Where an accumulator is in its register tile: the iterations of the tile's unrolled loops,
+then the vector step."""
+
+
 @dataclass(frozen=True)
 class TileState:
     """What the loop emitter needs while it emits a register tile's reduction, or its init or
@@ -41,7 +46,7 @@ class TileState:
 
     statement: str
     """The statement whose instances are the accumulators."""
-    slots: Mapping[tuple[tuple[int, ...], int], ir.Value]
+    slots: Mapping[Position, ir.Value]
     """(tile position, vector step) -> the stack slot of that accumulator"""
     writes_slots: bool = True
     """Whether the statement writes its accumulator's slot (reduction, init) or memory (an
@@ -53,8 +58,6 @@ class TileState:
     """Vector loads to read from memory at each use (see :func:`~.tiles.rereads`)."""
     streams: frozenset[Load] = frozenset()
     """Loads to prefetch :data:`PREFETCH_BYTES` ahead (see :func:`~.tiles.streamed`)."""
-    filled: set[tuple[tuple[int, ...], int]] = field(default_factory=set)
-    """The accumulators the statement has been emitted for."""
 
     def slot(self, statement: str, position: tuple[int, ...], step: int) -> ir.Value | None:
         """The slot of ``statement``'s accumulator at a tile position and vector step."""
@@ -77,8 +80,9 @@ class Loops(Protocol):
 
     def emit_in_tile(
         self, nodes: tuple[la.LNode, ...], env: dict[str, ir.Value], state: TileState
-    ) -> None:
-        """Emit ``nodes`` with ``state`` the register tile being emitted."""
+    ) -> frozenset[Position]:
+        """Emit ``nodes`` with ``state`` the register tile being emitted; the positions of the
+        accumulators its statement was emitted for."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def _places(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value]) -> list[
     return places
 
 
-def _slots(places: list[_Place]) -> dict[tuple[tuple[int, ...], int], ir.Value]:
+def _slots(places: list[_Place]) -> dict[Position, ir.Value]:
     return {(p.position, p.step): p.slot for p in places}
 
 
@@ -221,12 +225,12 @@ def _fill(
     """Emit the init or epilogue ``nest`` of a tile group: its statement at each tile point
     writes (init) or reads (epilogue) that point's slot."""
     state = TileState(nest_call(nest).stmt, _slots(places), writes_slots=init, reads_memory=init)
-    loops.emit_in_tile((nest,), env, state)
-    if len(state.filled) != len(places):  # (covers() matched a nest emitted otherwise)
+    filled = loops.emit_in_tile((nest,), env, state)
+    if len(filled) != len(places):  # (covers() matched a nest emitted otherwise)
         raise CodegenError(
             f"{loops.kernel.name}: a register tile's "
             f"{'init' if init else 'epilogue'} reached "
-            f"{len(state.filled)} of its {len(places)} accumulators"
+            f"{len(filled)} of its {len(places)} accumulators"
         )
 
 

@@ -182,28 +182,15 @@ def unrolled_vector_nest(body: tuple[la.LNode, ...]) -> tuple[tuple[la.For, ...]
     """(unrolled loops, vector loop) when ``body`` is ``unroll`` loops of constant trip counts
     (none or more), one inside the other, around one ``vector`` loop of one statement."""
     unrolled: list[la.For] = []
-    while (
-        len(body) == 1
-        and isinstance(body[0], la.Mark)
-        and body[0].name == "unroll"
-        and len(body[0].body) == 1
-        and isinstance(body[0].body[0], la.For)
-    ):
-        loop = body[0].body[0]
+    while len(body) == 1 and (loop := la.marked_loop(body[0], "unroll")) is not None:
         trip = static_trip(loop)
         if trip is None or trip > MAX_UNROLL or loop.inc != 1:
             return None
         unrolled.append(loop)
         body = loop.body
-    if not (
-        len(body) == 1
-        and isinstance(body[0], la.Mark)
-        and body[0].name == "vector"
-        and len(body[0].body) == 1
-        and isinstance(body[0].body[0], la.For)
-    ):
+    vec = la.marked_loop(body[0], "vector") if len(body) == 1 else None
+    if vec is None:
         return None
-    vec = body[0].body[0]
     if len(vec.body) != 1 or not isinstance(vec.body[0], la.Call) or vec.inc != 1:
         return None
     return tuple(unrolled), vec

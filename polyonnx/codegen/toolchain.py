@@ -15,6 +15,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+from polyonnx.codegen.isa import architecture, host_architecture
 from polyonnx.errors import CodegenError
 
 
@@ -49,10 +50,8 @@ def c_compiler(triple: str) -> str:
     """The path of the C compiler for ``triple``: :func:`host_compiler` for the host's
     architecture, else the architecture's :data:`CROSS` compiler. Raises
     :class:`~polyonnx.errors.CodegenError` naming what to install when it is missing."""
-    from polyonnx.codegen.target import architecture, host_cpu
-
     arch = architecture(triple)
-    if arch == architecture(host_cpu()[0]):
+    if arch == host_architecture():
         cc = host_compiler()
         if cc is None:
             raise CodegenError("no C compiler found to link the shared library (set CC)")

@@ -97,6 +97,21 @@ COMPARISON = frozenset(
     {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor"}
 )
 
+#: The Reduce ops: one tensor reduced over axes (an attribute, or the second input from opset
+#: 18; 13 for ReduceSum), with keepdims. Validation, lowering and the backend name them here.
+REDUCTIONS = (
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
+
 
 def infer_outputs(node: Node, values: Mapping[str, Value]) -> tuple[Value, ...]:
     """Static types of ``node``'s outputs from its input types, or ShapeError naming the node."""

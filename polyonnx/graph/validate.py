@@ -27,7 +27,7 @@ import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
-from polyonnx.graph.shapes import BROADCAST, COMPARISON, SAME_AS_INPUT
+from polyonnx.graph.shapes import BROADCAST, COMPARISON, REDUCTIONS, SAME_AS_INPUT
 
 #: Element types native code handles (the krnl dtypes).
 SUPPORTED_DTYPES = frozenset(
@@ -425,23 +425,7 @@ _CHECKS: dict[str, Callable[[Node, list[Any]], None]] = {
     ),
     "Concat": _axis_check(required=True),
     "Flatten": _axis_check(inclusive=True),
-    **dict.fromkeys(
-        (
-            "ReduceSum",
-            "ReduceMean",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
-            "Squeeze",
-            "Unsqueeze",
-        ),
-        _axes_list,
-    ),
+    **dict.fromkeys((*REDUCTIONS, "Squeeze", "Unsqueeze"), _axes_list),
     "Transpose": _transpose,
     "LRN": _lrn,
     "Gemm": _gemm,

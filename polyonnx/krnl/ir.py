@@ -146,14 +146,11 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 
-UNARY_OPS = frozenset(
+MATH_OPS = frozenset(
     {
-        "neg",
-        "abs",
         "exp",
         "log",
         "sqrt",
-        "tanh",
         "sin",
         "cos",
         "tan",
@@ -165,19 +162,18 @@ UNARY_OPS = frozenset(
         "asinh",
         "acosh",
         "atanh",
+        "tanh",
+        "sigmoid",
         "erf",
         "floor",
         "ceil",
         "round",
-        "not",
-        "isnan",
-        "isinf",
-        "isposinf",
-        "isneginf",
-        "sign",
-        "bitnot",
-        "sigmoid",
     }
+)
+"""The float functions of one argument, each the ONNX op of its name (``exp``: Exp)."""
+
+UNARY_OPS = MATH_OPS | frozenset(
+    {"neg", "abs", "not", "isnan", "isinf", "isposinf", "isneginf", "sign", "bitnot"}
 )
 BINARY_OPS = frozenset(
     {

@@ -87,7 +87,8 @@ class Fingerprint:
 
 def target_fingerprint(options: Options) -> Fingerprint:
     """The fingerprint of the target ``options`` compile for (the host's by default)."""
-    from polyonnx.codegen.target import l1_data_bytes, l2_bytes, machine, thread_count
+    from polyonnx.codegen.parallel_runtime import thread_count
+    from polyonnx.codegen.target import l1_data_bytes, l2_bytes, machine
 
     triple, cpu, features = machine(options)
     return Fingerprint(

@@ -46,11 +46,19 @@ def import_onnxruntime() -> ModuleType:
     return onnxruntime
 
 
-def onnxruntime_session(model: ModelLike, *, threads: int | None = 1, optimize: bool = True) -> Any:
+def onnxruntime_session(
+    model: ModelLike,
+    *,
+    threads: int | None = 1,
+    optimize: bool = True,
+    inter_op_threads: int | None = None,
+) -> Any:
     """An onnxruntime ``InferenceSession`` on the CPU provider.
 
     ``threads`` intra-op threads (default 1, so references do not depend on the machine and
-    tests running side by side do not fight over cores; ``None`` lets onnxruntime choose).
+    tests running side by side do not fight over cores; ``None`` lets onnxruntime choose);
+    ``inter_op_threads`` the threads running independent nodes side by side (None:
+    onnxruntime's choice; benchmarks set 1, as polyonnx runs its kernels one after the other).
     ``optimize=False`` turns onnxruntime's graph optimizations off, to run a graph exactly as
     written. Only fatal messages are logged: every failure is raised as an exception.
     """
@@ -58,6 +66,8 @@ def onnxruntime_session(model: ModelLike, *, threads: int | None = 1, optimize: 
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
+    if inter_op_threads:
+        so.inter_op_num_threads = inter_op_threads
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4

@@ -11,10 +11,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-if TYPE_CHECKING:
-    from polyonnx.tune.tuner import Task
+from polyonnx.tune.task import Task
 
 WIDTH = 20
 

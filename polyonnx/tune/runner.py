@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from polyonnx.codegen.target import thread_count
+from polyonnx.codegen.parallel_runtime import thread_count
 from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
 from polyonnx.records.lookup import replay_trace

@@ -43,6 +43,7 @@ from polyonnx.schedule.strategies import (
 )
 from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.verbs import Directive, Unroll
+from polyonnx.schedule_driver import target_tiling
 
 #: Iterations of a loop that an extra ``unroll`` mark may unroll (code size stays small).
 MAX_EXTRA_UNROLL = 8
@@ -71,30 +72,35 @@ class SearchSpace:
     caches)."""
 
     def __init__(self, kernel: Kernel, options: Options) -> None:
-        from polyonnx.codegen.target import l1_data_bytes, l2_bytes, thread_count, vector_bits
+        from polyonnx.codegen.parallel_runtime import thread_count
+        from polyonnx.codegen.target import l1_data_bytes, l2_bytes, vector_bits
 
         self.kernel = kernel
+        self.tiling = target_tiling(options)
+        """The target's tiling: the default candidate's, and what :meth:`sample` varies."""
         self.threads = thread_count(options)
         self.vector_bits = vector_bits(options)
         self.l1 = l1_data_bytes(options)
         self.l2 = l2_bytes(options)
         self.start = Schedule.from_kernel(kernel)
-        self.lanes = self.vector_bits // 32
+        self.lanes = self.tiling.lanes
         self.short_loops = _short_loops(kernel)
 
     # ------------------------------------------------------------------ candidates
 
     def default(self) -> Candidate:
         """What the compiler does without tuning."""
-        return self.planned(Tiling.for_vector_bits(self.vector_bits, self.threads, self.l1))
+        return self.planned(self.tiling)
 
     def planned(self, tiling: Tiling) -> Candidate:
         return Candidate(tiling, plan_kernel(self.start, tiling, self.threads > 1))
 
     def sample(self, rng: random.Random) -> Candidate:
-        """A tiling drawn from the ranges that fit the target, and its plan."""
+        """The target's tiling with its sizes drawn from the ranges that fit the target (its
+        lanes and registers kept), and its plan."""
         lanes = self.lanes
-        tiling = Tiling(
+        tiling = dataclasses.replace(
+            self.tiling,
             unroll=rng.choice([2, 3, 4, 5, 6, 7, 8]),
             vector=lanes * rng.choice([1, 2, 2, 3]),
             chunk_bytes=rng.choice([self.l1 // 4, self.l1 // 2, self.l1, self.l2 // 4]),

@@ -39,7 +39,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -65,43 +65,13 @@ from polyonnx.tune.costmodel import CostModel, cost_model
 from polyonnx.tune.progress import Progress
 from polyonnx.tune.runner import Job, LocalRunner, Result, Runner
 from polyonnx.tune.space import Candidate, SearchSpace
+from polyonnx.tune.task import Task
 
 #: A candidate must beat the incumbent by this much (twice: measured and confirmed) to replace it
 #: (the same schedule timed twice differs by a few per cent on a loaded machine).
 MIN_GAIN = 0.03
 #: Candidates bred per measured one: the cost model picks among them.
 POOL_FACTOR = 6
-
-
-@dataclass
-class Task:
-    """The search of one distinct kernel (``count`` kernels of the model have it)."""
-
-    signature: str
-    kernel: Kernel
-    count: int
-    space: SearchSpace
-    default: Trace
-    incumbent: Trace
-    incumbent_speedup: float = 1.0
-    default_s: float | None = None
-    reference: Mapping | None = None
-    measured: set[str] = field(default_factory=set)
-    population: list[tuple[float, Candidate]] = field(default_factory=list)
-    rounds: int = 0
-    stale: int = 0
-    expected_gain: float = 0.5
-    done: bool = False
-    failures: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
-    @property
-    def latency(self) -> float:
-        """This task's kernels' share of the model's time: count x best time so far."""
-        return self.count * (self.default_s or 0.0) / self.incumbent_speedup
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 import polyonnx
 from polyonnx.cli import main
 from polyonnx.codegen import toolchain
+from polyonnx.codegen.isa import architecture, host_architecture
 from polyonnx.codegen.target import host_cpu
 from polyonnx.codegen.toolchain import CROSS, c_compiler, host_compiler
 from polyonnx.errors import CodegenError
@@ -21,6 +22,10 @@ ELF_MACHINE = {"aarch64": 183, "powerpc64le": 21, "riscv64": 243}
 
 def test_the_host_links_with_its_own_compiler() -> None:
     assert c_compiler(host_cpu()[0]) == host_compiler()
+
+
+def test_the_hosts_architecture_is_llvms_without_llvm() -> None:
+    assert host_architecture() == architecture(host_cpu()[0])
 
 
 def test_a_missing_cross_compiler_names_its_package(monkeypatch) -> None:

@@ -12,9 +12,8 @@ import pytest
 
 import polyonnx
 from polyonnx import backend
-from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.elf import undefined_symbols
-from polyonnx.codegen.target import host_cpu, vector_bits, vector_registers
+from polyonnx.codegen.target import codegen_config, host_cpu, vector_bits, vector_registers
 from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
 from polyonnx.testing.zoo import mnist_model, small_cnn
@@ -72,7 +71,7 @@ def test_the_target_sizes_vectors_registers_and_tiles(cpu: str) -> None:
     bits, registers, _ = LEVELS[cpu]
     options = polyonnx.Options(cpu=cpu)
     assert (vector_bits(options), vector_registers(options)) == (bits, registers)
-    config = CodegenConfig.for_options(options)
+    config = codegen_config(options)
     assert (config.vector_bits, config.vector_registers) == (bits, registers)
     tiling = Tiling.for_vector_bits(bits, registers=registers)
     # Two vectors wide; 12 of 16 or 16 of 32 registers hold accumulators.

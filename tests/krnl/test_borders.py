@@ -6,40 +6,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-import polyonnx
 from polyonnx import pipeline
 from polyonnx.krnl.memory import plan_memory
-from polyonnx.testing import onnxruntime_session
+from tests.krnl.harness import CHANNELS as C
+from tests.krnl.harness import conv_input_model, run_against_onnxruntime
 
 F = TensorProto.FLOAT
-C = 64  # a multiple of every host's channel block
-
-
-def _model(
-    nodes: list[onnx.NodeProto],
-    outputs: list[str],
-    channels: int = C,
-    weights: dict[str, tuple[int, ...]] | None = None,
-) -> onnx.ModelProto:
-    """A model over ``x: [1, channels, 9, 9]`` with random weights of the given shapes."""
-    rng = np.random.default_rng(len(nodes))
-    inits = [
-        numpy_helper.from_array(
-            (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name
-        )
-        for name, shape in (weights or {}).items()
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "borders",
-        [helper.make_tensor_value_info("x", F, [1, channels, 9, 9])],
-        [helper.make_tensor_value_info(o, F, None) for o in outputs],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return onnx.shape_inference.infer_shapes(model)
 
 
 def _conv(x: str, w: str, y: str, **attrs: object) -> onnx.NodeProto:
@@ -63,21 +37,9 @@ def _program(model: onnx.ModelProto) -> pipeline.Program:
     return pipeline.lower(pipeline.to_graph(model))
 
 
-def _run_against_onnxruntime(model: onnx.ModelProto, threads: int, runs: int = 2) -> None:
-    sess = polyonnx.InferenceSession(
-        model, options=polyonnx.Options(num_threads=threads, cache=False)
-    )
-    ref = onnxruntime_session(model)
-    rng = np.random.default_rng(threads)
-    for _ in range(runs):  # a border the first run wrote would show in the second
-        x = rng.standard_normal((1, C, 9, 9)).astype(np.float32)
-        for got, want in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x}), strict=True):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-
-
 def test_a_padded_convs_input_is_written_into_its_border_by_the_producer() -> None:
     nodes, weights = _bottleneck("x", "", [1, 1, 1, 1])
-    program = _program(_model(nodes, ["r2"], weights=weights))
+    program = _program(conv_input_model(nodes, ["r2"], weights=weights))
     [(name, border)] = program.borders.items()
     assert name == "r1__blk__bordered" and border.value == "r1__blk"
     assert border.begin == border.end == (0, 0, 1, 1, 0)
@@ -97,7 +59,7 @@ def test_a_border_is_as_wide_as_the_widest_padding_read() -> None:
         _conv("r1", "w2", "yb", pads=[2, 1, 0, 0]),
     ]
     program = _program(
-        _model(nodes, ["ya", "yb"], weights={"w1": (C, C, 1, 1), "w2": (C, C, 3, 3)})
+        conv_input_model(nodes, ["ya", "yb"], weights={"w1": (C, C, 1, 1), "w2": (C, C, 3, 3)})
     )
     [border] = program.borders.values()
     assert (border.begin, border.end) == ((0, 0, 2, 1, 0), (0, 0, 1, 2, 0))
@@ -118,7 +80,7 @@ def test_values_read_otherwise_keep_their_own_buffers(case: str) -> None:
     else:
         nodes[-1] = _conv("r1", "w1", "y")
     program = _program(
-        _model(
+        conv_input_model(
             nodes,
             outputs,
             3 if case == "graph_input" else C,
@@ -130,7 +92,9 @@ def test_values_read_otherwise_keep_their_own_buffers(case: str) -> None:
 
 def test_a_layout_change_writes_the_border_of_a_blocked_input() -> None:
     program = _program(
-        _model([_conv("x", "w", "y", pads=[1, 1, 1, 1])], ["y"], weights={"w": (C, C, 3, 3)})
+        conv_input_model(
+            [_conv("x", "w", "y", pads=[1, 1, 1, 1])], ["y"], weights={"w": (C, C, 3, 3)}
+        )
     )
     [border] = program.borders.values()
     assert border.value == "x__blk"
@@ -140,7 +104,7 @@ def test_a_layout_change_writes_the_border_of_a_blocked_input() -> None:
 def test_the_plan_keeps_borders_apart_from_every_other_buffer() -> None:
     first, w1 = _bottleneck("x", "a", [1, 1, 1, 1])
     second, w2 = _bottleneck("r2a", "b", [1, 1, 1, 1])
-    program = _program(_model(first + second, ["r2b"], weights={**w1, **w2}))
+    program = _program(conv_input_model(first + second, ["r2b"], weights={**w1, **w2}))
     plan = plan_memory(program)
     assert len(program.borders) == 2 and plan.zeroed_size > 0
     bordered = {plan.slots[name].where for name in program.borders}
@@ -158,7 +122,9 @@ def test_the_plan_keeps_borders_apart_from_every_other_buffer() -> None:
 def test_bordered_models_match_onnxruntime_run_after_run(threads: int) -> None:
     first, w1 = _bottleneck("x", "a", [1, 1, 1, 1])
     second, w2 = _bottleneck("r2a", "b", [0, 2, 1, 1], strides=[2, 1])
-    _run_against_onnxruntime(_model(first + second, ["r2b"], weights={**w1, **w2}), threads)
+    run_against_onnxruntime(
+        conv_input_model(first + second, ["r2b"], weights={**w1, **w2}), threads
+    )
 
 
 def _random_chain(seed: int) -> onnx.ModelProto:
@@ -197,10 +163,10 @@ def _random_chain(seed: int) -> onnx.ModelProto:
         elif after == "Add" and new == size:
             nodes.append(helper.make_node("Add", [f"c{k}", value], [f"r{k}"]))
         value, size = nodes[-1].output[0], new
-    return _model(nodes, [value], weights=weights)
+    return conv_input_model(nodes, [value], weights=weights)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_conv_chains_match_onnxruntime(seed: int) -> None:
     model = _random_chain(seed)
-    _run_against_onnxruntime(model, threads=1 + seed % 2, runs=2)
+    run_against_onnxruntime(model, threads=1 + seed % 2, runs=2)

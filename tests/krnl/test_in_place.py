@@ -4,36 +4,13 @@ import numpy as np
 import pytest
 
 from polyonnx.krnl.in_place import accumulate_in_place
-from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt, maximum
+from polyonnx.krnl.ir import Access, Aff, Kernel, Load, Loop, Stmt
 
+from .harness import matvec_relu
 from .interp import interpret
 
 F32 = "float32"
 I, K = Aff.var("i"), Aff.var("k")
-
-
-def _matvec_relu(extra: tuple[Stmt, ...] = (), residual: bool = False) -> Kernel:
-    """``t = b + W x`` (a reduction into temp ``t``), ``y = relu(t [+ r])``, then ``extra``."""
-    init = Stmt("S0", Access("t", (I,)), Load("b", (I,), F32))
-    update = Stmt(
-        "S1",
-        Access("t", (I,)),
-        Load("t", (I,), F32) + Load("w", (I, K), F32) * Load("x", (K,), F32),
-    )
-    value = Load("t", (I,), F32) + Load("r", (I,), F32) if residual else Load("t", (I,), F32)
-    epilogue = Stmt("S2", Access("y", (I,)), maximum(value, 0.0))
-    buffers = [
-        Buffer("x", F32, (5,), "input"),
-        Buffer("w", F32, (4, 5), "input"),
-        Buffer("b", F32, (4,), "input"),
-        Buffer("r", F32, (4,), "input"),
-        Buffer("t", F32, (4,), "temp"),
-        Buffer("y", F32, (4,), "output"),
-        Buffer("z", F32, (4,), "output"),
-    ]
-    body = [Loop("i", 0, 4, (init, Loop("k", 0, 5, (update,)))), Loop("i", 0, 4, (epilogue,))]
-    body += [Loop("i", 0, 4, (s,)) for s in extra]
-    return Kernel("k", tuple(buffers), tuple(body))
 
 
 def _run(kernel: Kernel) -> dict[str, np.ndarray]:
@@ -50,7 +27,7 @@ def _run(kernel: Kernel) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("residual", [False, True])
 def test_reduction_accumulates_into_the_epilogue_output(residual: bool) -> None:
-    before = _matvec_relu(residual=residual)
+    before = matvec_relu(residual=residual)
     after = accumulate_in_place(before)
     assert "t" not in {b.name for b in after.buffers}
     text = str(after)
@@ -61,7 +38,7 @@ def test_reduction_accumulates_into_the_epilogue_output(residual: bool) -> None:
 
 def test_the_last_reader_takes_the_temp() -> None:
     # z = t after y = relu(t): z is the temp's last reader, so the reduction accumulates in z.
-    before = _matvec_relu((Stmt("S3", Access("z", (I,)), Load("t", (I,), F32)),))
+    before = matvec_relu((Stmt("S3", Access("z", (I,)), Load("t", (I,), F32)),))
     after = accumulate_in_place(before)
     assert "S1: z[i] = (z[i] + (w[i, k] * x[k]))" in str(after)
     want, got = _run(before), _run(after)
@@ -83,13 +60,13 @@ def test_the_last_reader_takes_the_temp() -> None:
     ],
 )
 def test_other_uses_keep_the_temp(why: str, extra: tuple[Stmt, ...]) -> None:
-    kernel = _matvec_relu(extra)
+    kernel = matvec_relu(extra)
     assert accumulate_in_place(kernel) == kernel, why
 
 
 def test_epilogue_reading_the_temp_elsewhere_keeps_it() -> None:
     # y[i] = t[3 - i]: renaming would read an element the epilogue has already rewritten.
-    k = _matvec_relu()
+    k = matvec_relu()
     flipped = Stmt("S2", Access("y", (I,)), Load("t", (3 - I,), F32))
     k = Kernel(k.name, k.buffers, (k.body[0], Loop("i", 0, 4, (flipped,))))
     assert accumulate_in_place(k) == k

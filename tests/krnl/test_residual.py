@@ -14,10 +14,9 @@ from polyonnx.krnl.ir import Access, Aff, Kernel, Load, Loop, Stmt, maximum
 from polyonnx.krnl.memory import plan_memory
 from polyonnx.krnl.residual import residual_in_place
 
+from .harness import CHANNELS as C
+from .harness import conv_input_model, matvec_relu, run_against_onnxruntime
 from .interp import interpret
-from .test_borders import C, _run_against_onnxruntime
-from .test_borders import _model as _borders_model
-from .test_in_place import _matvec_relu
 
 F32 = "float32"
 I = Aff.var("i")
@@ -35,7 +34,7 @@ def _with_epilogue(kernel: Kernel, body: object) -> Kernel:
 
 def _relu_residual() -> Kernel:
     """``y = relu(b + W x + r)``, the reduction accumulating into ``y``."""
-    return accumulate_in_place(_matvec_relu(residual=True))
+    return accumulate_in_place(matvec_relu(residual=True))
 
 
 def _run(kernel: Kernel, y_on_entry: np.ndarray | None = None) -> np.ndarray:
@@ -125,7 +124,7 @@ WEIGHTS = {w: (C, C, 1, 1) for w in ("wa", "wb", "wc")}
 
 def _model(nodes: list[onnx.NodeProto], outputs: list[str]) -> onnx.ModelProto:
     """Over ``x: [1, C, 9, 9]``; 1x1 conv weights ``wa``, ``wb``, ``wc``."""
-    return _borders_model(nodes, outputs, weights=WEIGHTS)
+    return conv_input_model(nodes, outputs, weights=WEIGHTS)
 
 
 def _block(tail: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
@@ -146,7 +145,7 @@ def _shares(model: onnx.ModelProto) -> dict[str, str]:
 
 def _matches_onnxruntime(model: onnx.ModelProto) -> None:
     for threads in (1, 2):  # (two runs each: the residual's memory is rewritten every run)
-        _run_against_onnxruntime(model, threads)
+        run_against_onnxruntime(model, threads)
 
 
 def test_a_dying_shortcut_holds_the_blocks_output() -> None:

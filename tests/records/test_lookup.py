@@ -18,7 +18,8 @@ from polyonnx.records.lookup import TuningWarning
 from polyonnx.schedule.strategies import Tiling, default_schedule
 from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.verbs import Split
-from tests.tune.models import feeds, gemm_model, onnxruntime_outputs
+from polyonnx.testing import onnxruntime_outputs, random_feeds
+from tests.tune.models import gemm_model
 
 
 def options(db: Path) -> Options:
@@ -57,7 +58,7 @@ def test_compile_uses_the_best_record(tmp_path: Path) -> None:
     compiled = polyonnx.compile(model, options(db))
     assert compiled.scheduled[0].trace == trace
     sess = polyonnx.InferenceSession(model, options=options(db))
-    inputs = feeds(model)
+    inputs = random_feeds(sess.get_inputs(), seed=1)
     np.testing.assert_allclose(
         sess.run(None, inputs)[0], onnxruntime_outputs(model, inputs)[0], rtol=1e-4, atol=1e-4
     )

@@ -13,7 +13,8 @@ from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.strategies import Tiling, apply_kernel_plan, parallel, plan_kernel
 from polyonnx.schedule.strategies.recurrent import RecurrentPlan, plan_recurrent
 from polyonnx.tune.measure import random_arrays, run
-from tests.krnl.lower.test_rnn_native import Case, case_arrays, case_model
+from tests.krnl.harness import RecurrentCase as Case
+from tests.krnl.harness import case_arrays, case_model
 from tests.schedule.zoo import chain
 
 AVX512 = Tiling.for_vector_bits(512, threads=2)

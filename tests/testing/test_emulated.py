@@ -31,6 +31,7 @@ from polyonnx.testing.emulated import (
     library_feeds,
     run_libraries,
 )
+from polyonnx.testing.examples import conv_model
 from polyonnx.testing.zoo import mnist_model, small_cnn
 from tests.backend import suite
 
@@ -84,6 +85,20 @@ def test_models_match_onnxruntime(name: str, threads: int, tmp_path: Path) -> No
     for got, expected in zip(run_libraries(target, jobs, tmp_path / "run"), want, strict=True):
         assert not isinstance(got, str), got
         assert_relative_error(got, expected, 1e-4)
+
+
+@pytest.mark.parametrize("name", CROSS)
+def test_a_conv_in_half_blocks_matches_onnxruntime(name: str, tmp_path: Path) -> None:
+    """12 channels: blocks of 4 where the target's 32 vector registers hold paired tiles."""
+    target = _target(name)
+    model, x = conv_model(12, 10), np.random.default_rng(0).standard_normal((1, 12, 10, 10))
+    x = x.astype(np.float32)
+    compiled = polyonnx.compile(model, target.options(num_threads=1))
+    assert "ConvBlocked" in {n.op_type for n in compiled.graph.nodes}
+    lib = write_library(compiled, tmp_path / "conv.so")
+    (got,) = run_libraries(target, [Job(lib, compiled.metadata(), (x,))], tmp_path / "run")
+    assert not isinstance(got, str), got
+    assert_relative_error(got, onnxruntime_outputs(model, {"x": x}), 1e-4)
 
 
 def test_riscv64_code_uses_the_v_extension(tmp_path: Path) -> None:

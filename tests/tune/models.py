@@ -43,19 +43,3 @@ def conv_model(channels: int = 16, size: int = 10, seed: int = 0) -> onnx.ModelP
         [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def feeds(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for vi in model.graph.input:
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        out[vi.name] = rng.uniform(-1, 1, shape).astype(np.float32)
-    return out
-
-
-def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list:
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, inputs)

@@ -3,6 +3,7 @@ is proved legal or refused, and the legal ones compute what the kernel's own loo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -11,6 +12,7 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.options import Options
 from polyonnx.schedule.strategies import Tiling, apply_kernel_plan, default_schedule, plan_kernel
+from polyonnx.schedule_driver import target_tiling
 from polyonnx.tune.measure import check_outputs, random_arrays, run
 from polyonnx.tune.space import SearchSpace
 from tests.tune.models import conv_model, gemm_model
@@ -65,8 +67,19 @@ def test_an_unroll_mark_around_a_register_tile() -> None:
 def test_the_default_candidate_is_the_default_schedule() -> None:
     kernel = kernels()[0]
     space = SearchSpace(kernel, OPTIONS)
-    tiling = Tiling.for_vector_bits(space.vector_bits, 1, space.l1)
+    tiling = target_tiling(OPTIONS)
     assert space.schedule(space.default()).trace == default_schedule(kernel, tiling, False).trace
+
+
+@pytest.mark.parametrize("target", [None, "aarch64-linux-gnu"])
+def test_samples_keep_the_targets_lanes_and_registers(target: str | None) -> None:
+    options = dataclasses.replace(OPTIONS, target=target)
+    space, rng = SearchSpace(kernels()[0], options), random.Random(0)
+    want = target_tiling(options)
+    for _ in range(5):
+        tiling = space.sample(rng).tiling
+        assert (tiling.lanes, tiling.registers) == (want.lanes, want.registers)
+        assert tiling.vector % want.lanes == 0
 
 
 def test_an_edited_plan_that_does_not_apply_is_refused() -> None:

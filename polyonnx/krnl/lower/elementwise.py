@@ -199,31 +199,9 @@ def _swish(x: ir.Expr, node: Node) -> ir.Expr:
     return x * ir.unary("sigmoid", x * fattr(node, "alpha", 1.0))
 
 
-_MATH = (
-    "exp",
-    "log",
-    "sqrt",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "tanh",
-    "sigmoid",
-    "erf",
-    "floor",
-    "ceil",
-    "round",
-)
-for _op in _MATH:
+for _op in sorted(ir.MATH_OPS):
     _unary(
-        _op.capitalize() if _op != "sigmoid" else "Sigmoid",
+        _op.capitalize(),
         # (mypy infers no type for a lambda with a default argument)
         lambda x, _, op=_op: ir.unary(op, x),  # type: ignore[misc]
     )

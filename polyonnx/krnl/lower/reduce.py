@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from polyonnx.graph.ir import Node
+from polyonnx.graph.shapes import REDUCTIONS
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     lowest,
@@ -126,7 +127,7 @@ _REDUCTIONS: dict[str, tuple[tuple[str, ...], Callable[[str], ir.Const], Fold, F
 }
 
 #: Opset from which each reduction takes its axes as an input rather than an attribute.
-_AXES_INPUT_SINCE = {op: 18 for op in _REDUCTIONS} | {"ReduceSum": 13}
+_AXES_INPUT_SINCE = dict.fromkeys(REDUCTIONS, 18) | {"ReduceSum": 13}
 
 
 def _iter_names(rank: int, reduced: Sequence[int]) -> list[str]:
@@ -188,7 +189,7 @@ def _lower_reduce(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowere
     return Lowered(nest([(names[d], shape[d]) for d in kept], body), tuple(temps))
 
 
-for _op in _REDUCTIONS:
+for _op in REDUCTIONS:
     register(_op)(_lower_reduce)
 
 

@@ -12,6 +12,8 @@ builder adds them to the kernel's buffer list. :func:`lower_node` always returns
 
 A family module registers its lowerings with ``@register("Relu")`` (or
 ``@register("Resize", since=13)``); :func:`lower_node` finds and runs the one for a node.
+Every family is registered before this module is used: importing it runs the package's
+``__init__``, which imports them all (so the registry never imports its families).
 
 Example:
     >>> from polyonnx.graph.ir import Graph, Node, Value
@@ -158,7 +160,6 @@ def lower_node(node: Node, ctx: LowerContext) -> Lowered:
     Raises :class:`UnsupportedOpError` when nothing is registered (or the lowering rejects an
     attribute value) and :class:`~polyonnx.errors.ModelError` for invalid attributes.
     """
-    _load_families()
     fn = find(node.op_type, ctx.graph.opset, node.domain)
     if fn is None:
         raise UnsupportedOpError(node.op_type, ctx.graph.opset, node.name, "no lowering registered")
@@ -181,15 +182,8 @@ def lower_nodes(nodes: Iterable[Node], ctx: LowerContext) -> Lowered:
 
 def has_lowering(op_type: str, opset: int, domain: str = "") -> bool:
     """Whether a lowering of ``op_type`` is registered at ``opset``."""
-    _load_families()
     return find(op_type, opset, domain) is not None
 
 
 def supported_ops() -> list[str]:
-    _load_families()
     return sorted(_REGISTRY)
-
-
-def _load_families() -> None:
-    # Importing the family modules registers their lowerings.
-    from polyonnx.krnl import lower  # noqa: F401

@@ -49,7 +49,7 @@ from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.scheduled import ScheduledKernel
 from polyonnx.schedule.strategies.analysis import NestDependences
 from polyonnx.schedule.strategies.nests import band_chain, chain
-from polyonnx.schedule.strategies.parallel import apply_parallel, plan_parallel
+from polyonnx.schedule.strategies.parallel import apply_parallel_plan, plan_parallel
 from polyonnx.schedule.strategies.pointwise import (
     TransposePlan,
     VectorPlan,
@@ -217,7 +217,7 @@ def apply_kernel_plan(s: Schedule, plan: KernelPlan) -> Schedule:
         s, outer = apply_nest_plan(s, nest)
         bands.extend(outer)
     if plan.parallel:
-        s = apply_parallel(s, plan_parallel(s, bands))
+        s = apply_parallel_plan(s, plan_parallel(s, bands))
     return s
 
 

@@ -5,7 +5,7 @@ A nest's work is counted per run of it: a nest inside a sequential loop (an RNN'
 runs once per iteration of that loop, and each run wakes the thread pool.
 
 :func:`plan_parallel` decides on a schedule the nest strategies made (their outer bands),
-:func:`apply_parallel` puts the marks.
+:func:`apply_parallel_plan` puts the marks.
 
 Example:
     >>> from polyonnx.schedule.schedule import Schedule
@@ -14,7 +14,7 @@ Example:
     >>> plan = plan_parallel(s, [("i_o", "j_o")])
     >>> print(plan)
     parallel(i_o, named=(i_o, j_o))
-    >>> print(apply_parallel(s, plan).verify())  # doctest: +ELLIPSIS
+    >>> print(apply_parallel_plan(s, plan).verify())  # doctest: +ELLIPSIS
     for i_o in [0, 32):  # = floor(i/8), parallel (i_o, j_o)
       for j_o in [0, 8):  # = floor(j/32)
     ...
@@ -93,7 +93,7 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
     return ParallelPlan(tuple(marks))
 
 
-def apply_parallel(s: Schedule, plan: ParallelPlan) -> Schedule:
+def apply_parallel_plan(s: Schedule, plan: ParallelPlan) -> Schedule:
     """The plan's marks put on ``s`` (unverified)."""
     for mark in plan.marks:
         s = s.apply_unverified(mark)

@@ -7,21 +7,11 @@ import pytest
 
 from polyonnx.errors import UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.shapes import REDUCTIONS
 from polyonnx.krnl.lower.registry import LowerContext, lower_node
 from tests.krnl.harness import check_op, rand
 
-REDUCE = [
-    "ReduceSum",
-    "ReduceMean",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSum",
-    "ReduceLogSumExp",
-    "ReduceSumSquare",
-]
+REDUCE = list(REDUCTIONS)
 
 
 @pytest.mark.parametrize("op", REDUCE)

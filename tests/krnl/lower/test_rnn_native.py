@@ -5,122 +5,13 @@ states, peepholes, linear_before_reset, layout 1, weights fed at run time, 1 and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
-
-GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-
-
-@dataclass(frozen=True)
-class Case:
-    op: str
-    seq: int
-    batch: int
-    inp: int
-    hidden: int
-    direction: str = "forward"
-    layout: int = 0
-    lens: bool = False
-    initial: bool = False
-    peep: bool = False
-    fed: bool = False
-    """W, R and B as graph inputs rather than initializers (packed by a nest at run time)."""
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        flags = [
-            f for f, on in (("lens", self.lens), ("h0", self.initial), ("peep", self.peep),
-                            ("fed", self.fed)) if on
-        ]  # fmt: skip
-        extra = [f"{k}={v}" for k, v in self.attrs.items()]
-        return "-".join(
-            [
-                self.op,
-                f"T{self.seq}B{self.batch}I{self.inp}H{self.hidden}",
-                self.direction,
-                f"layout{self.layout}",
-                *flags,
-                *extra,
-            ]
-        )
-
-
-def case_arrays(case: Case, seed: int) -> dict[str, np.ndarray]:
-    """Inputs in layout 0 (onnxruntime's), weights scaled so the states stay in range."""
-    rng = np.random.default_rng(seed)
-    dirs = 2 if case.direction == "bidirectional" else 1
-    g, h = GATES[case.op], case.hidden
-
-    def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    out = {
-        "x": normal(case.seq, case.batch, case.inp),
-        "w": normal(dirs, g * h, case.inp, scale=1 / np.sqrt(case.inp)),
-        "r": normal(dirs, g * h, h, scale=1 / np.sqrt(h)),
-        "b": normal(dirs, 2 * g * h, scale=0.5),
-    }
-    if case.lens:
-        lens = rng.integers(1, case.seq + 1, case.batch).astype(np.int32)
-        lens[0] = case.seq  # (one full row, so Y has no all-zero tail)
-        out["l"] = lens
-    if case.initial:
-        out["h0"] = normal(dirs, case.batch, h)
-        if case.op == "LSTM":
-            out["c0"] = normal(dirs, case.batch, h)
-    if case.peep:
-        out["p"] = normal(dirs, 3 * h, scale=0.5)
-    return out
-
-
-_TO_BATCH_MAJOR = {"x": (1, 0, 2), "h0": (1, 0, 2), "c0": (1, 0, 2)}
-
-
-def case_model(case: Case, arrays: dict[str, np.ndarray], layout: int) -> onnx.ModelProto:
-    order = ["x", "w", "r", "b", "l", "h0"] + (["c0", "p"] if case.op == "LSTM" else [])
-    names = [n if n in arrays else "" for n in order]
-    while not names[-1]:
-        names.pop()
-    weights = {"w", "r", "b"} if not case.fed else set()
-    arrays = {
-        n: a.transpose(_TO_BATCH_MAJOR[n]) if layout and n in _TO_BATCH_MAJOR else a
-        for n, a in arrays.items()
-    }
-    dirs = 2 if case.direction == "bidirectional" else 1
-    t, b, h = case.seq, case.batch, case.hidden
-    shapes = {
-        "Y": [t, dirs, b, h] if not layout else [b, t, dirs, h],
-        "Y_h": [dirs, b, h] if not layout else [b, dirs, h],
-    }
-    outputs = ["Y", "Y_h"] + (["Y_c"] if case.op == "LSTM" else [])
-    shapes["Y_c"] = shapes["Y_h"]
-    attrs = {"hidden_size": h, "direction": case.direction, **case.attrs}
-    if layout:
-        attrs["layout"] = 1
-    node = helper.make_node(case.op, names, outputs, name="rnn", **attrs)
-
-    def info(n: str, a: np.ndarray) -> onnx.ValueInfoProto:
-        kind = TensorProto.INT32 if a.dtype == np.int32 else TensorProto.FLOAT
-        return helper.make_tensor_value_info(n, kind, list(a.shape))
-
-    graph = helper.make_graph(
-        [node],
-        "rnn",
-        [info(n, arrays[n]) for n in names if n and n not in weights],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outputs],
-        [numpy_helper.from_array(arrays[n], n) for n in names if n in weights],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    return model
+from tests.krnl.harness import TO_BATCH_MAJOR, case_arrays, case_model
+from tests.krnl.harness import RecurrentCase as Case
 
 
 def _check(case: Case, threads: int, seed: int = 0) -> None:
@@ -132,7 +23,7 @@ def _check(case: Case, threads: int, seed: int = 0) -> None:
     if case.layout:  # (onnxruntime has no batch-major layout: its results, transposed)
         want = [want[0].transpose(2, 0, 1, 3), *(w.transpose(1, 0, 2) for w in want[1:])]
     feeds = {
-        n: a.transpose(_TO_BATCH_MAJOR[n]) if case.layout and n in _TO_BATCH_MAJOR else a
+        n: a.transpose(TO_BATCH_MAJOR[n]) if case.layout and n in TO_BATCH_MAJOR else a
         for n, a in feeds0.items()
     }
     session = polyonnx.InferenceSession(model, options=polyonnx.Options(num_threads=threads))
