@@ -20,12 +20,14 @@ def test_the_named_loop_runs_on_the_pool() -> None:
 
 def test_a_loop_too_short_to_share_out_pushes_the_mark_inside() -> None:
     inner = _loop("c1", 64, (CALL,))
-    outer = _loop("c0", 6, (inner,))  # 6 iterations for 2 threads: fewer than 4 per thread
+    outer = _loop("c0", 3, (inner,))  # 3 iterations for 2 threads: one does twice the work
     mark = la.Mark("parallel c0 c1", (outer,))
     [(node, on_pool)] = parallel_children(mark, 2)
-    assert not on_pool and node == _loop("c0", 6, (la.Mark("parallel c0 c1", (inner,)),))
-    # With one thread the same loop has iterations enough.
+    assert not on_pool and node == _loop("c0", 3, (la.Mark("parallel c0 c1", (inner,)),))
+    # With one thread the same loop is shared out evenly; 6 iterations are for two threads.
     assert parallel_children(mark, 1) == ((outer, True),)
+    six = _loop("c0", 6, (inner,))
+    assert parallel_children(la.Mark("parallel c0 c1", (six,)), 2) == ((six, True),)
 
 
 def test_a_sequential_loop_keeps_the_mark_for_the_named_loops_inside() -> None:
