@@ -66,11 +66,13 @@ def lower_batch_norm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
 
 
 @register("LRN")
-def lower_lrn(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+def lower_lrn(node: Node, ctx: LowerContext) -> Lowered:
     """``Y = X / (bias + alpha/size * sum of X^2 over nearby channels) ^ beta``.
 
-    The sum is accumulated in Y itself (init, reduction over ``r0``, then the final divide), the
-    window ``c + r0 - (size-1)//2`` guarded to the valid channels.
+    The sum is a reduction over ``r0`` into a temp (the window ``c + r0 - (size-1)//2``
+    guarded to the valid channels), the finish a point-wise nest after it: the shape the
+    scheduler vectorises along the pixels. With a positive base (``bias > 0``, ``alpha >=
+    0``) the power is ``exp(-beta * log(base))`` in vector math, not a libm call per element.
     """
     x, y = node.input(0), node.outputs[0]
     dtype = require_float(node, ctx, x)
@@ -87,22 +89,23 @@ def lower_lrn(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     channel = var("c") + var("r0") - before
     tap = load(ctx, x, (index[0], channel, *index[2:]))
-    out = ir.Access(y, index)
-    out_load = ir.Load(y, index, dtype)
+    squares = f"{node.name}__squares"
+    acc = ir.Access(squares, index)
     update = ir.Stmt(
         "S",
-        out,
-        out_load + tap * tap,
+        acc,
+        ir.Load(squares, index, dtype) + tap * tap,
         bound_guards(channel, -before, shape[1] - 1 + after, 0, shape[1]),
     )
-    scale = ir.binary("pow", out_load * (alpha / size) + bias, beta)
-    return nest(
-        iters,
-        (
-            ir.Stmt("S", out, zero(dtype)),
-            *nest([("r0", size)], (update,)),
-            ir.Stmt("S", out, load(ctx, x, index) / scale),
-        ),
+    base = ir.Load(squares, index, dtype) * (alpha / size) + bias
+    if bias > 0 and alpha >= 0:
+        finish = load(ctx, x, index) * ir.unary("exp", ir.unary("log", base) * -beta)
+    else:
+        finish = load(ctx, x, index) / ir.binary("pow", base, beta)
+    reduction = nest(iters, (ir.Stmt("S", acc, zero(dtype)), *nest([("r0", size)], (update,))))
+    return Lowered(
+        (*reduction, *nest(iters, (ir.Stmt("S", ir.Access(y, index), finish),))),
+        (ir.Buffer(squares, dtype, shape, "temp"),),
     )
 
 
