@@ -50,8 +50,10 @@ def parallel_children(mark: la.Mark, threads: int) -> tuple[tuple[la.LNode, bool
             out.append((node, False))
             continue
         trip = static_trip(node)
-        if trip is not None and not shares_evenly(trip, threads) and _inner_loop_named(
-            node, allowed
+        if (
+            trip is not None
+            and not shares_evenly(trip, threads)
+            and _inner_loop_named(node, allowed)
         ):
             # Too few iterations to share out evenly: an inner named loop runs in parallel.
             out.append((_mark_inside(node, mark), False))
