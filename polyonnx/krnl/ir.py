@@ -477,7 +477,8 @@ def move_buffers(
     nodes: tuple[Node, ...], moves: Mapping[str, tuple[str, tuple[int, ...]]]
 ) -> tuple[Node, ...]:
     """``nodes`` with every access ``b[i...]`` (write or load) going to ``to[i + offset...]``
-    for ``moves[b] = (to, offset)`` (an empty offset: none). A moved access must be affine."""
+    for ``moves[b] = (to, offset)`` (an empty offset: none); a computed index (a gather's)
+    moves by an addition in its own integer type."""
 
     def index(buffer: str, idx: tuple[IndexT, ...]) -> tuple[str, tuple[IndexT, ...]]:
         if buffer not in moves:
@@ -485,9 +486,7 @@ def move_buffers(
         to, offset = moves[buffer]
         if not offset:
             return to, idx
-        if not all(isinstance(i, Aff) for i in idx):
-            raise ValueError(f"buffer {buffer}: a computed index cannot be moved into {to}")
-        return to, tuple(i + o for i, o in zip(idx, offset, strict=True))
+        return to, tuple(_shifted(i, o) for i, o in zip(idx, offset, strict=True))  # type: ignore[misc]
 
     def expr(e: Expr) -> Expr:
         e = map_children(e, expr)
@@ -504,6 +503,12 @@ def move_buffers(
         return replace(n, body=tuple(node(c) for c in n.body))
 
     return tuple(node(n) for n in nodes)
+
+
+def _shifted(i: Aff | Expr, offset: int) -> Aff | Expr:
+    if isinstance(i, Aff):
+        return i + offset
+    return i if offset == 0 else binary("add", i, Const(offset, i.dtype))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,12 @@ each relying on the ones before:
 5. ``residual_in_place`` (:mod:`~polyonnx.krnl.residual`): a reduction whose epilogue adds a
    dying residual starts its sums at the residual, in the residual's memory. It looks for the
    reduction writing the epilogue's output, which the pass before made so.
-6. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
+6. ``store_placed`` (:mod:`~polyonnx.krnl.placement`): the inputs of a concatenation done in
+   place move into their slices of its memory (after the epilogues are in place, as below).
+7. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
    bordered buffers. After the epilogues are in place: the passes before match a temp to the
    value it becomes by shape, and a bordered buffer is larger than its value.
-7. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
+8. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
    Last: lowerings name their statements with placeholders, and the passes merge and drop
    statements.
 
@@ -33,7 +35,7 @@ prints the kernels as they are after ``PASS``, or as lowered with ``--after lowe
 Example:
     >>> [p.name for p in PASSES]  # doctest: +NORMALIZE_WHITESPACE
     ['distribute_finishes', 'inline_pointwise', 'sink_pointwise', 'accumulate_in_place',
-     'residual_in_place', 'store_bordered', 'renumber_statements']
+     'residual_in_place', 'store_placed', 'store_bordered', 'renumber_statements']
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from polyonnx.krnl.borders import store_bordered
 from polyonnx.krnl.distribute import distribute_finishes
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
+from polyonnx.krnl.placement import Placement, store_placed
 from polyonnx.krnl.residual import residual_in_place
 from polyonnx.krnl.sink import sink_pointwise
 
@@ -66,6 +69,9 @@ class KernelContext:
     extents); zero-bordered values keep theirs too."""
     borders: Mapping[str, ir.Border] = field(default_factory=dict)
     """Values stored zero-bordered, by value name (:func:`polyonnx.krnl.borders.zero_borders`)."""
+    placements: Mapping[str, Placement] = field(default_factory=dict)
+    """Values stored in a slice of a concatenation's memory, by value name
+    (:func:`polyonnx.krnl.placement.concat_placements`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,7 @@ PASSES: tuple[KernelPass, ...] = (
     KernelPass("sink_pointwise", lambda k, _: PassResult(sink_pointwise(k))),
     KernelPass("accumulate_in_place", lambda k, _: PassResult(accumulate_in_place(k))),
     KernelPass("residual_in_place", _residual_in_place),
+    KernelPass("store_placed", lambda k, c: PassResult(store_placed(k, c.placements))),
     KernelPass("store_bordered", lambda k, c: PassResult(store_bordered(k, c.borders))),
     KernelPass("renumber_statements", lambda k, _: PassResult(renumber_statements(k))),
 )

@@ -25,6 +25,7 @@ from polyonnx.krnl import ir
 from polyonnx.krnl.borders import zero_borders
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, lower_nodes
 from polyonnx.krnl.passes import KernelContext, run_passes
+from polyonnx.krnl.placement import concat_placements
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
@@ -197,11 +198,10 @@ def _buffers(
     return tuple(buffers)
 
 
-def _last_readers(
-    graph: Graph, groups: Sequence[Sequence[Node]], borders: Mapping[str, ir.Border]
-) -> dict[str, int]:
+def _last_readers(graph: Graph, groups: Sequence[Sequence[Node]], kept: Set[str]) -> dict[str, int]:
     """The last group reading each value whose memory is the workspace's alone: not a graph
-    input, output or constant, no view's input or output, not zero-bordered. (A value an
+    input, output or constant, no view's input or output, not in ``kept`` (zero-bordered or
+    placed in a concatenation's memory). (A value an
     output took the memory of, :mod:`polyonnx.krnl.residual`, was read by no later group:
     its memory's other values are dead when the last one dies.)"""
     views = {v for g in groups if _views_only(g) for n in g for v in (*n.inputs, *n.outputs)}
@@ -210,7 +210,7 @@ def _last_readers(
     for gi, group in enumerate(groups):
         for n in group:
             for v in n.inputs:
-                if v and v not in outside and v not in views and v not in borders:
+                if v and v not in outside and v not in views and v not in kept:
                     last[v] = gi
     return last
 
@@ -264,11 +264,12 @@ def build_program(
     storage, any other becomes a kernel (:func:`build_kernel`, its passes up to ``after``).
     Last, each graph output gets memory of its own (a copy kernel where it has none).
     """
-    borders = zero_borders(
-        graph,
-        {o for group in groups if not _views_only(group) for n in group for o in n.outputs if o},
-    )
-    last = _last_readers(graph, groups, borders)
+    computed = {o for group in groups if not _views_only(group) for n in group for o in n.outputs}
+    borders = zero_borders(graph, computed - {""})
+    placements, in_place = concat_placements(graph, computed - {""}, set(borders))
+    # Placed values and their roots keep their own memory: no output takes theirs.
+    placed = {*placements, *(p.root for p in placements.values())}
+    last = _last_readers(graph, groups, {*borders, *placed})
     graph_outputs = frozenset(v.name for v in graph.outputs)
     consumers = graph.consumers()
     storage: dict[str, str] = {}
@@ -283,11 +284,14 @@ def build_program(
                     if o:
                         storage[o] = storage.get(n.inputs[0], n.inputs[0])
             continue
+        if len(group) == 1 and group[0].name in in_place:
+            continue  # its inputs were written into their slices of its output
         context = KernelContext(
             live_out=_live_out(group, graph_outputs, consumers),
             dying=frozenset(v for n in group for v in n.inputs if last.get(v) == gi),
-            fixed=graph_outputs,
+            fixed=graph_outputs | placed,
             borders=borders,
+            placements=placements,
         )
         built = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, context, after=after)
         if group[0].guard:
