@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, unary
+from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt, binary, unary
 
 F32 = "float32"
 
@@ -79,6 +79,39 @@ def chain(m: int = 5, n: int = 7) -> Kernel:
             Buffer("V", F32, (m, n), "output"),
         ),
         (nest(s0), nest(s1), nest(s2)),
+    )
+
+
+def softmax_rows(rows: int = 4, n: int = 16) -> Kernel:
+    """Y = softmax(X) along its rows, as the lowering builds it: per row the max, then the
+    exponentials with their sum, then the division."""
+    i, r = Aff.var("i"), Aff.var("r")
+    x, y = Load("X", (i, r), F32), Load("Y", (i, r), F32)
+    top, total = Load("M", (i,), F32), Load("S", (i,), F32)
+    body = (
+        Stmt("S0", Access("M", (i,)), Const(float("-inf"), F32)),
+        Loop("r", 0, n, (Stmt("S1", Access("M", (i,)), binary("max", top, x)),)),
+        Stmt("S2", Access("S", (i,)), Const(0.0, F32)),
+        Loop(
+            "r",
+            0,
+            n,
+            (
+                Stmt("S3", Access("Y", (i, r)), unary("exp", x - top)),
+                Stmt("S4", Access("S", (i,)), total + y),
+            ),
+        ),
+        Loop("r", 0, n, (Stmt("S5", Access("Y", (i, r)), y / total),)),
+    )
+    return Kernel(
+        "softmax_rows",
+        (
+            Buffer("X", F32, (rows, n), "input"),
+            Buffer("M", F32, (rows,), "temp"),
+            Buffer("S", F32, (rows,), "temp"),
+            Buffer("Y", F32, (rows, n), "output"),
+        ),
+        (Loop("i", 0, rows, body),),
     )
 
 

@@ -14,6 +14,9 @@ target, each a module:
 * :mod:`~polyonnx.schedule.strategies.recurrent` — nests fed back through a step loop are
   planned inside it; any other band around several nests (:class:`BandPlan`: a softmax row)
   keeps its loops and its nests are planned alike;
+* :mod:`~polyonnx.schedule.strategies.rows` — a band of independent rows around nests that
+  reduce along each row (softmax, normalisations): groups of rows reduced side by side, the
+  writes along the row vectorised;
 * :mod:`~polyonnx.schedule.strategies.parallel` — then the outer loop of each nest with
   enough work per run is marked ``parallel``.
 
@@ -68,6 +71,7 @@ from polyonnx.schedule.strategies.reduction import (
     plan_reduction,
     reduction_nest,
 )
+from polyonnx.schedule.strategies.rows import RowsPlan, apply_rows, plan_rows
 from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.schedule.tree import Band, band_paths
 from polyonnx.schedule.tree import Sequence as TreeSequence
@@ -102,7 +106,9 @@ class BandPlan:
         return f"band ({', '.join(self.loops)}) {how}, around:{inner or ' no nests to plan'}"
 
 
-NestPlan = ReductionPlan | VectorPlan | TransposePlan | RecurrentPlan | OwnLoops | BandPlan
+NestPlan = (
+    ReductionPlan | VectorPlan | TransposePlan | RecurrentPlan | RowsPlan | OwnLoops | BandPlan
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +172,10 @@ def _plan_nodes(s: Schedule, nodes: tuple, trees: tuple, tiling: Tiling) -> tupl
     return tuple(plans)
 
 
-def _band(s: Schedule, nest: Loop, tree: object, tiling: Tiling) -> BandPlan | OwnLoops:
-    """A nest that is no reduction and no perfect nest of statements: its band of loops
-    around the nests inside, planned each; a nest of statements keeps its own loops."""
+def _band(s: Schedule, nest: Loop, tree: object, tiling: Tiling) -> RowsPlan | BandPlan | OwnLoops:
+    """A nest that is no reduction and no perfect nest of statements: rows reduced side by
+    side (:mod:`.rows`) where they fit, else its band of loops around the nests inside,
+    planned each; a nest of statements keeps its own loops."""
     loops, body = chain(nest)
     if all(isinstance(b, Stmt) for b in body):
         return OwnLoops(band_chain(tree)[0])
@@ -177,6 +184,9 @@ def _band(s: Schedule, nest: Loop, tree: object, tiling: Tiling) -> BandPlan | O
     while isinstance(node, Band) and len(bands) < len(loops):
         bands.append(node.name)
         node = node.child
+    rows = plan_rows(s, nest, bands, tiling) if len(bands) == len(loops) else None
+    if rows is not None:
+        return rows
     free = not NestDependences(s, band_paths(s.tree)[bands[0]], len(bands)).carried(0)
     return BandPlan(tuple(bands), free, _plan_nodes(s, body, _children(node), tiling))
 
@@ -199,6 +209,7 @@ _APPLY: dict[type, Callable[[Schedule, Any], tuple[Schedule, list[tuple[str, ...
     VectorPlan: apply_pointwise,
     TransposePlan: apply_pointwise,
     RecurrentPlan: apply_recurrent,
+    RowsPlan: apply_rows,
     OwnLoops: _own_loops,
     BandPlan: _apply_band,
 }
