@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -44,6 +45,7 @@ examples:
   polyonnx bench --out bench-report                   # the whole set, 1..N threads
   polyonnx bench --quick --out /tmp/quick             # two small models, few rounds (~2 min)
   polyonnx bench --models mnist resnet50 --threads 1 2
+  polyonnx bench --rounds 15 --budget 12 --out reports/znver4   # the set in ~half an hour
   polyonnx bench --target aarch64 --out reports/aarch64     # under qemu-aarch64 (~10 min)
   polyonnx bench --target riscv64 --quick --out /tmp/rv     # MNIST, small CNN, 12 node cases
   polyonnx bench --compare reports/aarch64 reports/riscv64 --out /tmp/cmp
@@ -85,6 +87,19 @@ def add_parser(sub: Subparsers) -> None:
         help="a couple of small models, few rounds, small GEMMs (what the tests run)",
     )
     b.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="timed rounds per model and thread count (default 20; at least 3)",
+    )
+    b.add_argument(
+        "--budget",
+        type=float,
+        metavar="S",
+        help="seconds of timed rounds per model and thread count before --rounds is cut "
+        "(default 40): a shorter run of the whole set",
+    )
+    b.add_argument(
         "--target",
         choices=list(TARGETS),
         help="a report of this target run under qemu-user: correctness and static facts of "
@@ -113,6 +128,12 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return "--threads: counts must be at least 1"
     if args.target and args.threads:
         return "--threads: an emulated report compiles for 1 thread (no timings)"
+    if (args.rounds is not None or args.budget is not None) and (args.target or args.quick):
+        return "--rounds and --budget go with a measured report (no --target, no --quick)"
+    if args.rounds is not None and args.rounds < 3:
+        return "--rounds: at least 3"
+    if args.budget is not None and args.budget <= 0:
+        return "--budget: a positive number of seconds"
     if args.node_cases and not args.target:
         return "--node-cases goes with --target"
     if not args.target and args.models and "small_cnn" in args.models:
@@ -135,11 +156,16 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _measured(args: argparse.Namespace) -> int:
-    from polyonnx.bench.suite import report
+    from polyonnx.bench.suite import Settings, report
     from polyonnx.codegen.target import host_cpu
 
     out = args.out or f"polyonnx-bench-{host_cpu()[1]}"
-    data = report(out, args.models, args.threads, args.quick)
+    settings = Settings.of(args.models, args.threads, args.quick)
+    if args.rounds is not None:
+        settings = dataclasses.replace(settings, repeat=args.rounds)
+    if args.budget is not None:
+        settings = dataclasses.replace(settings, budget_s=args.budget)
+    data = report(out, settings=settings)
     geo = ", ".join(
         f"{'-' if g is None else f'{g:.2f}'} at {t} thread(s)"
         for t, g in data["summary"]["geomean_ratio"].items()

@@ -151,3 +151,32 @@ def test_compare_with_another_machines_report(folder, report, tmp_path):
         assert cells[4] == "2.00" and cells[7] == "1.00" and cells[10] == "2.00"
     assert (tmp_path / "cmp" / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert page.printed.count("| 1 |") >= len(report["models"])
+
+
+def test_rounds_and_budget_reach_the_settings(monkeypatch, tmp_path):
+    seen = {}
+
+    def measured(out, settings=None, **_):
+        seen["settings"] = settings
+        return {"summary": {"geomean_ratio": {1: 0.9}}}
+
+    monkeypatch.setattr("polyonnx.bench.suite.report", measured)
+    argv = ["bench", "--models", "mnist", "--threads", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--rounds", "7", "--budget", "3"]) == 0
+    s = seen["settings"]
+    assert (s.models, s.threads, s.repeat, s.budget_s) == (("mnist",), (1,), 7, 3.0)
+    assert main(argv) == 0
+    assert (seen["settings"].repeat, seen["settings"].budget_s) == (20, 40.0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--quick", "--rounds", "5"], "measured report"),
+        (["--rounds", "2"], "at least 3"),
+        (["--budget", "0"], "positive"),
+    ],
+)
+def test_rounds_and_budget_usage_errors(extra, message, capsys):
+    assert main(["bench", *extra]) == 2
+    assert message in capsys.readouterr().err
