@@ -59,10 +59,15 @@ def load_model(
     # The checker, converter and shape inference copy the whole proto several times; with the
     # weights set aside they copy the graph alone.
     weights = _detach_weights(proto)
+    unshaped = _outputs_without_shape(proto.graph)
+    for t in unshaped:  # (the checker wants the field; shape inference fills it below)
+        t.shape.SetInParent()
     try:
         onnx.checker.check_model(proto)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None
+    for t in unshaped:
+        t.ClearField("shape")
     if proto.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
         proto = inliner.inline_local_functions(proto)
@@ -109,6 +114,18 @@ def _negative_dims_are_dynamic(graph: onnx.GraphProto) -> None:
             for d in vi.type.tensor_type.shape.dim:
                 if d.HasField("dim_value") and d.dim_value < 0:
                     d.ClearField("dim_value")
+
+
+def _outputs_without_shape(graph: onnx.GraphProto) -> list[onnx.TypeProto.Tensor]:
+    """The tensor types of the graph outputs written with an element type but no shape field
+    (``make_tensor_value_info(name, FLOAT, None)``): onnxruntime runs such models, taking the
+    shapes from inference, and ONNX's checker refuses them ("Field 'shape' of 'type' is
+    required")."""
+    return [
+        o.type.tensor_type
+        for o in graph.output
+        if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")
+    ]
 
 
 #: Metadata key marking a model :func:`load_model` returned, so loading it again is a copy.

@@ -285,3 +285,15 @@ def test_model_local_functions_are_inlined():
         g, functions=[f], opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("my", 1)]
     )
     assert [n.op_type for n in import_model(m).nodes] == ["Add"]
+
+
+def test_an_output_written_without_a_shape_gets_the_inferred_one():
+    # make_tensor_value_info(name, FLOAT, None): onnxruntime runs it; ONNX's checker alone
+    # wants the shape field.
+    model = _relu_model()
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(onnx.checker.ValidationError, match="shape"):
+        onnx.checker.check_model(model)
+    out = load_model(model).graph.output[0].type.tensor_type
+    assert [d.dim_value for d in out.shape.dim] == [2, 3]
+    assert not model.graph.output[0].type.tensor_type.HasField("shape")  # (a copy was loaded)
