@@ -59,8 +59,8 @@ def load_model(
     check_inputs(proto.graph, where)
     # The checker, converter and shape inference copy the whole proto several times; they
     # get a copy without the large weights, which stay where they are in ``proto``.
-    slim, added = _without_weights(proto)
     try:
+        slim, added = _without_weights(proto)  # (reads the model's names: bad UTF-8 raises)
         onnx.checker.check_model(slim)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None

@@ -112,6 +112,15 @@ def test_large_weights_come_back_unchanged(declared_input):
     assert loaded.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 64
 
 
+def test_bad_utf8_in_a_name_is_a_model_error():
+    m = _relu_model()
+    m.graph.initializer.append(numpy_helper.from_array(np.zeros(2048, np.float32), "w"))
+    m.doc_string = "QQQQ"
+    data = m.SerializeToString().replace(b"QQQQ", b"\xaf\xaf\xaf\xaf")
+    with pytest.raises(ModelError, match="checker"):
+        load_model(data)
+
+
 def _external_model(tmp_path, location: str, offset: int = 0, length: int = 24):
     w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
     w.ClearField("raw_data")
