@@ -45,6 +45,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.program import Program
+from polyonnx.krnl.window import windowed
 from polyonnx.options import Options
 from polyonnx.records.lookup import replay_trace, tuned_schedules
 from polyonnx.schedule.astgen import build_ast
@@ -132,7 +133,9 @@ def schedule_program(
         None if i in chosen else kernel_signature(k) for i, k in enumerate(program.kernels)
     ]
     by_signature.update(_tuned_loops(program, signatures, chosen, options))
-    for sig, k in zip(signatures, program.kernels, strict=True):
+    # (printed schedules, ``trees``, keep the kernels' own accesses)
+    kernels = program.kernels if trees else _windows(program.kernels, signatures, by_signature)
+    for sig, k in zip(signatures, kernels, strict=True):
         if sig is None or sig in by_signature or sig in todo:
             continue
         hit = cache.get("loops", _loops_key(sig, tiling, options)) if options.cache else None
@@ -161,6 +164,21 @@ def schedule_program(
         first, loops = by_signature[sig]
         out.append((dataclasses.replace(first, kernel=k) if first else None, loops))
     return tuple(out)
+
+
+def _windows(
+    kernels: Sequence[Kernel], signatures: list[str | None], done: Mapping[str, KernelLoops]
+) -> Sequence[Kernel]:
+    """The kernels to schedule: kernels that differ only in their place in a buffer (a
+    concatenation's slices) have the same loops, so each is scheduled as its window (see
+    :mod:`polyonnx.krnl.window`), whose signature replaces its own in ``signatures``."""
+    out = list(kernels)
+    for i, (sig, k) in enumerate(zip(signatures, kernels, strict=True)):
+        if sig is not None and sig not in done:
+            w = windowed(k).kernel
+            if w is not k:
+                out[i], signatures[i] = w, kernel_signature(w)
+    return out
 
 
 def replay_schedules(

@@ -48,6 +48,7 @@ from polyonnx.codegen.llvm_types import (
     PTR,
     constant,
     declare,
+    i64,
     like,
     memory_type,
     volatile_load,
@@ -190,7 +191,7 @@ class KernelEmitter:
         b.cbranch(self.frame.index.expr(node.cond, inner), body, exit_)
         b.position_at_end(body)
         self._nodes(node.body, inner)
-        nxt = b.add(iv, ir.Constant(I64, node.inc), name=f"{node.iterator}.next", flags=["nsw"])
+        nxt = b.add(iv, i64(node.inc), name=f"{node.iterator}.next", flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
@@ -206,7 +207,7 @@ class KernelEmitter:
         init = self.frame.index.expr(node.init, env)
         outer = self._unrolled
         for k in range(trip):
-            value = self.frame.index.int("add", init, ir.Constant(I64, k))
+            value = self.frame.index.int("add", init, i64(k))
             with self._at((*outer, k), self._vector_step):
                 self._nodes(node.body, {**env, node.iterator: value})
 
@@ -314,7 +315,7 @@ class KernelEmitter:
         if trip is not None and trip <= MAX_VECTOR_STEPS * width:
             # Full vectors straight-line (a register tile's trip count), then the remainder.
             for k in range(trip // width):
-                base = self.frame.index.int("add", init, ir.Constant(I64, k * width))
+                base = self.frame.index.int("add", init, i64(k * width))
                 with self._at(self._unrolled, k):
                     self._vector_calls(calls, {**env, node.iterator: base}, node.iterator, width)
             if trip % width:
@@ -330,11 +331,11 @@ class KernelEmitter:
         b.position_at_end(header)
         iv = b.phi(I64, name=f"{node.iterator}.v")
         iv.add_incoming(init, pre)
-        last = b.add(iv, ir.Constant(I64, width - 1), flags=["nsw"])
+        last = b.add(iv, i64(width - 1), flags=["nsw"])
         b.cbranch(self.frame.index.expr(node.cond, {**env, node.iterator: last}), body, done)
         b.position_at_end(body)
         self._vector_calls(calls, {**env, node.iterator: iv}, node.iterator, width)
-        iv.add_incoming(b.add(iv, ir.Constant(I64, width), flags=["nsw"]), b.block)
+        iv.add_incoming(b.add(iv, i64(width), flags=["nsw"]), b.block)
         b.branch(header)
         b.position_at_end(done)
         rest_var = f"{node.iterator}_rest"
@@ -414,11 +415,11 @@ class KernelEmitter:
                 v = self._expr(ix, at)
                 v = b.sext(v, I64) if v.type.width < 64 else v
                 self._check_range(v, extent)
-            term = self.frame.index.int("mul", v, ir.Constant(I64, stride))
+            term = self.frame.index.int("mul", v, i64(stride))
             linear = term if linear is None else self.frame.index.int("add", linear, term)
             stride *= extent
         if linear is None:  # a scalar buffer
-            linear = ir.Constant(I64, 0)
+            linear = i64(0)
         step = 0
         if at.lanes is not None:
             step = self.accesses.element_step(buffer, index, at.lanes.steps)
@@ -427,10 +428,10 @@ class KernelEmitter:
     def _check_range(self, v: ir.Value, extent: int, last: int = 0) -> None:
         """Branch to the failure block unless ``0 <= v < extent`` (and ``v + last`` too)."""
         b = self.frame.builder
-        ok = b.icmp_unsigned("<", v, ir.Constant(I64, extent))
+        ok = b.icmp_unsigned("<", v, i64(extent))
         if last:
-            moved = b.add(v, ir.Constant(I64, last))
-            ok = b.and_(ok, b.icmp_unsigned("<", moved, ir.Constant(I64, extent)))
+            moved = b.add(v, i64(last))
+            ok = b.and_(ok, b.icmp_unsigned("<", moved, i64(extent)))
         cont = self.frame.fn.append_basic_block("in_range")
         b.cbranch(ok, cont, self.frame.fail_block)
         b.position_at_end(cont)
@@ -459,7 +460,7 @@ class KernelEmitter:
             width = at.lanes.width
             v = whole(ir.VectorType(mty, width), ir.Undefined)
             for lane in range(width):
-                p = b.gep(ptr, [ir.Constant(I64, lane * step)], inbounds=True, source_etype=mty)
+                p = b.gep(ptr, [i64(lane * step)], inbounds=True, source_etype=mty)
                 v = b.insert_element(v, b.load(p, typ=mty, align=align), ir.Constant(I32, lane))
         if buf.dtype == "bool":
             return b.icmp_unsigned("!=", v, zero(v.type))

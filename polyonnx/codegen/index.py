@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
-from polyonnx.codegen.llvm_types import I64
+from polyonnx.codegen.llvm_types import i64
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Aff
 
@@ -45,9 +45,9 @@ class IndexEmitter:
         cx = x.constant if isinstance(x, ir.Constant) else None
         cy = y.constant if isinstance(y, ir.Constant) else None
         if cx is not None and cy is not None and op in ("add", "sub", "mul"):
-            return ir.Constant(I64, cx + cy if op == "add" else cx - cy if op == "sub" else cx * cy)
+            return i64(cx + cy if op == "add" else cx - cy if op == "sub" else cx * cy)
         if op == "mul" and 0 in (cx, cy):
-            return ir.Constant(I64, 0)
+            return i64(0)
         if (op == "add" and cx == 0) or (op == "mul" and cx == 1):
             return y
         if (op in ("add", "sub") and cy == 0) or (op in ("mul", "sdiv") and cy == 1):
@@ -69,7 +69,7 @@ class IndexEmitter:
         with its variables' values from ``env``."""
         b = self.builder
         if isinstance(e, la.IConst):
-            return ir.Constant(I64, e.value)
+            return i64(e.value)
         if isinstance(e, la.IVar):
             return env[e.name]
         a = [self.expr(x, env) for x in e.args]
@@ -77,7 +77,7 @@ class IndexEmitter:
         if op in _ARITHMETIC:
             return self.int(_ARITHMETIC[op], a[0], a[1])
         if op == "neg":
-            return self.int("sub", ir.Constant(I64, 0), a[0])
+            return self.int("sub", i64(0), a[0])
         if op == "fdiv_q":
             return self._floor_div(a[0], a[1])
         if op in ("min", "max"):
@@ -97,16 +97,16 @@ class IndexEmitter:
     def _floor_div(self, a: ir.Value, d: ir.Value) -> ir.Value:
         """floor(a / d) for d > 0: a >= 0 ? a / d : -((d - 1 - a) / d)."""
         b = self.builder
-        neg = b.sdiv(b.sub(b.sub(d, ir.Constant(I64, 1)), a), d)
+        neg = b.sdiv(b.sub(b.sub(d, i64(1)), a), d)
         return b.select(
-            b.icmp_signed(">=", a, ir.Constant(I64, 0)),
+            b.icmp_signed(">=", a, i64(0)),
             b.sdiv(a, d),
-            b.sub(ir.Constant(I64, 0), neg),
+            b.sub(i64(0), neg),
         )
 
     def aff(self, a: Aff, point: Mapping[str, ir.Value]) -> ir.Value:
         """A krnl affine index at a statement instance (iterator values ``point``)."""
-        out: ir.Value = ir.Constant(I64, 0)
+        out: ir.Value = i64(0)
         for name, c in a.terms:
-            out = self.int("add", out, self.int("mul", point[name], ir.Constant(I64, c)))
-        return self.int("add", out, ir.Constant(I64, a.const))
+            out = self.int("add", out, self.int("mul", point[name], i64(c)))
+        return self.int("add", out, i64(a.const))

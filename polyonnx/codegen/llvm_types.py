@@ -20,6 +20,20 @@ from polyonnx.krnl.ir import FLOAT_DTYPES, Const
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
 
+_I64_CONSTANTS: dict[int, ir.Constant] = {}
+
+
+def i64(value: int) -> ir.Constant:
+    """The i64 constant ``value``, one object per value: index arithmetic makes hundreds of
+    thousands of them per model, and llvmlite formats each object's text once (a constant
+    is immutable: any number of instructions may share it)."""
+    value = int(value)
+    c = _I64_CONSTANTS.get(value)
+    if c is None:
+        c = _I64_CONSTANTS[value] = ir.Constant(I64, value)
+    return c
+
+
 FAST = ("contract",)
 """The fast-math flags of floating-point adds, subtractions and multiplications: LLVM may
 fuse them into FMAs, never reassociate them (see :mod:`polyonnx.codegen.scalar`)."""

@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
@@ -27,6 +28,7 @@ from polyonnx.codegen.llvm_types import I1, I8, I32, I64, PTR
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
 from polyonnx.krnl.program import Program
+from polyonnx.krnl.window import Windowed, windowed
 from polyonnx.schedule.signature import canonical
 
 WEIGHTS_SYMBOL = "polyonnx_weights"
@@ -36,7 +38,7 @@ def kernel_symbol(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
     """The kernel's function name, derived from what decides its code: equal kernels (up to
     buffer names, as ResNet50 repeats most of its convolutions) with equal loops share one
     function, across models too, and its object code can be cached by name."""
-    text = "\n".join([str(canonical(kernel)), *map(str, ast), config.key()])
+    text = "\n".join([str(canonical(_window(kernel, config).kernel)), *map(str, ast), config.key()])
     return "polyonnx_k_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -48,8 +50,18 @@ def kernel_module(
     module = ir.Module(name=symbol)
     if triple:
         module.triple = triple
-    emit_kernel(module, replace(kernel, name=symbol), ast, config)
+    emit_kernel(module, replace(_window(kernel, config).kernel, name=symbol), ast, config)
     return symbol, module
+
+
+def _window(kernel: Kernel, config: CodegenConfig) -> Windowed:
+    """The kernel codegen emits: its window (:mod:`polyonnx.krnl.window`), so that kernels
+    that differ only in their place in a buffer share one function, called with pointers
+    moved by the window's offsets. Checked code keeps the kernel's own accesses (its bounds
+    checks are against the whole buffer)."""
+    if config.checked:
+        return Windowed(kernel, tuple(0 for _ in kernel.buffers))
+    return windowed(kernel)
 
 
 def build_module(
@@ -90,7 +102,12 @@ def build_module(
         return b.gep(base, [ir.Constant(I64, slot.where)], inbounds=True, source_etype=I8)
 
     def call(ki: int, kernel: Kernel, fn: ir.Function) -> None:
-        rc = b.call(fn, [address(buf.name) for buf in kernel.buffers])
+        args = [address(buf.name) for buf in kernel.buffers]
+        for k, offset in enumerate(_window(kernel, config).offsets):
+            if offset:  # the kernel's window starts there (see _window)
+                size = np.dtype(kernel.buffers[k].dtype).itemsize
+                args[k] = b.gep(args[k], [ir.Constant(I64, offset * size)], source_etype=I8)
+        rc = b.call(fn, args)
         failed = b.icmp_unsigned("!=", rc, ir.Constant(I32, 0))
         with b.if_then(failed, likely=False):
             b.ret(b.or_(rc, ir.Constant(I32, (ki + 1) << 8)))
@@ -130,7 +147,8 @@ def _kernel_functions(
     for (k, ast), symbol in zip(kernels, symbols, strict=True):
         if symbol not in functions:
             if with_kernels:
-                functions[symbol] = emit_kernel(module, replace(k, name=symbol), ast, config)
+                emitted = replace(_window(k, config).kernel, name=symbol)
+                functions[symbol] = emit_kernel(module, emitted, ast, config)
             else:
                 fnty = ir.FunctionType(I32, [PTR] * len(k.buffers))
                 functions[symbol] = ir.Function(module, fnty, name=symbol)

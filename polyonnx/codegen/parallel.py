@@ -19,7 +19,7 @@ from llvmlite import ir
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.access import static_trip
 from polyonnx.codegen.frame import Frame, close_frame, open_frame
-from polyonnx.codegen.llvm_types import I32, I64, PTR
+from polyonnx.codegen.llvm_types import I32, I64, PTR, i64
 
 PARALLEL_ENTRY = "polyonnx_parallel_for"
 
@@ -123,14 +123,14 @@ def run_on_pool(
     lower = frame.index.expr(node.init, env)
     upper = frame.index.expr(cond.args[1], env)
     if cond.op == "lt":
-        upper = b.sub(upper, ir.Constant(I64, 1))
+        upper = b.sub(upper, i64(1))
     names = sorted(env)
     buffers = list(frame.pointers)
     slots = 3 + len(names) + len(buffers)
     with b.goto_entry_block():
-        ctx = b.alloca(I64, size=ir.Constant(I64, slots), name="parallel.ctx")
+        ctx = b.alloca(I64, size=i64(slots), name="parallel.ctx")
     values = [
-        ir.Constant(I64, 0),
+        i64(0),
         lower,
         upper,
         *(env[n] for n in names),
@@ -174,23 +174,23 @@ def run_on_pool(
     ob = ir.IRBuilder(outlined.append_basic_block("entry"))
     loaded = [ob.load(_slot(ob, arg, k), typ=I64) for k in range(slots)]
     lo = loaded[1]
-    inc = ir.Constant(I64, node.inc)
+    inc = i64(node.inc)
     chunk_first = ob.add(lo, ob.mul(begin, inc))
-    chunk_last = ob.add(lo, ob.mul(ob.sub(end, ir.Constant(I64, 1)), inc))
+    chunk_last = ob.add(lo, ob.mul(ob.sub(end, i64(1)), inc))
     pointers = [ob.inttoptr(raw, PTR) for raw in loaded[3 + len(names) :]]
     status = ob.call(body_fn, [*pointers, chunk_first, chunk_last, *loaded[3 : 3 + len(names)]])
     with ob.if_then(ob.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
         ob.store(ob.zext(status, I64), _slot(ob, arg, 0))
     ob.ret_void()
-    count = b.add(b.sdiv(b.sub(upper, lower), ir.Constant(I64, node.inc)), ir.Constant(I64, 1))
+    count = b.add(b.sdiv(b.sub(upper, lower), i64(node.inc)), i64(1))
     pool = frame.declare(PARALLEL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I32])
     b.call(pool, [outlined, ctx, count, ir.Constant(I32, threads)])
     status = b.load(_slot(b, ctx, 0), typ=I64)
-    failed = b.icmp_unsigned("!=", status, ir.Constant(I64, 0))
+    failed = b.icmp_unsigned("!=", status, i64(0))
     with b.if_then(failed, likely=False):
         b.ret(b.trunc(status, I32))
 
 
 def _slot(builder: ir.IRBuilder, base: ir.Value, k: int) -> ir.Value:
     """The address of ``ctx[k]``."""
-    return builder.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
+    return builder.gep(base, [i64(k)], inbounds=True, source_etype=I64)

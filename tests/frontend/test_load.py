@@ -84,6 +84,43 @@ def test_checker_failure_is_reported():
         load_model(m)
 
 
+@pytest.mark.parametrize("declared_input", [False, True])
+def test_large_weights_come_back_unchanged(declared_input):
+    # Set aside while the model is checked and inferred (polyonnx.frontend.load._large),
+    # then back: the same tensors, no graph input added for them, the caller's proto intact.
+    big = numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(64, 64), "w")
+    small = numpy_helper.from_array(np.ones(64, np.float32), "b")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    inputs = [x, helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 64])]
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+        "fc",
+        inputs if declared_input else inputs[:1],
+        [y],
+        [small, big],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])  # upgraded to 13
+    before = m.SerializeToString()
+    loaded = load_model(m)
+    assert m.SerializeToString() == before
+    assert loaded.opset_import[0].version == 13
+    assert [i.name for i in loaded.graph.input] == [i.name for i in g.input]
+    by_name = {t.name: t for t in loaded.graph.initializer}
+    assert sorted(by_name) == ["b", "w"]
+    assert by_name["w"] == big and by_name["b"] == small
+    assert loaded.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 64
+
+
+def test_bad_utf8_in_a_name_is_a_model_error():
+    m = _relu_model()
+    m.graph.initializer.append(numpy_helper.from_array(np.zeros(2048, np.float32), "w"))
+    m.doc_string = "QQQQ"
+    data = m.SerializeToString().replace(b"QQQQ", b"\xaf\xaf\xaf\xaf")
+    with pytest.raises(ModelError, match="checker"):
+        load_model(data)
+
+
 def _external_model(tmp_path, location: str, offset: int = 0, length: int = 24):
     w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
     w.ClearField("raw_data")
