@@ -25,6 +25,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     reduce,
     resize,
     rnn,
+    sample,
     slice,
     topk,
     winograd,
