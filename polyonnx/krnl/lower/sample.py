@@ -102,13 +102,13 @@ def lower_grid_sample(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     inside: ir.Expr = ir.Const(True, "bool")
     index: list[ir.Index] = [var("n"), var("c")]
     for d, size in enumerate(sizes):
-        g = ir.Load(
+        g: ir.Expr = ir.Load(
             grid,
             (var("n"), *(var(f"o{k}") for k in range(rank)), ir.Aff.lift(rank - 1 - d)),
             ctx.dtype(grid),
         )
         g = g if g.dtype == F32 else ir.Cast(g, F32)
-        pos = (
+        pos: ir.Expr = (
             (g + _f(1.0)) * _f((size - 1) / 2)
             if align
             else ((g + _f(1.0)) * _f(size) - _f(1.0)) / _f(2.0)
@@ -127,6 +127,7 @@ def lower_grid_sample(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         # (Far outside, every tap misses alike: the bound keeps the integer conversion defined.)
         pos = ir.minimum(ir.maximum(pos, _f(-8.0)), _f(size + 8.0))
         t = ir.Iter(tap_names[d])
+        tap: ir.Expr
         if mode == "nearest":
             tap = ir.Cast(pos, I64)  # (an integer already, or a reflected half: truncated)
         else:
