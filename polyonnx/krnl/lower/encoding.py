@@ -131,7 +131,12 @@ def encode(x: ir.Expr, dtype: str, *, saturate: bool, round_mode: str = "up") ->
         ir.Binary("gt", f, ir.Const(float(lo - 1), F32)),
         ir.Binary("lt", f, ir.Const(float(hi + 1), F32)),
     )
-    v = ir.Cast(ir.Select(inside, f, ir.Const(0.0, F32)), I64)
+    return int_code(ir.Cast(ir.Select(inside, f, ir.Const(0.0, F32)), I64), dtype)
+
+
+def int_code(v: ir.Expr, dtype: str) -> ir.Expr:
+    """The int64 ``v`` (in range) as a value of the small integer type ``dtype``: its low
+    bits."""
     return from_code(_and(v, (1 << _width(dtype)) - 1), dtype)
 
 
