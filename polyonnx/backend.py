@@ -79,6 +79,11 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
     "OneHot": (1,),
     "Col2Im": (1, 2),
     "DFT": (1, 2),
+    # Sequences are lists known at compile time (polyonnx.frontend.sequences).
+    "SequenceInsert": (2,),
+    "SequenceErase": (1,),
+    "SequenceAt": (1,),
+    "SplitToSequence": (1,),
 }
 
 

@@ -34,6 +34,7 @@ from polyonnx.frontend.load import (
     infer_shapes,
     load_model,
 )
+from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -78,6 +79,12 @@ def import_model(
     if _specialise_inputs(proto.graph, init_names, dict(input_shapes or {})):
         proto = _infer_again(proto)
     gp = proto.graph
+    for vi in gp.output:
+        kind = vi.type.WhichOneof("value")
+        if kind not in ("tensor_type", None):
+            raise UnsupportedOpError(
+                "value", detail=f"graph output {vi.name!r} is a {kind}; polyonnx returns tensors"
+            )
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
     names: set[str] = set()
     raw_nodes = _convert_nodes(((n, ()) for n in gp.node), names, constants)
@@ -183,6 +190,7 @@ def _type_the_rest(
     queue: deque[Node | LoopUnrolling] = deque(nodes)
     typed: list[Node] = []
     merges: set[str] = set()
+    sequences = SequenceLists()
 
     def add_constants(tensors: Iterable[onnx.TensorProto]) -> None:
         for t in tensors:
@@ -205,21 +213,64 @@ def _type_the_rest(
             add_constants(tensors)
             push(protos, *(() if done else (n,)))
             continue
-        if n.op_type in CONTROL_FLOW and not n.domain:
-            for o in n.outputs:
-                values.pop(o, None)  # typed again from the nodes that replace the node
-            if n.op_type == "Loop":
-                queue.appendleft(_loop(n, known, opset))
-                continue
-            expansion = _expand_control(n, values, known, opset)
-            merges |= expansion.merges
-            add_constants(expansion.initializers)
-            push(expansion.nodes)
+        replacement = _replacement(n, values, known, opset, sequences)
+        if isinstance(replacement, LoopUnrolling):
+            queue.appendleft(replacement)
+            continue
+        if replacement is not None:
+            merges |= replacement.merges
+            add_constants(replacement.initializers)
+            push(replacement.nodes)
             continue
         typed.append(n)
         _type_outputs(n, values, {**constants, **known}, known, opset, n.name in merges)
         _propagate_known(n, values, known, opset)
     return typed
+
+
+def _replacement(
+    n: Node,
+    values: dict[str, Value],
+    known: dict[str, np.ndarray],
+    opset: int,
+    sequences: SequenceLists,
+) -> Expansion | LoopUnrolling | None:
+    """What replaces ``n``: an If or Scan's expansion, a Loop's unrolling, a sequence op's
+    plain nodes; None for a node that stays."""
+    if n.op_type in CONTROL_FLOW and not n.domain:
+        for o in n.outputs:
+            values.pop(o, None)  # typed again from the nodes that replace the node
+        if n.op_type == "Loop":
+            return _loop(n, known, opset)
+        return _expand_control(n, values, known, opset)
+    if _is_sequence_op(n, sequences):
+        r = sequences.expand(n, values, known)
+        return Expansion(tuple((p, n.guard) for p in r.nodes), tuple(r.constants))
+    return None
+
+
+def _is_sequence_op(n: Node, sequences: SequenceLists) -> bool:
+    """Whether ``n`` builds or reads a sequence (:mod:`polyonnx.frontend.sequences`); an op
+    that reads one and is not among those it replaces is refused."""
+    if n.domain:
+        return False
+    if n.op_type in SEQUENCE_OPS:
+        if n.guard:
+            raise UnsupportedOpError(
+                n.op_type, node=n.name, detail="a sequence edited under a run-time condition"
+            )
+        return True
+    for i in n.inputs:
+        if i in sequences.lists:
+            if n.op_type == "Identity":
+                return True
+            raise UnsupportedOpError(
+                n.op_type,
+                node=n.name,
+                detail=f"input {i!r} is a sequence (polyonnx replaces "
+                f"only {', '.join(sorted(SEQUENCE_OPS))} on sequences known at compile time)",
+            )
+    return False
 
 
 def _type_outputs(
@@ -530,9 +581,10 @@ def _check_given(name: str, dims: tuple[Dim, ...] | None, given: tuple) -> None:
 
 
 def _value(vi: onnx.ValueInfoProto) -> Value | None:
-    """A Value for a typed tensor, or None when ONNX inference left it (partly) unknown."""
+    """A Value for a typed tensor, or None when ONNX inference left it (partly) unknown or it
+    is a sequence (a list of tensors while typing: :mod:`polyonnx.frontend.sequences`)."""
     kind = vi.type.WhichOneof("value")
-    if kind is None:
+    if kind is None or kind == "sequence_type":
         return None
     if kind != "tensor_type":
         raise UnsupportedOpError(
