@@ -34,7 +34,7 @@ from polyonnx.frontend.load import (
     infer_shapes,
     load_model,
 )
-from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists
+from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists, element_name
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -81,7 +81,7 @@ def import_model(
     gp = proto.graph
     for vi in gp.output:
         kind = vi.type.WhichOneof("value")
-        if kind not in ("tensor_type", None):
+        if kind not in ("tensor_type", "sequence_type", None):
             raise UnsupportedOpError(
                 "value", detail=f"graph output {vi.name!r} is a {kind}; polyonnx returns tensors"
             )
@@ -91,18 +91,20 @@ def import_model(
     inputs = [vi for vi in gp.input if vi.name not in init_names]
     nodes = _toposort(raw_nodes, {vi.name for vi in inputs} | set(constants))
     values = _declared_values(gp, constants, nodes)
+    sequences = SequenceLists()
     if any(o and o not in values for n in nodes for o in n.outputs) or any(
         n.op_type in CONTROL_FLOW and not n.domain for n in nodes
     ):
-        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names)
-    for vi in gp.output:
-        if vi.name not in values:
-            raise ModelError(f"graph output {vi.name!r} is not produced by any node")
+        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names, sequences)
+    outputs = _flatten_sequences(gp.output, sequences, values, nodes, names)
+    for o in outputs:
+        if o not in values:
+            raise ModelError(f"graph output {o!r} is not produced by any node")
     return refuse_dynamic_inputs(
         Graph(
             name=gp.name or "main",
             inputs=tuple(values[vi.name] for vi in inputs),
-            outputs=tuple(values[vi.name] for vi in gp.output),
+            outputs=tuple(values[o] for o in outputs),
             nodes=tuple(nodes),
             values=values,
             constants=constants,
@@ -177,9 +179,11 @@ def _type_the_rest(
     constants: dict[str, np.ndarray],
     opset: int,
     names: set[str],
+    sequences: SequenceLists,
 ) -> list[Node]:
-    """Types every node output ONNX inference left open, in topological order, and expands
-    If nodes into their branches (:mod:`polyonnx.frontend.control`); returns the nodes.
+    """Types every node output ONNX inference left open, in topological order, expands
+    If nodes into their branches (:mod:`polyonnx.frontend.control`) and sequence ops into
+    plain nodes, recording the sequences in ``sequences``; returns the nodes.
 
     ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
     initializer feeding a Reshape). So small constant-only computations are evaluated here,
@@ -190,7 +194,6 @@ def _type_the_rest(
     queue: deque[Node | LoopUnrolling] = deque(nodes)
     typed: list[Node] = []
     merges: set[str] = set()
-    sequences = SequenceLists()
 
     def add_constants(tensors: Iterable[onnx.TensorProto]) -> None:
         for t in tensors:
@@ -228,6 +231,33 @@ def _type_the_rest(
     return typed
 
 
+def _flatten_sequences(
+    outputs: Iterable[onnx.ValueInfoProto],
+    sequences: SequenceLists,
+    values: dict[str, Value],
+    nodes: list[Node],
+    names: set[str],
+) -> list[str]:
+    """The graph's output names, a sequence output replaced by its elements (Identity nodes,
+    appended to ``nodes``, name them :func:`~polyonnx.frontend.sequences.element_name`)."""
+    flat: list[str] = []
+    for vi in outputs:
+        if vi.type.WhichOneof("value") != "sequence_type":
+            flat.append(vi.name)
+            continue
+        if vi.name not in sequences.lists:
+            raise UnsupportedOpError(
+                "value", detail=f"graph output {vi.name!r} is a sequence not known at compile time"
+            )
+        for k, element in enumerate(sequences.lists[vi.name]):
+            name = element_name(vi.name, k)
+            nodes.append(Node(_fresh(f"{vi.name}/{k}", names), "Identity", (element,), (name,)))
+            names.add(nodes[-1].name)
+            values[name] = Value(name, values[element].dtype, values[element].shape)
+            flat.append(name)
+    return flat
+
+
 def _replacement(
     n: Node,
     values: dict[str, Value],
@@ -245,6 +275,8 @@ def _replacement(
         return _expand_control(n, values, known, opset)
     if _is_sequence_op(n, sequences):
         r = sequences.expand(n, values, known)
+        for t in r.constants:  # (a SequenceLength ONNX typed already is still worth knowing)
+            known[t.name] = numpy_helper.to_array(t)
         return Expansion(tuple((p, n.guard) for p in r.nodes), tuple(r.constants))
     return None
 

@@ -6,8 +6,11 @@ Python list of the names of its tensors while the frontend types the graph. The 
 it become plain nodes: ``SequenceAt`` an Identity of the element, ``SequenceLength`` a
 constant, ``ConcatFromSequence`` a Concat (of Unsqueezes, with ``new_axis``),
 ``SplitToSequence`` a Split (and Squeezes, with ``keepdims=0``). No sequence is left for the
-later stages. A sequence whose length or positions are known only at run time, or any other
-op on one, is refused with :class:`~polyonnx.errors.UnsupportedOpError`.
+later stages. A sequence graph output becomes outputs of its elements, named by
+:func:`element_name`; :mod:`polyonnx.backend` feeds a sequence input as its elements (compiling
+once per length and shapes) and returns a sequence output as a list. A sequence whose length
+or positions are known only at run time, or any other op on one, is refused with
+:class:`~polyonnx.errors.UnsupportedOpError`.
 
 Example:
     >>> from polyonnx.graph.ir import Node
@@ -43,6 +46,12 @@ SEQUENCE_OPS = frozenset(
         "SplitToSequence",
     }
 )
+
+
+def element_name(sequence: str, k: int) -> str:
+    """The name of element ``k`` of a sequence that is a graph input or output: the model
+    compiled takes and returns the elements as tensors of these names."""
+    return f"{sequence}[{k}]"
 
 
 @dataclass
@@ -126,11 +135,11 @@ class SequenceLists:
                 n.op_type, node=n.name, detail=f"position {name!r} is known only at run time"
             )
         p = int(np.asarray(known[name]).reshape(-1)[0])
-        if not -size <= p < size:
+        if not -size <= p < size + end:
             raise ModelError(
                 f"node {n.name!r} ({n.op_type}): position {p} is out of range for {size} element(s)"
             )
-        return p % size
+        return p + size if p < 0 else p
 
     def _split(
         self, n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray]
