@@ -80,6 +80,8 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
     "OneHot": (1,),
     "Col2Im": (1, 2),
     "DFT": (1, 2),
+    **{op: (0,) for op in ("BlackmanWindow", "HammingWindow", "HannWindow")},
+    "MelWeightMatrix": (0, 1),
     # Sequences are lists known at compile time (polyonnx.frontend.sequences).
     "SequenceInsert": (2,),
     "SequenceErase": (1,),

@@ -48,7 +48,9 @@ SUPPORTED_DTYPES = frozenset(
     }
 )
 #: The ops that may touch a value of an encoded type (only conversions compute on its code).
-ENCODED_OPS = frozenset({"Cast", "CastLike", "Identity", "QuantizeLinear", "DequantizeLinear"})
+ENCODED_OPS = frozenset(
+    {"Cast", "CastLike", "BitCast", "Identity", "QuantizeLinear", "DequantizeLinear"}
+)
 
 #: The default of :attr:`polyonnx.options.Options.max_tensor_bytes`.
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30

@@ -1,4 +1,4 @@
-"""Cast and CastLike: one elementwise conversion statement.
+"""Cast and CastLike: one elementwise conversion statement (and BitCast, a reinterpretation).
 
 Conversions follow LLVM's (and C's) rules, which are numpy's ``astype`` for every value in range:
 float to int truncates toward zero, float to narrower float rounds to nearest even, anything
@@ -17,6 +17,8 @@ rounded twice on the way), and strings are refused, at compile time.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
@@ -72,3 +74,22 @@ def lower_cast(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
 def lower_cast_like(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """CastLike: Cast to the element type of the second input (whose data is not read)."""
     return _cast(node, ctx)
+
+
+@register("BitCast")
+def lower_bit_cast(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """BitCast: ``X``'s bits read as the type ``to`` of the same size (a bool is its byte,
+    0 or 1)."""
+    x, y = node.input(0), node.outputs[0]
+    src, dst = ctx.dtype(x), ctx.dtype(y)
+    if src not in ir.DTYPES or dst not in ir.DTYPES:
+        raise unsupported(node, ctx, f"a bit cast from {src} to {dst}")
+    if np.dtype(src).itemsize != np.dtype(dst).itemsize:
+        raise unsupported(node, ctx, f"{src} and {dst} differ in size")
+
+    def reinterpret(a: Sequence[ir.Expr]) -> ir.Expr:
+        if "bool" in (src, dst):  # (a bool is one bit in registers: its byte is 0 or 1)
+            return ir.Cast(a[0], dst)
+        return a[0] if src == dst else ir.Bitcast(a[0], dst)
+
+    return elementwise(node, ctx, (x,), reinterpret)

@@ -111,3 +111,22 @@ def test_float64_to_float8_is_refused():
     m = _cast_model(TensorProto.DOUBLE, TensorProto.FLOAT8E4M3FN, 4)
     with pytest.raises(UnsupportedOpError, match="round twice"):
         polyonnx.InferenceSession(m)
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "values"),
+    [
+        (TensorProto.FLOAT, TensorProto.INT32, np.array([1.0, -0.0, np.inf, np.nan], np.float32)),
+        (TensorProto.BFLOAT16, TensorProto.UINT16, np.arange(4).astype(ml_dtypes.bfloat16)),
+        (TensorProto.BOOL, TensorProto.UINT8, np.array([True, False, True, True])),
+    ],
+)
+def test_bit_cast_keeps_the_bits(src: int, dst: int, values: np.ndarray):
+    m = model(
+        [helper.make_node("BitCast", ["x"], ["y"], to=dst)],
+        [tensor("x", [4], src)],
+        [tensor("y", [4], dst)],
+        opset=26,
+    )
+    (got,) = polyonnx.InferenceSession(m).run(None, {"x": values})
+    np.testing.assert_array_equal(got, values.view(got.dtype))
