@@ -27,6 +27,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     rnn,
     sample,
     slice,
+    spectral,
     topk,
     winograd,
 )
