@@ -22,7 +22,7 @@ from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import generic_iters, nest, normalize_axis, unsupported, var
 from polyonnx.krnl.lower.encoding import FLOAT_FORMATS, INT_RANGES, decode, encode, int_code
-from polyonnx.krnl.lower.registry import LowerContext, register
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 _INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
 _SMALL_FLOATS = tuple(FLOAT_FORMATS)
@@ -108,3 +108,69 @@ def lower_dequantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...
     value = value * _f32(s)
     out = value if dst == "float32" else ir.Cast(value, dst)
     return nest(iters, (ir.Stmt("S", ir.Access(y, index), out),))
+
+
+@register("DynamicQuantizeLinear", since=11)
+def lower_dynamic_quantize_linear(node: Node, ctx: LowerContext) -> Lowered:
+    """DynamicQuantizeLinear to uint8: the range of ``X`` (with 0 in it) in two running
+    reductions, then the scale, the zero point and ``Y`` as the reference computes them::
+
+        lo = min(0, X...), hi = max(0, X...)
+        scale = (hi == lo ? 1 : hi - lo) / 255
+        zp = round(clamp(0 - lo / scale, 0, 255))
+        Y = uint8(clamp(round(X / scale) + zp, 0, 255))
+    """
+    x = node.input(0)
+    y, scale, zp = (node.outputs[k] if len(node.outputs) > k else "" for k in range(3))
+    if ctx.dtype(x) != "float32":
+        raise unsupported(node, ctx, f"input of dtype {ctx.dtype(x)}")
+    iters = generic_iters(ctx.shape(x))
+    index = tuple(var(n) for n, _ in iters)
+    lo = ir.Buffer(f"{node.name}__lo", "float32", (1,), "temp")
+    hi = ir.Buffer(f"{node.name}__hi", "float32", (1,), "temp")
+    step = ir.Buffer(f"{node.name}__scale", "float32", (1,), "temp")
+    point = ir.Buffer(f"{node.name}__zp", "float32", (1,), "temp")
+    one = (ir.Aff.lift(0),)
+
+    def at(b: ir.Buffer) -> ir.Load:
+        return ir.Load(b.name, one, "float32")
+
+    xv = ir.Load(x, index, "float32")
+    width = at(hi) - at(lo)
+    nests: list[ir.Node] = [
+        ir.Stmt("S", ir.Access(lo.name, one), ir.Const(0.0, "float32")),
+        ir.Stmt("S", ir.Access(hi.name, one), ir.Const(0.0, "float32")),
+        *nest(
+            iters,
+            (
+                ir.Stmt("S", ir.Access(lo.name, one), ir.minimum(at(lo), xv)),
+                ir.Stmt("S", ir.Access(hi.name, one), ir.maximum(at(hi), xv)),
+            ),
+        ),
+        ir.Stmt(
+            "S",
+            ir.Access(step.name, one),
+            ir.Select(
+                ir.Binary("eq", width, ir.Const(0.0, "float32")), ir.Const(1.0, "float32"), width
+            )
+            / ir.Const(255.0, "float32"),
+        ),
+        ir.Stmt(
+            "S",
+            ir.Access(point.name, one),
+            ir.unary(
+                "round",
+                ir.minimum(ir.maximum(ir.Const(0.0, "float32") - at(lo) / at(step), 0.0), 255.0),
+            ),
+        ),
+    ]
+    if y:
+        q = ir.minimum(ir.maximum(ir.unary("round", xv / at(step)) + at(point), 0.0), 255.0)
+        nests += nest(iters, (ir.Stmt("S", ir.Access(y, index), ir.Cast(q, "uint8")),))
+    for out, buf, dtype in ((scale, step, "float32"), (zp, point, "uint8")):
+        if out:
+            value = at(buf) if dtype == "float32" else ir.Cast(at(buf), dtype)
+            nests.append(
+                ir.Stmt("S", ir.Access(out, (ir.Aff.lift(0),) * len(ctx.shape(out))), value)
+            )
+    return Lowered(tuple(nests), (lo, hi, step, point))

@@ -74,3 +74,23 @@ def test_float8_quantize_without_saturation_overflows_to_nan():
     x = np.array([1.0, 500.0, -1e6], np.float32)
     (got,) = polyonnx.InferenceSession(m).run(None, {"x": x})
     assert got[0] == 1.0 and np.isnan(got[1:].astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("offset", [0.0, 3.0, -3.0])
+def test_dynamic_quantize_linear(offset: float):
+    # Mixed signs, all positive (0 joins the range), all negative.
+    m = model(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+        [tensor("x", [4, 5])],
+        [
+            tensor("y", [4, 5], TensorProto.UINT8),
+            tensor("s", []),
+            tensor("z", [], TensorProto.UINT8),
+        ],
+        opset=13,
+    )
+    x = (np.random.default_rng(4).standard_normal((4, 5)) + offset).astype(np.float32)
+    got = polyonnx.InferenceSession(m).run(None, {"x": x})
+    ref = onnx_reference_outputs(m, {"x": x})
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(g, r)
