@@ -7,6 +7,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     attention,
     blocked,
     cast,
+    col2im,
     conv,
     convtranspose,
     data,
