@@ -157,6 +157,7 @@ class PolyonnxRep(BackendRep):
         graph = model.graph if model is not None else None
         # Sequence inputs and outputs travel as their elements (frontend.sequences).
         self._sequence_inputs = _sequences(graph.input) if graph is not None else []
+        self._optional_inputs = _optionals(graph.input) if graph is not None else []
         self._outputs = [o.name for o in graph.output] if graph is not None else []
         self._sequence_outputs = set(_sequences(graph.output)) if graph is not None else set()
         if session is not None:
@@ -167,7 +168,11 @@ class PolyonnxRep(BackendRep):
             inits = {t.name for t in model.graph.initializer}
             self._inputs = [i.name for i in model.graph.input if i.name not in inits]
             # (A sequence's length, which is what a shape could depend on, is part of the key.)
-            self._bound = [n for n in value_inputs(model) if n not in self._sequence_inputs]
+            self._bound = [
+                n
+                for n in value_inputs(model)
+                if n not in self._sequence_inputs and n not in self._optional_inputs
+            ]
         self._by_value: dict[bytes, InferenceSession] = {}
 
     def _session_for(self, feed: Mapping[str, Any]) -> tuple[InferenceSession, dict[str, Any]]:
@@ -178,6 +183,10 @@ class PolyonnxRep(BackendRep):
             raise InputError(f"missing input(s) {missing}")
         bound = {n: np.asarray(feed[n]) for n in self._bound}
         lists = {n: [np.asarray(a) for a in feed[n]] for n in self._sequence_inputs}
+        # An optional input is a sequence of none or one element.
+        lists.update(
+            (n, [] if feed.get(n) is None else [np.asarray(feed[n])]) for n in self._optional_inputs
+        )
         rest = {n: v for n, v in feed.items() if n not in bound and n not in lists}
         for n, arrays in lists.items():
             rest.update((element_name(n, k), a) for k, a in enumerate(arrays))
@@ -216,7 +225,9 @@ class PolyonnxRep(BackendRep):
                     f"{len(inputs)} inputs given but the model takes {len(names)}: {names}"
                 )
             feed = {
-                n: v if isinstance(v, np.ndarray) or n in self._sequence_inputs else np.asarray(v)
+                n: v
+                if isinstance(v, np.ndarray) or n in self._sequence_inputs + self._optional_inputs
+                else np.asarray(v)
                 for n, v in zip(names, inputs, strict=False)
             }
         session, feed = self._session_for(feed)
@@ -235,6 +246,16 @@ class PolyonnxRep(BackendRep):
 def _sequences(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
     """The names of the sequence-typed ``values``."""
     return [v.name for v in values if v.type.WhichOneof("value") == "sequence_type"]
+
+
+def _optionals(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
+    """The names of the ``values`` typed optional tensors."""
+    return [
+        v.name
+        for v in values
+        if v.type.WhichOneof("value") == "optional_type"
+        and v.type.optional_type.elem_type.WhichOneof("value") == "tensor_type"
+    ]
 
 
 def _elements(outputs: Mapping[str, np.ndarray], sequence: str) -> list[np.ndarray]:
@@ -262,17 +283,25 @@ def _sequence_elements(
     g.input.extend(keep)
     front = []
     for name, arrays in lists.items():
-        elem = declared[name].type.sequence_type.elem_type.tensor_type.elem_type
+        t = declared[name].type
+        optional = t.WhichOneof("value") == "optional_type"
+        tensor = (t.optional_type if optional else t.sequence_type).elem_type
+        elem = tensor.tensor_type.elem_type
         parts = [element_name(name, k) for k in range(len(arrays))]
         g.input.extend(
             helper.make_tensor_value_info(p, elem, list(a.shape))
             for p, a in zip(parts, arrays, strict=True)
         )
-        front.append(
-            helper.make_node("SequenceConstruct", parts, [name])
-            if parts
-            else helper.make_node("SequenceEmpty", [], [name], dtype=elem)
-        )
+        if optional:
+            empty = helper.make_node("Optional", [], [name])
+            empty.attribute.append(helper.make_attribute("type", tensor))
+            front.append(helper.make_node("Optional", parts, [name]) if parts else empty)
+        else:
+            front.append(
+                helper.make_node("SequenceConstruct", parts, [name])
+                if parts
+                else helper.make_node("SequenceEmpty", [], [name], dtype=elem)
+            )
     nodes = [*front, *g.node]
     del g.node[:]
     g.node.extend(nodes)
@@ -328,13 +357,21 @@ class PolyonnxBackend(Backend):
             model = proto
         elif not isinstance(model, onnx.ModelProto):
             return PolyonnxRep(InferenceSession(model, options=options))
+        optionals = _optionals(model.graph.input)
         for vi in (*model.graph.input, *model.graph.output):
             kind = vi.type.WhichOneof("value")
-            if kind not in ("tensor_type", "sequence_type", None):
+            if kind not in ("tensor_type", "sequence_type", None) and vi.name not in optionals:
                 raise UnsupportedOpError(
-                    "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
+                    "value",
+                    detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors, sequences of "
+                    "tensors and optional tensor inputs",
                 )
-        if value_inputs(model) or _sequences(model.graph.input) or _sequences(model.graph.output):
+        if (
+            value_inputs(model)
+            or optionals
+            or _sequences(model.graph.input)
+            or _sequences(model.graph.output)
+        ):
             # Compiled on first run, once per value of the shape-determining inputs (and per
             # length, dtypes and shapes of the sequence inputs).
             return PolyonnxRep(None, model, options)

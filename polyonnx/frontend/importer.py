@@ -93,7 +93,7 @@ def import_model(
     values = _declared_values(gp, constants, nodes)
     sequences = SequenceLists()
     if any(o and o not in values for n in nodes for o in n.outputs) or any(
-        n.op_type in CONTROL_FLOW and not n.domain for n in nodes
+        n.op_type in CONTROL_FLOW | SEQUENCE_OPS and not n.domain for n in nodes
     ):
         nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names, sequences)
     outputs = _flatten_sequences(gp.output, sequences, values, nodes, names)
@@ -293,7 +293,7 @@ def _is_sequence_op(n: Node, sequences: SequenceLists) -> bool:
             )
         return True
     for i in n.inputs:
-        if i in sequences.lists:
+        if i in sequences.lists or i in sequences.optionals:
             if n.op_type == "Identity":
                 return True
             raise UnsupportedOpError(
@@ -614,9 +614,10 @@ def _check_given(name: str, dims: tuple[Dim, ...] | None, given: tuple) -> None:
 
 def _value(vi: onnx.ValueInfoProto) -> Value | None:
     """A Value for a typed tensor, or None when ONNX inference left it (partly) unknown or it
-    is a sequence (a list of tensors while typing: :mod:`polyonnx.frontend.sequences`)."""
+    is a sequence or an optional (a list of tensors or one tensor while typing:
+    :mod:`polyonnx.frontend.sequences`)."""
     kind = vi.type.WhichOneof("value")
-    if kind is None or kind == "sequence_type":
+    if kind in (None, "sequence_type", "optional_type"):
         return None
     if kind != "tensor_type":
         raise UnsupportedOpError(

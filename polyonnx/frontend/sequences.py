@@ -1,4 +1,4 @@
-"""Sequences as lists of tensors known at compile time.
+"""Sequences as lists of tensors known at compile time (and optionals as a tensor or none).
 
 A sequence built inside the graph (``SequenceEmpty``, ``SequenceConstruct``, ``SplitToSequence``)
 and edited at positions known at compile time (``SequenceInsert``, ``SequenceErase``) is a
@@ -6,11 +6,13 @@ Python list of the names of its tensors while the frontend types the graph. The 
 it become plain nodes: ``SequenceAt`` an Identity of the element, ``SequenceLength`` a
 constant, ``ConcatFromSequence`` a Concat (of Unsqueezes, with ``new_axis``),
 ``SplitToSequence`` a Split (and Squeezes, with ``keepdims=0``). No sequence is left for the
-later stages. A sequence graph output becomes outputs of its elements, named by
-:func:`element_name`; :mod:`polyonnx.backend` feeds a sequence input as its elements (compiling
-once per length and shapes) and returns a sequence output as a list. A sequence whose length
-or positions are known only at run time, or any other op on one, is refused with
-:class:`~polyonnx.errors.UnsupportedOpError`.
+later stages. Likewise an optional is the name of its tensor or nothing (``Optional``),
+``OptionalHasElement`` a constant and ``OptionalGetElement`` an Identity. A sequence graph
+output becomes outputs of its elements, named by :func:`element_name`;
+:mod:`polyonnx.backend` feeds a sequence input as its elements and an optional input as its
+tensor or nothing (compiling once per length and shapes) and returns a sequence output as a
+list. A sequence whose length or positions are known only at run time, or any other op on
+one, is refused with :class:`~polyonnx.errors.UnsupportedOpError`.
 
 Example:
     >>> from polyonnx.graph.ir import Node
@@ -44,6 +46,9 @@ SEQUENCE_OPS = frozenset(
         "SequenceLength",
         "ConcatFromSequence",
         "SplitToSequence",
+        "Optional",
+        "OptionalHasElement",
+        "OptionalGetElement",
     }
 )
 
@@ -69,6 +74,8 @@ class SequenceLists:
     docstring)."""
 
     lists: dict[str, list[str]] = field(default_factory=dict)
+    #: Optional tensors: the tensor's name, or None for an empty optional.
+    optionals: dict[str, str | None] = field(default_factory=dict)
 
     def expand(
         self, n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray]
@@ -76,6 +83,11 @@ class SequenceLists:
         """Record or replace sequence op ``n``; ``values`` types its tensor inputs, ``known``
         holds the values known at compile time (positions, split sizes)."""
         op, out = n.op_type, n.outputs[0]
+        if op.startswith("Optional"):
+            return self._optional(n)
+        if op == "Identity" and n.inputs[0] in self.optionals:
+            self.optionals[out] = self.optionals[n.inputs[0]]
+            return Replacement()
         if op == "SequenceEmpty":
             self.lists[out] = []
             return Replacement()
@@ -102,6 +114,24 @@ class SequenceLists:
         if op == "SequenceLength":
             return Replacement(constants=[numpy_helper.from_array(np.array(len(seq)), out)])
         return self._concat(n, seq)
+
+    def _optional(self, n: Node) -> Replacement:
+        """Optional, OptionalHasElement, OptionalGetElement: an optional is its tensor or
+        nothing; a plain tensor (or sequence) given where an optional may be is present."""
+        x, out = (n.inputs[0] if n.inputs else ""), n.outputs[0]
+        if n.op_type == "Optional":
+            self.optionals[out] = x or None
+            return Replacement()
+        if n.op_type == "OptionalHasElement":
+            present = bool(x) and self.optionals.get(x, x) is not None
+            return Replacement(constants=[numpy_helper.from_array(np.array(present), out)])
+        if x in self.lists:  # (OptionalGetElement of a sequence: the sequence)
+            self.lists[out] = list(self.lists[x])
+            return Replacement()
+        element = self.optionals.get(x, x)
+        if not element:
+            raise ModelError(f"node {n.name!r} (OptionalGetElement): the optional is empty")
+        return Replacement([_node("Identity", [element], [out], n.name)])
 
     def _list(self, n: Node, name: str) -> list[str]:
         if name not in self.lists:

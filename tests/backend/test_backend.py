@@ -140,3 +140,19 @@ def test_sequence_inputs_and_outputs_travel_as_lists() -> None:
     assert [list(e) for e in y] == [list(t), list(a), list(b)] and n == 3
     y, n = rep.run([[], t])  # another length: compiled again
     assert [list(e) for e in y] == [list(t)] and n == 1
+
+
+def test_optional_tensor_input_present_or_absent() -> None:
+    opt = helper.make_value_info(
+        "o",
+        helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [3])),
+    )
+    g = helper.make_graph(
+        [helper.make_node("OptionalHasElement", ["o"], ["has"])],
+        "g",
+        [opt],
+        [helper.make_tensor_value_info("has", TensorProto.BOOL, [])],
+    )
+    rep = backend.prepare(helper.make_model(g), "CPU")
+    assert bool(rep.run([np.zeros(3, np.float32)])[0])
+    assert not bool(rep.run([None])[0])

@@ -99,3 +99,24 @@ def test_split_known_only_at_run_time_is_refused():
     )
     with pytest.raises(UnsupportedOpError, match="run time"):
         polyonnx.InferenceSession(m)
+
+
+def test_optional_of_a_tensor():
+    m = model(
+        [
+            helper.make_node("Optional", ["a"], ["o"]),
+            helper.make_node("OptionalHasElement", ["o"], ["has"]),
+            helper.make_node("OptionalGetElement", ["o"], ["y"]),
+            helper.make_node("OptionalHasElement", [], ["none"]),
+        ],
+        [tensor("a", [2])],
+        [
+            tensor("has", [], TensorProto.BOOL),
+            tensor("y", [2]),
+            tensor("none", [], TensorProto.BOOL),
+        ],
+        opset=18,
+    )
+    has, y, none = polyonnx.InferenceSession(m).run(None, {"a": np.array([1, 2], np.float32)})
+    assert bool(has) and not bool(none)
+    np.testing.assert_array_equal(y, [1, 2])
