@@ -47,9 +47,20 @@ SUPPORTED_DTYPES = frozenset(
         *ENCODED_DTYPES,
     }
 )
-#: The ops that may touch a value of an encoded type (only conversions compute on its code).
+#: The ops that may touch a value of an encoded type: conversions, which compute on its code,
+#: and ops whose loops only move values (their codes copied as they are).
 ENCODED_OPS = frozenset(
-    {"Cast", "CastLike", "BitCast", "Identity", "QuantizeLinear", "DequantizeLinear"}
+    {
+        "Cast",
+        "CastLike",
+        "BitCast",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Identity",
+        "Compress",
+        "OneHot",
+        "ReverseSequence",
+    }
 )
 
 #: The default of :attr:`polyonnx.options.Options.max_tensor_bytes`.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx.errors import UnsupportedOpError
@@ -130,3 +130,18 @@ def test_bit_cast_keeps_the_bits(src: int, dst: int, values: np.ndarray):
     )
     (got,) = polyonnx.InferenceSession(m).run(None, {"x": values})
     np.testing.assert_array_equal(got, values.view(got.dtype))
+
+
+def test_values_of_an_encoded_type_are_moved_as_they_are():
+    # OneHot only selects between its two values: their bfloat16 codes are copied.
+    m = model(
+        [helper.make_node("OneHot", ["i", "depth", "v"], ["y"])],
+        [tensor("i", [3], TensorProto.INT64), tensor("v", [2], TensorProto.BFLOAT16)],
+        [tensor("y", [3, 4], TensorProto.BFLOAT16)],
+        [numpy_helper.from_array(np.array(4, np.int64), "depth")],
+    )
+    v = np.array([-0.0, 3.140625], ml_dtypes.bfloat16)
+    feeds = {"i": np.array([0, 3, 1], np.int64), "v": v}
+    (got,) = polyonnx.InferenceSession(m).run(None, feeds)
+    (ref,) = onnx_reference_outputs(m, feeds)
+    np.testing.assert_array_equal(_bits(got), _bits(ref))
