@@ -56,7 +56,9 @@ def load_model(
     _load_external_data(proto, folder, where)
     _negative_dims_are_dynamic(proto.graph)
     check_inputs(proto.graph, where)
-    if default_opset(proto) < 7:
+    # (Read before the checker refuses a model without the default domain, so not through
+    # default_opset.)
+    if any(op.domain in ("", "ai.onnx") and op.version < 7 for op in proto.opset_import):
         _channel_slopes(proto.graph)
     # The checker, converter and shape inference copy the whole proto several times; with the
     # weights set aside they copy the graph alone.
