@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from polyonnx.errors import InputError, UnsupportedOpError
+from polyonnx.frontend.sequences import element_name
 from polyonnx.graph.shapes import REDUCTIONS
 from polyonnx.options import Options
 from polyonnx.runtime.session import InferenceSession
@@ -79,6 +80,13 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
     "OneHot": (1,),
     "Col2Im": (1, 2),
     "DFT": (1, 2),
+    **{op: (0,) for op in ("BlackmanWindow", "HammingWindow", "HannWindow")},
+    "MelWeightMatrix": (0, 1),
+    # Sequences are lists known at compile time (polyonnx.frontend.sequences).
+    "SequenceInsert": (2,),
+    "SequenceErase": (1,),
+    "SequenceAt": (1,),
+    "SplitToSequence": (1,),
 }
 
 
@@ -146,6 +154,12 @@ class PolyonnxRep(BackendRep):
     ) -> None:
         self.session = session
         self._model, self._options = model, options or Options()
+        graph = model.graph if model is not None else None
+        # Sequence inputs and outputs travel as their elements (frontend.sequences).
+        self._sequence_inputs = _sequences(graph.input) if graph is not None else []
+        self._optional_inputs = _optionals(graph.input) if graph is not None else []
+        self._outputs = [o.name for o in graph.output] if graph is not None else []
+        self._sequence_outputs = set(_sequences(graph.output)) if graph is not None else set()
         if session is not None:
             self._inputs = [a.name for a in session.get_inputs()]
             self._bound: list[str] = []
@@ -153,25 +167,46 @@ class PolyonnxRep(BackendRep):
             assert model is not None
             inits = {t.name for t in model.graph.initializer}
             self._inputs = [i.name for i in model.graph.input if i.name not in inits]
-            self._bound = value_inputs(model)
+            # (A sequence's length, which is what a shape could depend on, is part of the key.)
+            self._bound = [
+                n
+                for n in value_inputs(model)
+                if n not in self._sequence_inputs and n not in self._optional_inputs
+            ]
         self._by_value: dict[bytes, InferenceSession] = {}
 
     def _session_for(self, feed: Mapping[str, Any]) -> tuple[InferenceSession, dict[str, Any]]:
         if self.session is not None:
             return self.session, dict(feed)
-        missing = [n for n in self._bound if n not in feed]
+        missing = [n for n in (*self._bound, *self._sequence_inputs) if n not in feed]
         if missing:
             raise InputError(f"missing input(s) {missing}")
         bound = {n: np.asarray(feed[n]) for n in self._bound}
-        key = b"|".join(
-            f"{n}:{v.dtype}:{v.shape}:".encode() + v.tobytes() for n, v in bound.items()
+        lists = {n: [np.asarray(a) for a in feed[n]] for n in self._sequence_inputs}
+        # An optional input is a sequence of none or one element.
+        lists.update(
+            (n, [] if feed.get(n) is None else [np.asarray(feed[n])]) for n in self._optional_inputs
+        )
+        rest = {n: v for n, v in feed.items() if n not in bound and n not in lists}
+        for n, arrays in lists.items():
+            rest.update((element_name(n, k), a) for k, a in enumerate(arrays))
+        # A model with sequence outputs is compiled for the feeds' shapes: the outputs its
+        # elements become are known only then.
+        shapes = (
+            {n: tuple(np.shape(v)) for n, v in rest.items()} if self._sequence_outputs else None
+        )
+        key = (
+            b"|".join(f"{n}:{v.dtype}:{v.shape}:".encode() + v.tobytes() for n, v in bound.items())
+            + b"|".join(f"{n}:{[(a.dtype, a.shape) for a in v]}".encode() for n, v in lists.items())
+            + repr(shapes).encode()
         )
         session = self._by_value.get(key)
         if session is None:
             assert self._model is not None
-            session = _session(_bind(self._model, bound), self._options)
+            model = _bind(_sequence_elements(self._model, lists), bound)
+            session = _session(model, self._options, shapes)
             self._by_value[key] = session
-        return session, {n: v for n, v in feed.items() if n not in bound}
+        return session, rest
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         """Run on ``inputs``: one array, a sequence (in input order) or a name -> array mapping.
@@ -190,25 +225,104 @@ class PolyonnxRep(BackendRep):
                     f"{len(inputs)} inputs given but the model takes {len(names)}: {names}"
                 )
             feed = {
-                n: np.asarray(v) if not isinstance(v, np.ndarray) else v
+                n: v
+                if isinstance(v, np.ndarray) or n in self._sequence_inputs + self._optional_inputs
+                else np.asarray(v)
                 for n, v in zip(names, inputs, strict=False)
             }
         session, feed = self._session_for(feed)
         outputs = session.run(None, feed)
         out_names = [o.name for o in session.get_outputs()]
-        return namedtupledict("Outputs", out_names)(*outputs)
+        if not self._sequence_outputs:
+            return namedtupledict("Outputs", out_names)(*outputs)
+        by_name = dict(zip(out_names, outputs, strict=True))
+        grouped = [
+            _elements(by_name, o) if o in self._sequence_outputs else by_name[o]
+            for o in self._outputs
+        ]
+        return namedtupledict("Outputs", self._outputs)(*grouped)
 
 
-def _session(model: onnx.ModelProto | bytes, options: Options) -> InferenceSession:
-    """A compiled session for ``model``, from the in-process cache when possible."""
+def _sequences(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
+    """The names of the sequence-typed ``values``."""
+    return [v.name for v in values if v.type.WhichOneof("value") == "sequence_type"]
+
+
+def _optionals(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
+    """The names of the ``values`` typed optional tensors."""
+    return [
+        v.name
+        for v in values
+        if v.type.WhichOneof("value") == "optional_type"
+        and v.type.optional_type.elem_type.WhichOneof("value") == "tensor_type"
+    ]
+
+
+def _elements(outputs: Mapping[str, np.ndarray], sequence: str) -> list[np.ndarray]:
+    """The elements of sequence output ``sequence``, from the compiled model's outputs."""
+    out: list[np.ndarray] = []
+    while element_name(sequence, len(out)) in outputs:
+        out.append(outputs[element_name(sequence, len(out))])
+    return out
+
+
+def _sequence_elements(
+    model: onnx.ModelProto, lists: Mapping[str, Sequence[np.ndarray]]
+) -> onnx.ModelProto:
+    """``model`` with each sequence input in ``lists`` taken as its elements: tensor inputs
+    of their dtypes and shapes, gathered by a SequenceConstruct (SequenceEmpty when there are
+    none) of the sequence's name."""
+    if not lists:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    declared = {vi.name: vi for vi in g.input}
+    keep = [vi for vi in g.input if vi.name not in lists]
+    del g.input[:]
+    g.input.extend(keep)
+    front = []
+    for name, arrays in lists.items():
+        t = declared[name].type
+        optional = t.WhichOneof("value") == "optional_type"
+        tensor = (t.optional_type if optional else t.sequence_type).elem_type
+        elem = tensor.tensor_type.elem_type
+        parts = [element_name(name, k) for k in range(len(arrays))]
+        g.input.extend(
+            helper.make_tensor_value_info(p, elem, list(a.shape))
+            for p, a in zip(parts, arrays, strict=True)
+        )
+        if optional:
+            empty = helper.make_node("Optional", [], [name])
+            empty.attribute.append(helper.make_attribute("type", tensor))
+            front.append(helper.make_node("Optional", parts, [name]) if parts else empty)
+        else:
+            front.append(
+                helper.make_node("SequenceConstruct", parts, [name])
+                if parts
+                else helper.make_node("SequenceEmpty", [], [name], dtype=elem)
+            )
+    nodes = [*front, *g.node]
+    del g.node[:]
+    g.node.extend(nodes)
+    return out
+
+
+def _session(
+    model: onnx.ModelProto | bytes,
+    options: Options,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> InferenceSession:
+    """A compiled session for ``model`` (for ``input_shapes``), from the in-process cache when
+    possible."""
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else bytes(model)
-    key = (hashlib.sha256(data).hexdigest(), options)
+    key = (hashlib.sha256(data).hexdigest() + repr(input_shapes), options)
     with _cache_lock:
         session = _cache.get(key)
         if session is not None:
             _cache.move_to_end(key)
             return session
-    session = InferenceSession(data, options=options)
+    session = InferenceSession(data, options=options, input_shapes=input_shapes)
     with _cache_lock:
         _cache[key] = session
         while len(_cache) > CACHE_SIZE:
@@ -243,16 +357,25 @@ class PolyonnxBackend(Backend):
             model = proto
         elif not isinstance(model, onnx.ModelProto):
             return PolyonnxRep(InferenceSession(model, options=options))
-        if value_inputs(model):
-            for vi in (*model.graph.input, *model.graph.output):
-                kind = vi.type.WhichOneof("value")
-                if kind not in ("tensor_type", None):
-                    raise UnsupportedOpError(
-                        "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
-                    )
-            # Compiled on first run, once per value of the shape-determining inputs.
+        optionals = _optionals(model.graph.input)
+        for vi in (*model.graph.input, *model.graph.output):
+            kind = vi.type.WhichOneof("value")
+            if kind not in ("tensor_type", "sequence_type", None) and vi.name not in optionals:
+                raise UnsupportedOpError(
+                    "value",
+                    detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors, sequences of "
+                    "tensors and optional tensor inputs",
+                )
+        if (
+            value_inputs(model)
+            or optionals
+            or _sequences(model.graph.input)
+            or _sequences(model.graph.output)
+        ):
+            # Compiled on first run, once per value of the shape-determining inputs (and per
+            # length, dtypes and shapes of the sequence inputs).
             return PolyonnxRep(None, model, options)
-        return PolyonnxRep(_session(model, options))
+        return PolyonnxRep(_session(model, options), model, options)
 
     @classmethod
     def run_model(

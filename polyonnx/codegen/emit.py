@@ -51,6 +51,7 @@ from polyonnx.codegen.llvm_types import (
     i64,
     like,
     memory_type,
+    value_type,
     volatile_load,
     whole,
     zero,
@@ -68,6 +69,7 @@ from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
     Aff,
     Binary,
+    Bitcast,
     Cast,
     Const,
     Expr,
@@ -485,6 +487,10 @@ class KernelEmitter:
             return v if e.dtype == "int64" else scalars.cast(v, "int64", e.dtype)
         if isinstance(e, Cast):
             return scalars.cast(self._expr(e.x, at), e.x.dtype, e.dtype)
+        if isinstance(e, Bitcast):
+            v = self._expr(e.x, at)
+            to = like(v.type, value_type(e.dtype))
+            return v if v.type == to else b.bitcast(v, to)
         if isinstance(e, Select):
             c, x, y = scalars.match(
                 self._expr(e.cond, at), self._expr(e.a, at), self._expr(e.b, at)

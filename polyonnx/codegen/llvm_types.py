@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from polyonnx.krnl.ir import FLOAT_DTYPES, Const
+from polyonnx.krnl.ir import ENCODED_DTYPES, FLOAT_DTYPES, Const
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -52,6 +52,8 @@ _SCALAR_TYPES: dict[str, ir.Type] = {
     "uint64": I64,
     "bool": I1,
 }
+# An encoded type is its code in registers and memory (see krnl.ir.ENCODED_DTYPES).
+_SCALAR_TYPES.update({d: _SCALAR_TYPES[storage] for d, storage in ENCODED_DTYPES.items()})
 
 
 def value_type(dtype: str) -> ir.Type:
@@ -70,8 +72,8 @@ def is_float(dtype: str) -> bool:
 
 
 def is_signed(dtype: str) -> bool:
-    """Whether ``dtype`` is a signed integer krnl dtype."""
-    return dtype.startswith("int")
+    """Whether ``dtype`` is a signed integer krnl dtype (an int4's code is not)."""
+    return dtype.startswith("int") and dtype not in ENCODED_DTYPES
 
 
 def scalar_type(ty: ir.Type) -> ir.Type:

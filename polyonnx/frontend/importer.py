@@ -34,6 +34,7 @@ from polyonnx.frontend.load import (
     infer_shapes,
     load_model,
 )
+from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists, element_name
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -78,24 +79,32 @@ def import_model(
     if _specialise_inputs(proto.graph, init_names, dict(input_shapes or {})):
         proto = _infer_again(proto)
     gp = proto.graph
+    for vi in gp.output:
+        kind = vi.type.WhichOneof("value")
+        if kind not in ("tensor_type", "sequence_type", None):
+            raise UnsupportedOpError(
+                "value", detail=f"graph output {vi.name!r} is a {kind}; polyonnx returns tensors"
+            )
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
     names: set[str] = set()
     raw_nodes = _convert_nodes(((n, ()) for n in gp.node), names, constants)
     inputs = [vi for vi in gp.input if vi.name not in init_names]
     nodes = _toposort(raw_nodes, {vi.name for vi in inputs} | set(constants))
     values = _declared_values(gp, constants, nodes)
+    sequences = SequenceLists()
     if any(o and o not in values for n in nodes for o in n.outputs) or any(
-        n.op_type in CONTROL_FLOW and not n.domain for n in nodes
+        n.op_type in CONTROL_FLOW | SEQUENCE_OPS and not n.domain for n in nodes
     ):
-        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names)
-    for vi in gp.output:
-        if vi.name not in values:
-            raise ModelError(f"graph output {vi.name!r} is not produced by any node")
+        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names, sequences)
+    outputs = _flatten_sequences(gp.output, sequences, values, nodes, names)
+    for o in outputs:
+        if o not in values:
+            raise ModelError(f"graph output {o!r} is not produced by any node")
     return refuse_dynamic_inputs(
         Graph(
             name=gp.name or "main",
             inputs=tuple(values[vi.name] for vi in inputs),
-            outputs=tuple(values[vi.name] for vi in gp.output),
+            outputs=tuple(values[o] for o in outputs),
             nodes=tuple(nodes),
             values=values,
             constants=constants,
@@ -170,9 +179,11 @@ def _type_the_rest(
     constants: dict[str, np.ndarray],
     opset: int,
     names: set[str],
+    sequences: SequenceLists,
 ) -> list[Node]:
-    """Types every node output ONNX inference left open, in topological order, and expands
-    If nodes into their branches (:mod:`polyonnx.frontend.control`); returns the nodes.
+    """Types every node output ONNX inference left open, in topological order, expands
+    If nodes into their branches (:mod:`polyonnx.frontend.control`) and sequence ops into
+    plain nodes, recording the sequences in ``sequences``; returns the nodes.
 
     ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
     initializer feeding a Reshape). So small constant-only computations are evaluated here,
@@ -205,21 +216,93 @@ def _type_the_rest(
             add_constants(tensors)
             push(protos, *(() if done else (n,)))
             continue
-        if n.op_type in CONTROL_FLOW and not n.domain:
-            for o in n.outputs:
-                values.pop(o, None)  # typed again from the nodes that replace the node
-            if n.op_type == "Loop":
-                queue.appendleft(_loop(n, known, opset))
-                continue
-            expansion = _expand_control(n, values, known, opset)
-            merges |= expansion.merges
-            add_constants(expansion.initializers)
-            push(expansion.nodes)
+        replacement = _replacement(n, values, known, opset, sequences)
+        if isinstance(replacement, LoopUnrolling):
+            queue.appendleft(replacement)
+            continue
+        if replacement is not None:
+            merges |= replacement.merges
+            add_constants(replacement.initializers)
+            push(replacement.nodes)
             continue
         typed.append(n)
         _type_outputs(n, values, {**constants, **known}, known, opset, n.name in merges)
         _propagate_known(n, values, known, opset)
     return typed
+
+
+def _flatten_sequences(
+    outputs: Iterable[onnx.ValueInfoProto],
+    sequences: SequenceLists,
+    values: dict[str, Value],
+    nodes: list[Node],
+    names: set[str],
+) -> list[str]:
+    """The graph's output names, a sequence output replaced by its elements (Identity nodes,
+    appended to ``nodes``, name them :func:`~polyonnx.frontend.sequences.element_name`)."""
+    flat: list[str] = []
+    for vi in outputs:
+        if vi.type.WhichOneof("value") != "sequence_type":
+            flat.append(vi.name)
+            continue
+        if vi.name not in sequences.lists:
+            raise UnsupportedOpError(
+                "value", detail=f"graph output {vi.name!r} is a sequence not known at compile time"
+            )
+        for k, element in enumerate(sequences.lists[vi.name]):
+            name = element_name(vi.name, k)
+            nodes.append(Node(_fresh(f"{vi.name}/{k}", names), "Identity", (element,), (name,)))
+            names.add(nodes[-1].name)
+            values[name] = Value(name, values[element].dtype, values[element].shape)
+            flat.append(name)
+    return flat
+
+
+def _replacement(
+    n: Node,
+    values: dict[str, Value],
+    known: dict[str, np.ndarray],
+    opset: int,
+    sequences: SequenceLists,
+) -> Expansion | LoopUnrolling | None:
+    """What replaces ``n``: an If or Scan's expansion, a Loop's unrolling, a sequence op's
+    plain nodes; None for a node that stays."""
+    if n.op_type in CONTROL_FLOW and not n.domain:
+        for o in n.outputs:
+            values.pop(o, None)  # typed again from the nodes that replace the node
+        if n.op_type == "Loop":
+            return _loop(n, known, opset)
+        return _expand_control(n, values, known, opset)
+    if _is_sequence_op(n, sequences):
+        r = sequences.expand(n, values, known)
+        for t in r.constants:  # (a SequenceLength ONNX typed already is still worth knowing)
+            known[t.name] = numpy_helper.to_array(t)
+        return Expansion(tuple((p, n.guard) for p in r.nodes), tuple(r.constants))
+    return None
+
+
+def _is_sequence_op(n: Node, sequences: SequenceLists) -> bool:
+    """Whether ``n`` builds or reads a sequence (:mod:`polyonnx.frontend.sequences`); an op
+    that reads one and is not among those it replaces is refused."""
+    if n.domain:
+        return False
+    if n.op_type in SEQUENCE_OPS:
+        if n.guard:
+            raise UnsupportedOpError(
+                n.op_type, node=n.name, detail="a sequence edited under a run-time condition"
+            )
+        return True
+    for i in n.inputs:
+        if i in sequences.lists or i in sequences.optionals:
+            if n.op_type == "Identity":
+                return True
+            raise UnsupportedOpError(
+                n.op_type,
+                node=n.name,
+                detail=f"input {i!r} is a sequence (polyonnx replaces "
+                f"only {', '.join(sorted(SEQUENCE_OPS))} on sequences known at compile time)",
+            )
+    return False
 
 
 def _type_outputs(
@@ -530,9 +613,11 @@ def _check_given(name: str, dims: tuple[Dim, ...] | None, given: tuple) -> None:
 
 
 def _value(vi: onnx.ValueInfoProto) -> Value | None:
-    """A Value for a typed tensor, or None when ONNX inference left it (partly) unknown."""
+    """A Value for a typed tensor, or None when ONNX inference left it (partly) unknown or it
+    is a sequence or an optional (a list of tensors or one tensor while typing:
+    :mod:`polyonnx.frontend.sequences`)."""
     kind = vi.type.WhichOneof("value")
-    if kind is None:
+    if kind in (None, "sequence_type", "optional_type"):
         return None
     if kind != "tensor_type":
         raise UnsupportedOpError(

@@ -57,6 +57,10 @@ def load_model(
     _load_external_data(proto, folder, where)
     _negative_dims_are_dynamic(proto.graph)
     check_inputs(proto.graph, where)
+    # (Read before the checker refuses a model without the default domain, so not through
+    # default_opset.)
+    if any(op.domain in ("", "ai.onnx") and op.version < 7 for op in proto.opset_import):
+        _channel_slopes(proto.graph)
     # The checker, converter and shape inference copy the whole proto several times; they
     # get a copy without the large weights, which stay where they are in ``proto``.
     try:
@@ -315,6 +319,28 @@ def _load_external_data(model: onnx.ModelProto, folder: str | None, where: str) 
             t.raw_data = f.read(length)
         del t.external_data[:]
         t.data_location = onnx.TensorProto.DEFAULT
+
+
+def _channel_slopes(graph: onnx.GraphProto) -> None:
+    """PRelu before opset 7 takes a slope per channel: a 1-D ``[C]`` slope initializer of an
+    input ``[N, C, ...]`` becomes ``[C, 1, ...]``, which broadcasts as later opsets (and the
+    version converter) read it. (PyTorch exported its multi-parameter PReLU this way.)"""
+    ranks = {
+        vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        for vi in (*graph.input, *graph.value_info)
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+    }
+    inits = {t.name: t for t in graph.initializer}
+    for n in graph.node:
+        if n.op_type != "PRelu" or len(n.input) < 2 or n.input[1] not in inits:
+            continue
+        slope, dims = inits[n.input[1]], ranks.get(n.input[0], [])
+        if len(slope.dims) == 1 and len(dims) >= 3 and slope.dims[0] == dims[1] > 1:
+            slope.dims.extend([1] * (len(dims) - 2))
+            for vi in graph.input:  # (an IR version 3 model lists its initializers as inputs)
+                if vi.name == slope.name and vi.type.HasField("tensor_type"):
+                    for _ in range(len(dims) - 2):
+                        vi.type.tensor_type.shape.dim.add().dim_value = 1
 
 
 def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.ModelProto:

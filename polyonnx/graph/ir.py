@@ -18,9 +18,28 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import ml_dtypes  # noqa: F401 - registers bfloat16, float8_*, int4... as numpy dtype names
 import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError
+
+ENCODED_DTYPES: dict[str, str] = {
+    "bfloat16": "uint16",
+    "float8_e4m3fn": "uint8",
+    "float8_e4m3fnuz": "uint8",
+    "float8_e5m2": "uint8",
+    "float8_e5m2fnuz": "uint8",
+    "float8_e8m0fnu": "uint8",
+    "float4_e2m1fn": "uint8",
+    "int4": "uint8",
+    "uint4": "uint8",
+    "int2": "uint8",
+    "uint2": "uint8",
+}
+"""Types without machine arithmetic, held as their bit patterns in the integer type that has
+their numpy (ml_dtypes) item size (an int4 element is a byte, its low nibble the code). No
+arithmetic is done on them: a :class:`polyonnx.krnl.ir.Bitcast` to that integer type gives the
+code, which Cast's lowering decodes and encodes bit by bit."""
 
 INTERNAL_DOMAIN = "polyonnx"
 """The domain of the operators polyonnx's graph passes introduce (never in a user's model)."""

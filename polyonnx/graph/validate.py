@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.ir import ENCODED_DTYPES, Graph, Node, Value
 from polyonnx.graph.shapes import BROADCAST, COMPARISON, REDUCTIONS, SAME_AS_INPUT
 
 #: Element types native code handles (the krnl dtypes).
@@ -44,6 +44,22 @@ SUPPORTED_DTYPES = frozenset(
         "uint32",
         "uint64",
         "bool",
+        *ENCODED_DTYPES,
+    }
+)
+#: The ops that may touch a value of an encoded type: conversions, which compute on its code,
+#: and ops whose loops only move values (their codes copied as they are).
+ENCODED_OPS = frozenset(
+    {
+        "Cast",
+        "CastLike",
+        "BitCast",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Identity",
+        "Compress",
+        "OneHot",
+        "ReverseSequence",
     }
 )
 
@@ -65,12 +81,29 @@ def validate(graph: Graph, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> 
         _check_value(graph.value(name), "constant", max_tensor_bytes)
     for n in graph.nodes:
         validate_node(n, graph.values)
+        _check_encoded(n, graph.values)
         for o in n.outputs:
             if o and o in graph.values:
                 _check_value(
                     graph.values[o], f"output of node {n.name!r} ({n.op_type})", max_tensor_bytes
                 )
     return graph
+
+
+def _check_encoded(node: Node, values: Mapping[str, Value]) -> None:
+    """Refuse an op other than a conversion on a value of an encoded type (bfloat16, float8...):
+    its loops would compute on the bit patterns."""
+    if node.op_type in ENCODED_OPS and not node.domain:
+        return
+    for name in (*node.inputs, *node.outputs):
+        v = values.get(name) if name else None
+        if v is not None and v.dtype in ENCODED_DTYPES:
+            raise UnsupportedOpError(
+                node.op_type,
+                node=node.name,
+                detail=f"value {name!r} has element type {v.dtype}, which polyonnx converts "
+                f"(Cast, CastLike) but does not compute with",
+            )
 
 
 def _check_value(v: Value, what: str, limit: int) -> None:

@@ -28,6 +28,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from polyonnx.graph.ir import ENCODED_DTYPES
+
 # --------------------------------------------------------------------------- affine expressions
 
 
@@ -144,7 +146,7 @@ def lt(a: AffLike, b: AffLike) -> Cond:
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + tuple(ENCODED_DTYPES)
 
 MATH_OPS = frozenset(
     {
@@ -348,6 +350,18 @@ class Cast(Expr):
         return f"{self.dtype}({self.x})"
 
 
+@dataclass(frozen=True, slots=True)
+class Bitcast(Expr):
+    """``x``'s bits read as ``dtype`` (of the same width in registers): a float32's as a uint32,
+    an encoded type's (see :data:`ENCODED_DTYPES`) as its code."""
+
+    x: Expr
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"bits_{self.dtype}({self.x})"
+
+
 def unary(op: str, x: Expr) -> Unary:
     return Unary(op, x)
 
@@ -368,7 +382,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
     """The direct sub-expressions of ``e`` (including run-time computed load indices)."""
     if isinstance(e, Load):
         return tuple(i for i in e.index if isinstance(i, Expr))
-    if isinstance(e, Unary | Cast):
+    if isinstance(e, Unary | Cast | Bitcast):
         return (e.x,)
     if isinstance(e, Binary):
         return (e.a, e.b)
@@ -382,7 +396,7 @@ def map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
     the one place rewrites of expression trees recurse through."""
     if isinstance(e, Load):
         return replace(e, index=tuple(f(i) if isinstance(i, Expr) else i for i in e.index))
-    if isinstance(e, Unary | Cast):
+    if isinstance(e, Unary | Cast | Bitcast):
         return replace(e, x=f(e.x))
     if isinstance(e, Binary):
         return replace(e, a=f(e.a), b=f(e.b))

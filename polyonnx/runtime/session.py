@@ -360,13 +360,18 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
     """Inputs (initializers excluded) and outputs as the model declares them."""
     inits = {t.name for t in model.graph.initializer}
 
-    def arg(vi: onnx.ValueInfoProto) -> NodeArg:
+    def arg(vi: onnx.ValueInfoProto, output: bool = False) -> NodeArg:
         kind = vi.type.WhichOneof("value")
-        if kind not in ("tensor_type", None):
+        # (A sequence output is compiled into its elements' outputs: polyonnx.frontend.sequences.)
+        if kind not in ("tensor_type", None) and not (output and kind == "sequence_type"):
             raise UnsupportedOpError(
                 "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
             )
-        tt = vi.type.tensor_type
+        tt = (
+            vi.type.sequence_type.elem_type.tensor_type
+            if kind == "sequence_type"
+            else vi.type.tensor_type
+        )
         dims: list[int | str] = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
         ]
@@ -379,5 +384,5 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
 
     return (
         tuple(arg(v) for v in model.graph.input if v.name not in inits),
-        tuple(arg(v) for v in model.graph.output),
+        tuple(arg(v, output=True) for v in model.graph.output),
     )

@@ -118,3 +118,41 @@ def test_shape_determining_inputs_are_bound_per_value() -> None:
         (out,) = rep.run([data, np.array([axis], np.int64)])
         np.testing.assert_array_equal(out, data.sum(axis=axis))
     assert len(rep._by_value) == 2
+
+
+def test_sequence_inputs_and_outputs_travel_as_lists() -> None:
+    # y = the input sequence with t inserted at the front; n = its length.
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    out = helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(
+        [
+            helper.make_node("SequenceInsert", ["s", "t", "zero"], ["y"]),
+            helper.make_node("SequenceLength", ["y"], ["n"]),
+        ],
+        "g",
+        [seq, helper.make_tensor_value_info("t", TensorProto.FLOAT, ["k"])],
+        [out, helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")],
+    )
+    rep = backend.prepare(helper.make_model(g), "CPU")
+    a, b, t = (np.full(k, float(k), np.float32) for k in (2, 3, 4))
+    y, n = rep.run([[a, b], t])
+    assert [list(e) for e in y] == [list(t), list(a), list(b)] and n == 3
+    y, n = rep.run([[], t])  # another length: compiled again
+    assert [list(e) for e in y] == [list(t)] and n == 1
+
+
+def test_optional_tensor_input_present_or_absent() -> None:
+    opt = helper.make_value_info(
+        "o",
+        helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [3])),
+    )
+    g = helper.make_graph(
+        [helper.make_node("OptionalHasElement", ["o"], ["has"])],
+        "g",
+        [opt],
+        [helper.make_tensor_value_info("has", TensorProto.BOOL, [])],
+    )
+    rep = backend.prepare(helper.make_model(g), "CPU")
+    assert bool(rep.run([np.zeros(3, np.float32)])[0])
+    assert not bool(rep.run([None])[0])

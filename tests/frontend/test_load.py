@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import polyonnx
 from polyonnx.errors import ModelError, ShapeError
 from polyonnx.frontend import import_model, load_model
 from polyonnx.graph.passes import optimize, verify
@@ -334,3 +335,21 @@ def test_an_output_written_without_a_shape_gets_the_inferred_one():
     out = load_model(model).graph.output[0].type.tensor_type
     assert [d.dim_value for d in out.shape.dim] == [2, 3]
     assert not model.graph.output[0].type.tensor_type.HasField("shape")  # (a copy was loaded)
+
+
+def test_prelu_before_opset_7_takes_a_slope_per_channel():
+    # PyTorch exported a multi-parameter PReLU as a [C] slope of an [N, C, L] input at opset 6.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    g = helper.make_graph(
+        [helper.make_node("PRelu", ["x", "s"], ["y"])],
+        "g",
+        [x],
+        [y],
+        [numpy_helper.from_array(slope, "s")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)])
+    feed = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+    (got,) = polyonnx.InferenceSession(m).run(None, {"x": feed})
+    np.testing.assert_allclose(got, np.where(feed < 0, feed * slope[:, None], feed), rtol=1e-6)

@@ -208,4 +208,7 @@ def _expr(e: ir.Expr, arrays: dict[str, np.ndarray]) -> Callable[[Env], Scalar]:
     if isinstance(e, ir.Cast):
         x = _expr(e.x, arrays)
         return lambda env: out(x(env))
+    if isinstance(e, ir.Bitcast):
+        x, to = _expr(e.x, arrays), np.dtype(e.dtype)
+        return lambda env: np.asarray(x(env)).view(to)[()]
     raise TypeError(f"unknown expression {e!r}")

@@ -7,6 +7,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     attention,
     blocked,
     cast,
+    col2im,
     conv,
     convtranspose,
     data,
@@ -25,7 +26,9 @@ from polyonnx.krnl.lower import (  # noqa: F401
     reduce,
     resize,
     rnn,
+    sample,
     slice,
+    spectral,
     topk,
     winograd,
 )

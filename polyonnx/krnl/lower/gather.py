@@ -232,3 +232,40 @@ def lower_one_hot(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     on = ir.Load(values, (Aff.lift(1),), vdtype)
     off = ir.Load(values, (Aff.lift(0),), vdtype)
     return nest(iters, (ir.Stmt("S", ir.Access(y, index), ir.Select(hit, on, off)),))
+
+
+@register("TensorScatter", since=24)
+def lower_tensor_scatter(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """TensorScatter (a KV-cache update): ``Y`` is the cache with batch ``b``'s update
+    written along ``axis`` from ``write_indices[b]`` on (wrapping around, ``circular``). Each
+    cache position gathers instead: ``j = s - w[b]`` (mod the cache length), the update's
+    row ``j`` when ``j`` is one, else the cache's own value."""
+    cache, update, y = node.input(0), node.input(1), node.outputs[0]
+    where = node.input(2) if len(node.inputs) > 2 else ""
+    mode = str_attr(node, "mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise bad_attr(node, "mode", f"has unknown value {mode!r}")
+    cs, us = ctx.shape(cache), ctx.shape(update)
+    axis = normalize_axis(node, int(node.attr("axis", -2)), len(cs))
+    if axis == 0 or len(us) != len(cs) or us[axis] > cs[axis]:
+        raise ShapeError(
+            f"node {node.name!r} (TensorScatter): update {list(us)} does not fit cache "
+            f"{list(cs)} along axis {axis}"
+        )
+    iters = generic_iters(cs)
+    index = index_vars([n for n, _ in iters])
+    start: ir.Expr = (
+        as_int64(ir.Load(where, (index[0],), ctx.dtype(where))) if where else ir.Const(0, I64)
+    )
+    length = ir.Const(cs[axis], I64)
+    j = ir.Iter(iters[axis][0]) - start
+    if mode == "circular":
+        j = ir.Binary("mod", ir.Binary("mod", j, length) + length, length)
+    hit = ir.Binary(
+        "and", ir.Binary("ge", j, ir.Const(0, I64)), ir.Binary("lt", j, ir.Const(us[axis], I64))
+    )
+    u_index: list[ir.Index] = list(index)
+    u_index[axis] = ir.minimum(ir.maximum(j, ir.Const(0, I64)), ir.Const(us[axis] - 1, I64))
+    dtype = ctx.dtype(cache)
+    value = ir.Select(hit, ir.Load(update, tuple(u_index), dtype), ir.Load(cache, index, dtype))
+    return nest(iters, (ir.Stmt("S", ir.Access(y, index), value),))

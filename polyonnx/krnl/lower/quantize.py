@@ -7,8 +7,11 @@
 As the reference computes them: ``x / scale`` in the input's type rounded half to even, the zero
 point added and the sum saturated to the target's range (clamped while still a float, so no
 out-of-range conversion happens); dequantizing subtracts the zero point and multiplies by the
-scale in float32, then rounds to the scale's type. Blocked scales (``block_size``) and the
-float8 / 4-bit types are refused.
+scale in float32, then rounds to the scale's type. The encoded types (int4, int2, float8,
+float4: :mod:`polyonnx.krnl.lower.encoding`) quantize and dequantize through their codes: a
+float8 result is ``x / scale`` converted (saturating unless ``saturate=0``), its zero point
+ignored as the reference ignores it; a float4 one is ``x / scale + zero_point`` converted.
+Blocked scales (``block_size``) are refused.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import numpy as np
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import generic_iters, nest, normalize_axis, unsupported, var
-from polyonnx.krnl.lower.registry import LowerContext, register
+from polyonnx.krnl.lower.encoding import FLOAT_FORMATS, INT_RANGES, decode, encode, int_code
+from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 _INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
+_SMALL_FLOATS = tuple(FLOAT_FORMATS)
 
 
 def _param(node: Node, ctx: LowerContext, name: str, rank: int) -> ir.Expr | None:
@@ -42,6 +47,9 @@ def _param(node: Node, ctx: LowerContext, name: str, rank: int) -> ir.Expr | Non
 
 
 def _f32(e: ir.Expr) -> ir.Expr:
+    """``e`` as float32 (an encoded value decoded first)."""
+    if e.dtype in ir.ENCODED_DTYPES:
+        e = decode(e)
     return e if e.dtype == "float32" else ir.Cast(e, "float32")
 
 
@@ -50,7 +58,10 @@ def lower_quantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """``Y = saturate(round(X / scale) + zero_point)``."""
     x, scale, zp, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     dst = ctx.dtype(y)
-    if dst not in _INTEGERS or ctx.dtype(x) not in ("float32", "float16"):
+    if dst not in (*_INTEGERS, *INT_RANGES, *_SMALL_FLOATS) or ctx.dtype(x) not in (
+        "float32",
+        "float16",
+    ):
         raise unsupported(node, ctx, f"{ctx.dtype(x)} to {dst}")
     shape = ctx.shape(x)
     iters = generic_iters(shape)
@@ -60,13 +71,22 @@ def lower_quantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     xv = ir.Load(x, index, ctx.dtype(x))
     if s.dtype != xv.dtype:
         s = ir.Cast(s, xv.dtype)
-    value = _f32(ir.unary("round", xv / s))
     z = _param(node, ctx, zp, len(shape))
+    if dst in _SMALL_FLOATS:
+        scaled: ir.Expr = xv / s
+        if dst == "float4_e2m1fn" and z is not None:
+            scaled = _f32(scaled) + _f32(z)
+        saturate = bool(node.attr("saturate", 1))
+        return nest(
+            iters, (ir.Stmt("S", ir.Access(y, index), encode(scaled, dst, saturate=saturate)),)
+        )
+    value = _f32(ir.unary("round", xv / s))
     if z is not None:
         value = value + _f32(z)
-    info = np.iinfo(dst)
-    value = ir.minimum(ir.maximum(value, float(info.min)), float(info.max))
-    return nest(iters, (ir.Stmt("S", ir.Access(y, index), ir.Cast(value, dst)),))
+    lo, hi = INT_RANGES[dst] if dst in INT_RANGES else (np.iinfo(dst).min, np.iinfo(dst).max)
+    value = ir.minimum(ir.maximum(value, float(lo)), float(hi))
+    out = int_code(ir.Cast(value, "int64"), dst) if dst in INT_RANGES else ir.Cast(value, dst)
+    return nest(iters, (ir.Stmt("S", ir.Access(y, index), out),))
 
 
 @register("DequantizeLinear", since=10)
@@ -74,7 +94,7 @@ def lower_dequantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...
     """``Y = (X - zero_point) * scale``, in float32."""
     x, scale, zp, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
     src, dst = ctx.dtype(x), ctx.dtype(y)
-    if src not in _INTEGERS or dst not in ("float32", "float16"):
+    if src not in (*_INTEGERS, *INT_RANGES, *_SMALL_FLOATS) or dst not in ("float32", "float16"):
         raise unsupported(node, ctx, f"{src} to {dst}")
     shape = ctx.shape(x)
     iters = generic_iters(shape)
@@ -83,8 +103,74 @@ def lower_dequantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...
     assert s is not None
     value = _f32(ir.Load(x, index, src))
     z = _param(node, ctx, zp, len(shape))
-    if z is not None:
+    if z is not None and src not in _SMALL_FLOATS:  # (a float8 zero point must be, and is, 0)
         value = value - _f32(z)
     value = value * _f32(s)
     out = value if dst == "float32" else ir.Cast(value, dst)
     return nest(iters, (ir.Stmt("S", ir.Access(y, index), out),))
+
+
+@register("DynamicQuantizeLinear", since=11)
+def lower_dynamic_quantize_linear(node: Node, ctx: LowerContext) -> Lowered:
+    """DynamicQuantizeLinear to uint8: the range of ``X`` (with 0 in it) in two running
+    reductions, then the scale, the zero point and ``Y`` as the reference computes them::
+
+        lo = min(0, X...), hi = max(0, X...)
+        scale = (hi == lo ? 1 : hi - lo) / 255
+        zp = round(clamp(0 - lo / scale, 0, 255))
+        Y = uint8(clamp(round(X / scale) + zp, 0, 255))
+    """
+    x = node.input(0)
+    y, scale, zp = (node.outputs[k] if len(node.outputs) > k else "" for k in range(3))
+    if ctx.dtype(x) != "float32":
+        raise unsupported(node, ctx, f"input of dtype {ctx.dtype(x)}")
+    iters = generic_iters(ctx.shape(x))
+    index = tuple(var(n) for n, _ in iters)
+    lo = ir.Buffer(f"{node.name}__lo", "float32", (1,), "temp")
+    hi = ir.Buffer(f"{node.name}__hi", "float32", (1,), "temp")
+    step = ir.Buffer(f"{node.name}__scale", "float32", (1,), "temp")
+    point = ir.Buffer(f"{node.name}__zp", "float32", (1,), "temp")
+    one = (ir.Aff.lift(0),)
+
+    def at(b: ir.Buffer) -> ir.Load:
+        return ir.Load(b.name, one, "float32")
+
+    xv = ir.Load(x, index, "float32")
+    width = at(hi) - at(lo)
+    nests: list[ir.Node] = [
+        ir.Stmt("S", ir.Access(lo.name, one), ir.Const(0.0, "float32")),
+        ir.Stmt("S", ir.Access(hi.name, one), ir.Const(0.0, "float32")),
+        *nest(
+            iters,
+            (
+                ir.Stmt("S", ir.Access(lo.name, one), ir.minimum(at(lo), xv)),
+                ir.Stmt("S", ir.Access(hi.name, one), ir.maximum(at(hi), xv)),
+            ),
+        ),
+        ir.Stmt(
+            "S",
+            ir.Access(step.name, one),
+            ir.Select(
+                ir.Binary("eq", width, ir.Const(0.0, "float32")), ir.Const(1.0, "float32"), width
+            )
+            / ir.Const(255.0, "float32"),
+        ),
+        ir.Stmt(
+            "S",
+            ir.Access(point.name, one),
+            ir.unary(
+                "round",
+                ir.minimum(ir.maximum(ir.Const(0.0, "float32") - at(lo) / at(step), 0.0), 255.0),
+            ),
+        ),
+    ]
+    if y:
+        q = ir.minimum(ir.maximum(ir.unary("round", xv / at(step)) + at(point), 0.0), 255.0)
+        nests += nest(iters, (ir.Stmt("S", ir.Access(y, index), ir.Cast(q, "uint8")),))
+    for out, buf, dtype in ((scale, step, "float32"), (zp, point, "uint8")):
+        if out:
+            value = at(buf) if dtype == "float32" else ir.Cast(at(buf), dtype)
+            nests.append(
+                ir.Stmt("S", ir.Access(out, (ir.Aff.lift(0),) * len(ctx.shape(out))), value)
+            )
+    return Lowered(tuple(nests), (lo, hi, step, point))

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
+import polyonnx
 from polyonnx.errors import UnsupportedOpError
+from polyonnx.testing import onnx_reference_outputs
 from tests.krnl.harness import check_op, graph_from_model, make_model, node_kernel, rand
+from tests.reliability.models import model, tensor
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -148,3 +152,22 @@ def test_data_dependent_shapes_lower_to_a_maximal_buffer() -> None:
     )
     [dyn] = lower_node(graph.nodes[0], LowerContext(graph)).dynamic
     assert (dyn.value, dyn.shape, dyn.counts) == ("y", (1, 4), ("", "nz__count"))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_writes_each_batch_from_its_index(mode: str):
+    m = model(
+        [helper.make_node("TensorScatter", ["c", "u", "w"], ["y"], mode=mode)],
+        [tensor("c", [3, 2, 5, 4]), tensor("u", [3, 2, 3, 4]), tensor("w", [3], TensorProto.INT64)],
+        [tensor("y", [3, 2, 5, 4])],
+        opset=24,
+    )
+    rng = np.random.default_rng(9)
+    feeds = {
+        "c": rng.standard_normal((3, 2, 5, 4)).astype(np.float32),
+        "u": rng.standard_normal((3, 2, 3, 4)).astype(np.float32),
+        "w": np.array([0, 2, 4 if mode == "circular" else 1], np.int64),
+    }
+    (got,) = polyonnx.InferenceSession(m).run(None, feeds)
+    (ref,) = onnx_reference_outputs(m, feeds)
+    np.testing.assert_array_equal(got, ref)

@@ -1,0 +1,55 @@
+"""DFT against NumPy's FFT in float64: forward and inverse, real and complex signals,
+one-sided, cut and zero-padded lengths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import polyonnx
+from tests.reliability.models import model, tensor
+
+
+def _dft(x: np.ndarray, length: int | None, **attrs: int) -> np.ndarray:
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "axis")]
+    inputs = ["x", "", "axis"]
+    if length is not None:
+        inits.append(numpy_helper.from_array(np.array(length, np.int64), "n"))
+        inputs[1] = "n"
+    m = model(
+        [helper.make_node("DFT", inputs, ["y"], **attrs)],
+        [tensor("x", list(x.shape))],
+        [tensor("y", [None] * x.ndim)],
+        inits,
+        opset=20,
+    )
+    (y,) = polyonnx.InferenceSession(m).run(None, {"x": x})
+    return y
+
+
+def _complex(y: np.ndarray) -> np.ndarray:
+    return y[..., 0] + 1j * y[..., 1]
+
+
+@pytest.mark.parametrize("length", [None, 5, 12])
+def test_forward_real_and_complex(length: int | None):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 8, 3, 2)).astype(np.float32)
+    z = x[..., 0].astype(np.float64) + 1j * x[..., 1]
+    np.testing.assert_allclose(_complex(_dft(x, length)), np.fft.fft(z, length, axis=1), atol=1e-5)
+    real = x[..., :1]
+    got = _complex(_dft(real, length, onesided=1))
+    np.testing.assert_allclose(got, np.fft.rfft(real[..., 0], length, axis=1), atol=1e-5)
+
+
+def test_inverse_and_inverse_one_sided():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 8, 3, 2)).astype(np.float32)
+    z = x[..., 0].astype(np.float64) + 1j * x[..., 1]
+    np.testing.assert_allclose(
+        _complex(_dft(x, None, inverse=1)), np.fft.ifft(z, axis=1), atol=1e-6
+    )
+    for n in (14, 15):  # even and odd lengths from 8 bins
+        got = _dft(x, n, inverse=1, onesided=1)[..., 0]
+        np.testing.assert_allclose(got, np.fft.irfft(z, n, axis=1), atol=1e-6)
