@@ -6,7 +6,9 @@
  * caller included. Workers claim chunks from an atomic counter, and the caller waits only for
  * chunks that were claimed: a worker the OS has not scheduled yet (a loaded machine, a VM with
  * slow wake-ups) never holds the caller up, which then simply runs the remaining chunks itself.
- * Idle workers spin briefly, then sleep on a condition variable.
+ * Idle workers spin for SPIN_NS after their last loop, then sleep on a condition variable:
+ * in a VM, waking a sleeping worker took tens of microseconds, as long as a small kernel, so a
+ * model's consecutive parallel loops (and its next run) find the workers awake.
  *
  * One loop runs in the pool at a time; a caller that finds it busy (another Python thread
  * running another model) runs its loop alone instead of queueing. The job is published with a
@@ -17,11 +19,12 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 typedef void (*chunk_fn)(void *ctx, long begin, long end);
 
 #define MAX_WORKERS 256
-#define SPIN 2000
+#define SPIN_NS 5000000L /* 5 ms */
 
 static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* one loop in the pool at a time */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* sleeping and start-up */
@@ -45,13 +48,19 @@ static void run_chunks(void) {
     }
 }
 
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
 static void *worker(void *arg) {
     long index = (long)arg, seen = 0;
     for (;;) {
-        long g;
+        long g, idle_since = now_ns();
         int spins = 0;
         while ((g = atomic_load(&generation)) == seen || (g & 1)) {
-            if (++spins < SPIN) {
+            if ((++spins & 63) != 0 || now_ns() - idle_since < SPIN_NS) {
                 sched_yield();
                 continue;
             }
