@@ -107,6 +107,16 @@ class Aff:
     def evaluate(self, env: Mapping[str, int]) -> int:
         return self.const + sum(c * env[n] for n, c in self.terms)
 
+    def extremes(self, box: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+        """The smallest and largest value over ``box``, the inclusive range of each iterator
+        (see :func:`loop_box`)."""
+        lo = hi = self.const
+        for name, c in self.terms:
+            r0, r1 = box[name]
+            lo += min(c * r0, c * r1)
+            hi += max(c * r0, c * r1)
+        return lo, hi
+
     def __str__(self) -> str:
         parts: list[str] = []
         for n, c in self.terms:
@@ -467,6 +477,15 @@ class Loop:
 
 Node = Loop | Stmt
 IndexT = TypeVar("IndexT", Aff, Index)  # an index: affine (a write) or also computed (a load)
+
+
+def loop_box(loops: Iterable[Loop]) -> dict[str, tuple[int, int]]:
+    """The inclusive range of each iterator of ``loops`` (outermost first), a bound that
+    depends on outer loops taken at its extremes: the box around the nest's iterations."""
+    box: dict[str, tuple[int, int]] = {}
+    for lp in loops:
+        box[lp.iterator] = (lp.lower.extremes(box)[0], lp.upper.extremes(box)[1] - 1)
+    return box
 
 
 def perfect_nest(node: Node) -> tuple[list[Loop], Stmt] | None:

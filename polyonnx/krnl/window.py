@@ -31,10 +31,9 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from polyonnx.krnl.ir import Aff, Kernel, Load, move_buffers, walk
+from polyonnx.krnl.ir import Aff, Kernel, Load, loop_box, move_buffers, walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +52,7 @@ def windowed(kernel: Kernel) -> Windowed:
     stays as it is)."""
     low: dict[str, list[int] | None] = {}
     for loops, stmt in kernel.statements():
-        ranges: dict[str, tuple[int, int]] = {}
-        for lp in loops:
-            lo, hi = _extreme(lp.lower, ranges)[0], _extreme(lp.upper, ranges)[1]
-            ranges[lp.iterator] = (lo, hi - 1)
+        box = loop_box(loops)
         accesses: list[tuple[str, tuple]] = [(stmt.write.buffer, stmt.write.index)]
         accesses += [(e.buffer, e.index) for e in walk(stmt.body) if isinstance(e, Load)]
         for buffer, index in accesses:
@@ -65,7 +61,7 @@ def windowed(kernel: Kernel) -> Windowed:
             if not all(isinstance(i, Aff) for i in index):
                 low[buffer] = None  # a gather's index: where it goes is known at run time only
                 continue
-            mins = [_extreme(i, ranges)[0] for i in index]
+            mins = [i.extremes(box)[0] for i in index]
             seen = low.get(buffer)
             low[buffer] = (
                 mins if seen is None else [min(a, b) for a, b in zip(seen, mins, strict=True)]
@@ -86,13 +82,3 @@ def windowed(kernel: Kernel) -> Windowed:
     if not moves:
         return Windowed(kernel, tuple(offsets))
     return Windowed(replace(kernel, body=move_buffers(kernel.body, moves)), tuple(offsets))
-
-
-def _extreme(a: Aff, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
-    """The smallest and largest value of ``a`` over the box ``ranges`` of its iterators."""
-    lo = hi = a.const
-    for name, c in a.terms:
-        r0, r1 = ranges[name]
-        lo += min(c * r0, c * r1)
-        hi += max(c * r0, c * r1)
-    return lo, hi

@@ -20,15 +20,15 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import math
 from dataclasses import replace
 
 from polyonnx.krnl.ir import (
-    Aff,
     Binary,
     Expr,
     Kernel,
     Unary,
+    loop_box,
     rename_buffers,
     walk,
 )
@@ -60,21 +60,6 @@ def kernel_flops(kernel: Kernel) -> int:
     counts its largest trip count."""
     total = 0
     for loops, stmt in kernel.statements():
-        trips = 1
-        ranges: dict[str, tuple[int, int]] = {}
-        for lp in loops:
-            lo, hi = _extreme(lp.lower, ranges)[0], _extreme(lp.upper, ranges)[1]
-            ranges[lp.iterator] = (lo, hi - 1)
-            trips *= max(0, hi - lo)
+        trips = math.prod(max(0, hi - lo + 1) for lo, hi in loop_box(loops).values())
         total += trips * _arith(stmt.body)
     return total
-
-
-def _extreme(a: Aff, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
-    """The smallest and largest value of ``a`` over the box ``ranges`` of its iterators."""
-    lo = hi = a.const
-    for name, c in a.terms:
-        r0, r1 = ranges[name]
-        lo += min(c * r0, c * r1)
-        hi += max(c * r0, c * r1)
-    return lo, hi

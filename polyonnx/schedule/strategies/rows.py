@@ -77,8 +77,8 @@ def plan_rows(s: Schedule, nest: Loop, loops: Sequence[str], tiling: Tiling) -> 
         return None
     rows_extent = outer[-1].upper.const - outer[-1].lower.const
     shapes = {b.name: b.shape for b in s.kernel.buffers}
-    path = band_paths(s.tree)[loops[-1]]
-    tree = get(s.tree, path)
+    paths = band_paths(s.tree)
+    tree = get(s.tree, paths[loops[-1]])
     assert isinstance(tree, Band)
     children = getattr(tree.child, "children", ())
     if len(children) != len(body):
@@ -100,7 +100,7 @@ def plan_rows(s: Schedule, nest: Loop, loops: Sequence[str], tiling: Tiling) -> 
     if not any("reduce" in n.roles for n in nests):
         return None
     rows = tiling.rows(rows_extent)
-    deps = NestDependences(s, band_paths(s.tree)[loops[0]], len(loops))
+    deps = NestDependences(s, paths[loops[0]], len(loops))
     if rows_extent < 2 * rows or not deps.free(len(loops) - 1):
         return None
     return RowsPlan(tuple(loops), rows, not deps.carried(0), tuple(nests))
