@@ -138,8 +138,9 @@ def validate_node(node: Node, values: Mapping[str, Value]) -> None:
     """Raise :class:`ModelError` if an attribute of ``node`` is invalid for its input shapes.
 
     Covers sliding windows (Conv, ConvTranspose, pools: kernel, strides, dilations, pads,
-    auto_pad, group, kernel versus padded input), axis attributes, Transpose's ``perm`` and
-    LRN's ``size``. Inputs whose shapes are not known yet are skipped.
+    auto_pad, group, kernel versus padded input), axis attributes, Transpose's ``perm``,
+    LRN's ``size``, the inner dimensions of Gemm and MatMul, and the per-channel inputs of
+    BatchNormalization and InstanceNormalization. Inputs whose shapes are not known yet are skipped.
     """
     if node.domain:
         return
@@ -439,6 +440,25 @@ def _matmul(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         )
 
 
+def _per_channel(*inputs: int) -> Callable[[Node, list[tuple[int, ...] | None]], None]:
+    """Inputs ``inputs`` (BatchNormalization's scale, bias, mean and variance, say) are vectors
+    of one value per channel of X (its axis 1)."""
+
+    def check(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
+        if not shapes or shapes[0] is None or len(shapes[0]) < 2:
+            return
+        channels = shapes[0][1]
+        for k in inputs:
+            if k < len(shapes) and shapes[k] is not None and shapes[k] != (channels,):
+                raise ShapeError(
+                    f"node {node.name!r} ({node.op_type}): input {k} {node.inputs[k]!r} has "
+                    f"shape {list(shapes[k])}; it must be [{channels}], one value per channel "
+                    f"of X {list(shapes[0])}"
+                )
+
+    return check
+
+
 _CHECKS: dict[str, Callable[[Node, list[Any]], None]] = {
     **dict.fromkeys(("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"), _window),
     **dict.fromkeys(
@@ -463,4 +483,6 @@ _CHECKS: dict[str, Callable[[Node, list[Any]], None]] = {
     "LRN": _lrn,
     "Gemm": _gemm,
     "MatMul": _matmul,
+    "BatchNormalization": _per_channel(1, 2, 3, 4),
+    "InstanceNormalization": _per_channel(1, 2),
 }

@@ -26,6 +26,7 @@ from polyonnx.krnl.borders import zero_borders
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, lower_nodes
 from polyonnx.krnl.passes import KernelContext, run_passes
 from polyonnx.krnl.placement import concat_placements
+from polyonnx.krnl.verify import check_lowered
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
@@ -137,6 +138,7 @@ def build_kernel(
         lowered.nests,
         tuple(n.name for n in nodes),
     )
+    check_lowered(kernel)
     # A residual read through a view of it too is not updated in place, and an output with a
     # data-dependent extent keeps its maximal buffer.
     result = run_passes(

@@ -1,8 +1,10 @@
-"""Whole-kernel checks for krnl, run between stages in tests.
+"""Whole-kernel checks for krnl: all of them between stages in tests, some on every model.
 
 :func:`verify` checks what the records' own ``__post_init__`` cannot see: that every name a
 statement uses is declared (buffers) or in scope (iterators), that index ranks match buffer
-ranks, and that writes are well typed and go to writable buffers.
+ranks, and that writes are well typed and go to writable buffers. :func:`check_lowered`
+runs on every kernel a model lowers to: index ranks, and affine indices within their buffers,
+so that an op given inputs of shapes it does not accept is refused, never run out of bounds.
 
 Example:
     >>> from polyonnx.krnl import ir
@@ -17,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from polyonnx.errors import ShapeError
 from polyonnx.krnl import ir
 
 
@@ -116,3 +119,88 @@ class _Verifier:
             raise self.fail(
                 where, f"writes a {stmt.body.dtype} value to {target.name}, a {target.dtype} buffer"
             )
+
+
+def check_lowered(kernel: ir.Kernel) -> None:
+    """Raise :class:`~polyonnx.errors.ShapeError` naming ``kernel``'s nodes when one of its
+    statements indexes a buffer with the wrong number of subscripts, or with an affine index
+    that leaves the buffer somewhere in the statement's iterations.
+
+    The iterations are the box of the loop bounds (:func:`~polyonnx.krnl.ir.loop_box`),
+    narrowed by the statement's one-iterator guards; a statement with a guard on several
+    iterators, or in a loop whose bounds depend on an outer one, is not checked for bounds (its
+    box would over-approximate). Run-time computed
+    indices (Gather's, say) are checked by the code that computes them.
+
+    Example:
+        >>> i = ir.Aff.var("i")
+        >>> s = ir.Stmt("S0", ir.Access("y", (i,)), ir.Load("x", (i + 1,), "float32"))
+        >>> k = ir.Kernel("k0_Add", (ir.Buffer("x", "float32", (4,), "input"),
+        ...     ir.Buffer("y", "float32", (4,), "output")), (ir.Loop("i", 0, 4, (s,)),), ("add",))
+        >>> check_lowered(k)
+        Traceback (most recent call last):
+        ...
+        polyonnx.errors.ShapeError: node 'add': its lowering reads x[i + 1] up to index 4 of \
+axis 0, which has 4 elements: the op does not accept its inputs' shapes (or polyonnx has a bug)
+    """
+    shapes = {b.name: b.shape for b in kernel.buffers}
+    nodes = ", ".join(repr(n) for n in kernel.ops) or repr(kernel.name)
+
+    def fail(what: str) -> ShapeError:
+        return ShapeError(
+            f"node{'s' if len(kernel.ops) > 1 else ''} {nodes}: its lowering {what}: the op "
+            "does not accept its inputs' shapes (or polyonnx has a bug)"
+        )
+
+    for loops, stmt in kernel.statements():
+        # A bound on an outer iterator makes the box too large for indices that combine them.
+        rectangular = all(not lp.lower.terms and not lp.upper.terms for lp in loops)
+        box = _guarded_box(ir.loop_box(loops), stmt.guards) if rectangular else None
+        accesses = [("writes", stmt.write.buffer, stmt.write.index)]
+        accesses += [
+            ("reads", e.buffer, e.index) for e in ir.walk(stmt.body) if isinstance(e, ir.Load)
+        ]
+        for verb, buffer, index in accesses:
+            shape = shapes.get(buffer)
+            if shape is None:
+                raise fail(f"{verb} {buffer}, which is not among its buffers")
+            if len(index) != len(shape):
+                raise fail(f"indexes {buffer} (rank {len(shape)}) with {len(index)} subscripts")
+            if box is None or any(hi < lo for lo, hi in box.values()):
+                continue  # not checked, or no iterations
+            for axis, (i, extent) in enumerate(zip(index, shape, strict=True)):
+                if not isinstance(i, ir.Aff):
+                    continue
+                lo, hi = i.extremes(box)
+                if lo < 0 or hi >= extent:
+                    at = f"index {lo}" if lo < 0 else f"up to index {hi}"
+                    subscripts = ", ".join(map(str, index))
+                    raise fail(
+                        f"{verb} {buffer}[{subscripts}] {at} of axis {axis}, which has "
+                        f"{extent} elements"
+                    )
+
+
+def _guarded_box(
+    box: dict[str, tuple[int, int]], guards: tuple[ir.Cond, ...]
+) -> dict[str, tuple[int, int]] | None:
+    """``box`` narrowed by the guards on one iterator each; None if a guard has several."""
+    for g in guards:
+        terms = g.aff.terms
+        if len(terms) != 1:
+            if terms:
+                return None
+            continue
+        (name, c), k = terms[0], g.aff.const
+        lo, hi = box[name]
+        if g.eq:  # c*i + k == 0
+            if k % c:
+                lo, hi = 1, 0
+            else:
+                lo, hi = max(lo, -k // c), min(hi, -k // c)
+        elif c > 0:  # i >= ceil(-k / c)
+            lo = max(lo, -(k // c))
+        else:  # i <= floor(k / -c)
+            hi = min(hi, k // -c)
+        box = {**box, name: (lo, hi)}
+    return box

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from polyonnx.errors import ShapeError
 from polyonnx.krnl import ir
-from polyonnx.krnl.verify import verify
+from polyonnx.krnl.verify import check_lowered, verify
 
 I, J = ir.Aff.var("i"), ir.Aff.var("j")
 X = ir.Buffer("x", "float32", (4, 4), "input")
@@ -100,3 +101,30 @@ def test_iterator_may_repeat_in_sibling_loops() -> None:
             )
         )
     )
+
+
+def test_check_lowered_accepts_in_bound_and_guarded_accesses() -> None:
+    # x[i - 1] is read only where the guard i >= 1 holds; x[j] in a loop whose bound depends
+    # on i is left unchecked (the box would say j reaches 4 with i).
+    guarded = ir.Stmt(
+        "S0", ir.Access("y", (I, J)), ir.Load("x", (I - 1, J), "float32"), (ir.ge(I, 1),)
+    )
+    triangle = ir.Loop("i", 0, 4, (ir.Loop("j", 0, I + 1, (copy("S1"),)),))
+    check_lowered(kernel(loops(guarded), triangle))
+
+
+@pytest.mark.parametrize(
+    ("index", "guards", "message"),
+    [
+        ((I + 1, J), (), r"reads x\[i \+ 1, j\] up to index 4 of axis 0, which has 4 elements"),
+        ((I, J - 1), (ir.ge(J, 0),), r"reads x\[i, j - 1\] index -1 of axis 1"),
+        ((I,), (), r"indexes x \(rank 2\) with 1 subscripts"),
+    ],
+)
+def test_check_lowered_refuses_out_of_bounds(
+    index: tuple[ir.Index, ...], guards: tuple[ir.Cond, ...], message: str
+) -> None:
+    stmt = ir.Stmt("S0", ir.Access("y", (I, J)), ir.Load("x", index, "float32"), guards)
+    bad = ir.Kernel("k0_Add", (X, Y), (loops(stmt),), ("add_0",))
+    with pytest.raises(ShapeError, match=r"node 'add_0': its lowering " + message):
+        check_lowered(bad)

@@ -6,8 +6,11 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper, numpy_helper
 
+import polyonnx
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, lower_node, supported_ops
@@ -147,6 +150,37 @@ def test_batch_norm_training_unsupported() -> None:
     )
     with pytest.raises(UnsupportedOpError, match="training mode"):
         lower(graph, with_attrs(node, training_mode=1))
+
+
+def per_channel_model(op: str, scale: str, size: int) -> onnx.ModelProto:
+    """``op`` on x: float32[3, 3, 4, 6] (after a Tanh) with per-channel inputs of ``size``
+    elements, or with the activation itself as the scale when ``scale`` is "t"."""
+    params = ["s", "b", "m", "v"] if op == "BatchNormalization" else ["s", "b"]
+    inits = [numpy_helper.from_array(rand(size) ** 2 + 1, p) for p in params]
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 3, 4, 6])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["t"]),
+        helper.make_node(op, ["t", scale, *params[1:]], ["y"], name="norm"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("op", ["BatchNormalization", "InstanceNormalization"])
+@pytest.mark.parametrize("size", [2, 4])
+def test_normalization_parameters_one_per_channel(op: str, size: int) -> None:
+    # ONNX's checker accepts a scale of the wrong size (only strict shape inference objects);
+    # onnxruntime refuses it, and read by channel it would give a wrong answer or run out of
+    # bounds.
+    with pytest.raises(ShapeError, match=rf"'norm' \({op}\): input 1 's' has shape \[{size}\]"):
+        polyonnx.compile(per_channel_model(op, "s", size))
+
+
+def test_activation_as_batch_norm_scale() -> None:
+    # A fuzzed model (seed 7341771): BatchNormalization's scale renamed to a 4-D activation.
+    with pytest.raises(ShapeError, match=r"input 1 't' has shape \[3, 3, 4, 6\]; it must be \[3\]"):
+        polyonnx.compile(per_channel_model("BatchNormalization", "t", 3))
 
 
 def test_lrn_needs_size() -> None:
