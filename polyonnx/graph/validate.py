@@ -449,10 +449,11 @@ def _per_channel(*inputs: int) -> Callable[[Node, list[tuple[int, ...] | None]],
             return
         channels = shapes[0][1]
         for k in inputs:
-            if k < len(shapes) and shapes[k] is not None and shapes[k] != (channels,):
+            shape = shapes[k] if k < len(shapes) else None
+            if shape is not None and shape != (channels,):
                 raise ShapeError(
                     f"node {node.name!r} ({node.op_type}): input {k} {node.inputs[k]!r} has "
-                    f"shape {list(shapes[k])}; it must be [{channels}], one value per channel "
+                    f"shape {list(shape)}; it must be [{channels}], one value per channel "
                     f"of X {list(shapes[0])}"
                 )
 

@@ -156,7 +156,9 @@ axis 0, which has 4 elements: the op does not accept its inputs' shapes (or poly
         # A bound on an outer iterator makes the box too large for indices that combine them.
         rectangular = all(not lp.lower.terms and not lp.upper.terms for lp in loops)
         box = _guarded_box(ir.loop_box(loops), stmt.guards) if rectangular else None
-        accesses = [("writes", stmt.write.buffer, stmt.write.index)]
+        accesses: list[tuple[str, str, tuple[ir.Index, ...]]] = [
+            ("writes", stmt.write.buffer, stmt.write.index)
+        ]
         accesses += [
             ("reads", e.buffer, e.index) for e in ir.walk(stmt.body) if isinstance(e, ir.Load)
         ]
