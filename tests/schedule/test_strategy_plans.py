@@ -106,3 +106,20 @@ def test_a_gemv_streams_its_matrix_in_chunks_of_a_few_rows_outside_the_tiles(thr
     arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
     want, got = run(s, arrays), run(tiled, arrays)
     np.testing.assert_allclose(got["C"], want["C"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_a_few_rows_are_one_register_tile_and_stream_the_matrix(m):
+    # C[i, j] = sum_k A[i, k] * B[k, j] for 2-3 rows: all rows in one tile (a tile of 8 rows
+    # over 2 would leave only ragged edge tiles, in general code), and B, read by that one
+    # tile only, streams in chunks of a few rows as a GEMV's does.
+    kernel = matmul(m, 1000, 64)
+    tiling = Tiling.for_vector_bits(512, threads=1)
+    s = Schedule.from_kernel(kernel)
+    red = plan_kernel(s, tiling).nests[0]
+    assert isinstance(red, ReductionPlan)
+    assert (red.outer[red.row], red.rows) == ("i", m)
+    assert red.chunks == Chunks(0, tiling.streams, 0)
+    tiled = apply_kernel_plan(s, plan_kernel(s, tiling)).verify()
+    arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
+    np.testing.assert_allclose(run(tiled, arrays)["C"], run(s, arrays)["C"], rtol=1e-5)

@@ -304,9 +304,12 @@ def plan_reduction(
     if nest.after:
         return plan
     # Chunks keep a slice of the vector operand in cache while other tiles reuse it; without
-    # a tile loop that reads the same slice, the operand is streamed once (a GEMV's weights).
+    # a tile loop that reads the same slice, the operand is streamed once (a GEMV's weights,
+    # or a MatMul of a few rows, all in one register tile, by a B it cannot pack).
     reused = any(
-        k != lane and extent(nest.outer, n) >= 2 and all(o.invariant(n) for o in moving)
+        k != lane
+        and extent(nest.outer, n) > (rows if k == plan.row else 1)
+        and all(o.invariant(n) for o in moving)
         for k, n in enumerate(names)
     )
     if not reused:

@@ -69,10 +69,18 @@ class Tiling:
         return max(self.vector // self.lanes, 1)
 
     def rows(self, extent: int, budget: int | None = None) -> int:
-        """Unrolled rows for a loop of ``extent``: the largest divisor of it between half the
-        budget and the budget (:attr:`unroll`, or less), so the tiles have no ragged edge,
-        else the budget."""
+        """Unrolled rows for a loop of ``extent``: all of it when it fits the budget
+        (:attr:`unroll`, or less), else the largest divisor of it between half the budget and
+        the budget, so the tiles have no ragged edge, else the budget.
+
+        Example:
+            >>> t = Tiling.for_vector_bits(512)
+            >>> t.unroll, t.rows(3), t.rows(28), t.rows(29)
+            (8, 3, 7, 8)
+        """
         most = max(min(self.unroll, budget if budget is not None else self.unroll), 1)
+        if extent <= most:  # (one tile: a tile larger than the loop would be all edge)
+            return max(extent, 1)
         for u in range(most, max(most // 2, 1) - 1, -1):
             if extent % u == 0:
                 return u

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.krnl.harness import check_op, rand
+from polyonnx.krnl.lower.gemm import PACK_MIN_ROWS
+from tests.krnl.harness import check_op, graph_from_model, make_model, node_kernel, rand
 
 
 @pytest.mark.parametrize("trans_a", [0, 1])
@@ -53,7 +54,19 @@ def test_matmul_int() -> None:
 
 
 def test_matmul_through_packed_panels() -> None:
-    # N >= 64 and K >= 32: B is read through 32-column panels (packed by a nest, or at
-    # compile time when constant), including a ragged last panel and batch dimensions.
-    check_op("MatMul", [("a", rand(5, 40)), ("b", rand(40, 70, seed=1))])
+    # N >= 64 and K >= 32: B is read through 32-column panels (packed by a nest when A has
+    # PACK_MIN_ROWS rows, or at compile time when constant), including a ragged last panel
+    # and batch dimensions.
+    check_op("MatMul", [("a", rand(PACK_MIN_ROWS, 40)), ("b", rand(40, 70, seed=1))])
     check_op("MatMul", [("a", rand(2, 3, 40)), ("b", rand(40, 96, seed=2))], constants=("b",))
+
+
+@pytest.mark.parametrize(("a_shape", "packed"), [((2, 40), False), ((2, 16, 40), True)])
+def test_a_run_time_b_is_packed_only_for_enough_rows(a_shape: tuple, packed: bool) -> None:
+    # Two rows read B once each: packing it would cost two passes more than the product.
+    # Batches count as rows (each batch reads all of B).
+    model = make_model("MatMul", [("a", rand(*a_shape)), ("b", rand(40, 96, seed=3))])
+    graph = graph_from_model(model)
+    kernel = node_kernel(graph, graph.nodes[0])
+    assert any(b.name.endswith("__panels") for b in kernel.buffers) == packed
+    check_op("MatMul", [("a", rand(*a_shape)), ("b", rand(40, 96, seed=3))])
