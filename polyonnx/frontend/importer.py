@@ -13,11 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -95,7 +96,9 @@ def import_model(
     if any(o and o not in values for n in nodes for o in n.outputs) or any(
         n.op_type in CONTROL_FLOW | SEQUENCE_OPS and not n.domain for n in nodes
     ):
-        nodes = _type_the_rest(nodes, values, constants, default_opset(proto), names, sequences)
+        nodes = _type_the_rest(
+            nodes, values, constants, default_opset(proto), names, sequences, expand
+        )
     outputs = _flatten_sequences(gp.output, sequences, values, nodes, names)
     for o in outputs:
         if o not in values:
@@ -180,10 +183,13 @@ def _type_the_rest(
     opset: int,
     names: set[str],
     sequences: SequenceLists,
+    unlowered: Callable[[str, int], bool] | None = None,
 ) -> list[Node]:
     """Types every node output ONNX inference left open, in topological order, expands
     If nodes into their branches (:mod:`polyonnx.frontend.control`) and sequence ops into
-    plain nodes, recording the sequences in ``sequences``; returns the nodes.
+    plain nodes, recording the sequences in ``sequences``; returns the nodes. A node that
+    cannot be typed whose op ``unlowered(op_type, opset)`` says has no lowering is refused
+    as unsupported (the reason that matters), not for its shapes.
 
     ONNX data propagation misses some shape arithmetic (e.g. a Concat of a computed dim with an
     initializer feeding a Reshape). So small constant-only computations are evaluated here,
@@ -226,9 +232,26 @@ def _type_the_rest(
             push(replacement.nodes)
             continue
         typed.append(n)
-        _type_outputs(n, values, {**constants, **known}, known, opset, n.name in merges)
+        with _unsupported_if_unlowered(n, opset, unlowered):
+            _type_outputs(n, values, {**constants, **known}, known, opset, n.name in merges)
         _propagate_known(n, values, known, opset)
     return typed
+
+
+@contextlib.contextmanager
+def _unsupported_if_unlowered(
+    n: Node, opset: int, unlowered: Callable[[str, int], bool] | None
+) -> Iterator[None]:
+    """A :class:`ShapeError` typing ``n`` raised as :class:`UnsupportedOpError` when its op
+    has no lowering: StringNormalizer or NonMaxSuppression is refused for what it is."""
+    try:
+        yield
+    except ShapeError as e:
+        if n.domain or unlowered is None or not unlowered(n.op_type, opset):
+            raise
+        raise UnsupportedOpError(
+            n.op_type, opset, n.name, f"no lowering registered (and {e})"
+        ) from None
 
 
 def _flatten_sequences(

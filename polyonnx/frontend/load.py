@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError, Message
@@ -349,16 +350,63 @@ def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.Mod
         if opset >= DEFAULT_MIN_OPSET:
             return model
         try:
-            return version_converter.convert_version(model, DEFAULT_MIN_OPSET)
+            converted = version_converter.convert_version(model, DEFAULT_MIN_OPSET)
         except Exception:  # the converter raises assorted C++ errors
             # Old ops that the converter cannot upgrade may still have a lowering at their own
             # opset; the lowering registry decides later.
             return model
+        # (Its Scan 8 -> 9 adapter drops the batch axis from the graph's inputs: a model whose
+        # interface changed is not the user's model. The registry then decides, as above.)
+        return converted if _keeps_interface(model, converted) else model
     if target == opset:
         return model
     try:
-        return version_converter.convert_version(model, target)
+        converted = version_converter.convert_version(model, target)
     except Exception as e:  # the converter raises assorted C++ errors
         raise ModelError(
             f"{where}: cannot convert from opset {opset} to {target}: {_one_line(e)}"
         ) from None
+    if not _keeps_interface(model, converted):
+        raise ModelError(
+            f"{where}: converting from opset {opset} to {target} changes the graph's inputs or "
+            "outputs (ONNX's version converter cannot upgrade some op faithfully)"
+        )
+    return converted
+
+
+def _keeps_interface(model: onnx.ModelProto, converted: onnx.ModelProto) -> bool:
+    """Whether ``converted`` takes and gives what ``model`` does: the same inputs and outputs,
+    element types and ranks, and every dim ``model`` fixes fixed alike (a dim it leaves open
+    may have been inferred)."""
+    a, b = _interface(model), _interface(converted)
+    if [n for n, _ in a] != [n for n, _ in b]:
+        return False
+    for (_, t), (_, u) in zip(a, b, strict=True):
+        if t == u or (not isinstance(t, bytes) and t[1] is None and t[0] == u[0]):
+            continue
+        if isinstance(t, bytes) or isinstance(u, bytes) or t[0] != u[0] or u[1] is None:
+            return False
+        if len(t[1]) != len(u[1]) or any(
+            d is not None and d != e for d, e in zip(t[1], u[1], strict=True)
+        ):
+            return False
+    return True
+
+
+def _interface(model: onnx.ModelProto) -> list[tuple[str, Any]]:
+    """The graph's inputs and outputs: names, and for a tensor its element type and fixed
+    dims (a symbolic or unnamed dim is None: the converter names the unnamed ones), for
+    another type its serialised form."""
+    out: list[tuple[str, Any]] = []
+    for v in (*model.graph.input, *model.graph.output):
+        t = v.type.tensor_type if v.type.HasField("tensor_type") else None
+        if t is None:
+            out.append((v.name, v.type.SerializeToString()))
+            continue
+        dims = (
+            tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+            if t.HasField("shape")
+            else None
+        )
+        out.append((v.name, (t.elem_type, dims)))
+    return out

@@ -4,6 +4,7 @@
     python -m tests.backend.run_suite -k reduce -v    # cases whose name contains "reduce"
     python -m tests.backend.run_suite --update        # rewrite expected_pass.txt
     python -m tests.backend.run_suite --kind all      # also the simple / pytorch-* model suites
+    python -m tests.backend.run_suite --alone         # each case in a fresh process
 
 Each case runs in a worker process; a case that crashes its worker or exceeds ``--timeout`` is
 a failure and the worker is replaced, so one bad case never stops the run. The summary counts
@@ -65,7 +66,9 @@ class _Slot:
         self.conn.close()
 
 
-def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str, dict]:
+def run(
+    names: list[str], jobs: int, timeout: float, verbose: bool, alone: bool = False
+) -> dict[str, dict]:
     ctx = mp.get_context("spawn")
     pending = list(reversed(names))
     slots = [_Slot(ctx) for _ in range(min(jobs, len(names)) or 1)]
@@ -89,7 +92,10 @@ def run(names: list[str], jobs: int, timeout: float, verbose: bool) -> dict[str,
         left = min(s.started + timeout - now for s in busy)
         ready = wait([s.conn for s in busy], timeout=max(left, 0.01))
         for i, s in enumerate(slots):
-            if s.task is not None and _finished(s, ready, timeout, record):
+            if s.task is None:
+                continue
+            task = s.task
+            if _finished(s, ready, timeout, record) or (alone and task in results):
                 s.kill()
                 slots[i] = _Slot(ctx)
     for s in slots:
@@ -180,13 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         help="node (default), all, or a comma-separated list of node and "
         + ", ".join(suite.MODEL_KINDS),
     )
+    p.add_argument("--alone", action="store_true", help="run each case in a fresh process (slower)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
 
     kinds = ("node", *suite.MODEL_KINDS) if args.kind == "all" else tuple(args.kind.split(","))
     names = [n for kind in kinds for n in suite.load_cases(kind) if args.k in n]
     start = time.perf_counter()
-    results = run(names, args.jobs, args.timeout, args.verbose)
+    results = run(names, args.jobs, args.timeout, args.verbose, args.alone)
     table, by_op = summarise(results)
     print(table)
     if args.ops:

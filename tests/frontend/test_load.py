@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
-from polyonnx.errors import ModelError, ShapeError
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend import import_model, load_model
 from polyonnx.graph.passes import optimize, verify
 
@@ -353,3 +353,45 @@ def test_prelu_before_opset_7_takes_a_slope_per_channel():
     feed = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4)
     (got,) = polyonnx.InferenceSession(m).run(None, {"x": feed})
     np.testing.assert_allclose(got, np.where(feed < 0, feed * slope[:, None], feed), rtol=1e-6)
+
+
+def test_an_upgrade_that_changes_the_inputs_is_not_taken():
+    # ONNX's version converter turns a batched Scan-8 into a Scan-9 over inputs without the
+    # batch axis: the model polyonnx would compile would no longer take the user's feeds.
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "x"], ["s2"]), helper.make_node("Identity", ["s2"], ["o"])],
+        "body",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("s", "x")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("s2", "o")],
+    )
+    scan = helper.make_node("Scan", ["", "init", "xs"], ["y", "z"], body=body, num_scan_inputs=1)
+    graph = helper.make_graph(
+        [scan],
+        "scan8",
+        [
+            helper.make_tensor_value_info("init", TensorProto.FLOAT, [1, 2]),
+            helper.make_tensor_value_info("xs", TensorProto.FLOAT, [1, 3, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 2]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    with pytest.raises(UnsupportedOpError, match="Scan at opset 8.*batched"):
+        polyonnx.compile(model)
+
+
+def test_an_op_without_lowering_or_static_shape_is_unsupported():
+    # NonMaxSuppression's output extent depends on the data: ONNX gives it no static shape,
+    # but what the user needs to hear is that polyonnx does not lower the op.
+    inputs = [
+        helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 6]),
+    ]
+    out = helper.make_tensor_value_info("selected", TensorProto.INT64, None)
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["selected"], name="nms")
+    graph = helper.make_graph([node], "nms", inputs, [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOpError, match="NonMaxSuppression.*'nms'.*no lowering"):
+        polyonnx.compile(model)
