@@ -382,13 +382,16 @@ def _keeps_interface(model: onnx.ModelProto, converted: onnx.ModelProto) -> bool
     if [n for n, _ in a] != [n for n, _ in b]:
         return False
     for (_, t), (_, u) in zip(a, b, strict=True):
-        if t == u or (not isinstance(t, bytes) and t[1] is None and t[0] == u[0]):
+        if t == u:
             continue
-        if isinstance(t, bytes) or isinstance(u, bytes) or t[0] != u[0] or u[1] is None:
+        if isinstance(t, bytes) or isinstance(u, bytes) or t[0] != u[0]:
+            return False  # another type (or a sequence's, serialised, changed)
+        (_, dims), (_, new_dims) = t, u
+        if dims is None:
+            continue  # no shape given: any inferred one is a refinement
+        if new_dims is None or len(dims) != len(new_dims):
             return False
-        if len(t[1]) != len(u[1]) or any(
-            d is not None and d != e for d, e in zip(t[1], u[1], strict=True)
-        ):
+        if any(d is not None and d != e for d, e in zip(dims, new_dims, strict=True)):
             return False
     return True
 

@@ -129,8 +129,8 @@ def check_lowered(kernel: ir.Kernel) -> None:
     The iterations are the box of the loop bounds (:func:`~polyonnx.krnl.ir.loop_box`),
     narrowed by the statement's one-iterator guards; a statement with a guard on several
     iterators, or in a loop whose bounds depend on an outer one, is not checked for bounds (its
-    box would over-approximate). Run-time computed
-    indices (Gather's, say) are checked by the code that computes them.
+    box would over-approximate). Run-time computed indices (Gather's, say) are checked by the
+    code that computes them.
 
     Example:
         >>> i = ir.Aff.var("i")

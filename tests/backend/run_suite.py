@@ -94,8 +94,8 @@ def run(
         for i, s in enumerate(slots):
             if s.task is None:
                 continue
-            task = s.task
-            if _finished(s, ready, timeout, record) or (alone and task in results):
+            # (a case that finished clears its slot's task; --alone then retires the worker)
+            if _finished(s, ready, timeout, record) or (alone and s.task is None):
                 s.kill()
                 slots[i] = _Slot(ctx)
     for s in slots:
