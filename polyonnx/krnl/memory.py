@@ -119,8 +119,8 @@ def plan_memory(program: Program) -> MemoryPlan:
     slots: dict[str, Slot] = {}
     for i, v in enumerate(program.inputs):
         slots[v.name] = Slot("input", i)
-    for j, v in enumerate(program.outputs):
-        slots[program.root(v.name)] = Slot("output", j)
+    for j, name in enumerate(program.output_buffers):
+        slots[program.root(name)] = Slot("output", j)
     # The extents of data-dependent outputs come back as extra outputs after the graph's.
     for k, name in enumerate(program.counts):
         slots[name] = Slot("output", len(program.outputs) + k)

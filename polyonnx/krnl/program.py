@@ -55,6 +55,10 @@ class Program:
     borders: Mapping[str, ir.Border] = field(default_factory=dict)
     """Zero-bordered buffers by name (see :mod:`polyonnx.krnl.borders`): their borders must
     be zero when a run starts, and no kernel writes them."""
+    output_buffers: tuple[str, ...] = ()
+    """The buffer each output slot is bound to, in order: the output's own name, unless the
+    name is also an input's or an earlier output's (ONNX allows both; buffers are bound to
+    slots by name, so such an output gets a copy under a name of its own)."""
     guards: Mapping[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
     """Kernel name -> its guard (the nodes' :attr:`~polyonnx.graph.ir.Node.guard`, an If's
     branch): the entry point calls the kernel only when each bool value equals its flag."""
@@ -306,7 +310,9 @@ def build_program(
         dynamic.update(built.dynamic)
         if built.kernel.statements():  # zero-size outputs lower to nothing
             kernels.append(built.kernel)
-    kernels, storage, constants = _own_output_memory(graph, kernels, storage, constants, dynamic)
+    kernels, storage, constants, output_buffers = _own_output_memory(
+        graph, kernels, storage, constants, dynamic
+    )
 
     used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
     # An output with no elements needs no kernel.
@@ -331,6 +337,7 @@ def build_program(
         out_dynamic,
         counts,
         borders={b.buffer: b for b in borders.values()},
+        output_buffers=output_buffers,
         guards=guards,
     )
 
@@ -341,15 +348,20 @@ def _own_output_memory(
     storage: Mapping[str, str],
     constants: Mapping[str, np.ndarray],
     dynamic: Mapping[str, DynamicOutput],
-) -> tuple[list[ir.Kernel], dict[str, str], dict[str, np.ndarray]]:
+) -> tuple[list[ir.Kernel], dict[str, str], dict[str, np.ndarray], tuple[str, ...]]:
     """``kernels``, ``storage`` and ``constants`` with a copy kernel for each graph output that
     would share an input's, a constant's or another output's storage: a graph output must own
-    its memory (the caller's buffer)."""
+    its memory (the caller's buffer). Last, the buffer bound to each output slot (see
+    :attr:`Program.output_buffers`)."""
     kernels, storage, constants = list(kernels), dict(storage), dict(constants)
     input_names = {v.name for v in graph.inputs}
+    buffers = [v.name for v in graph.outputs]
     roots_taken: set[str] = set()
     # An output computed under its own name owns its memory before a view of it claims it.
-    for out in sorted(graph.outputs, key=lambda o: storage.get(o.name, o.name) != o.name):
+    for j in sorted(
+        range(len(buffers)), key=lambda j: storage.get(buffers[j], buffers[j]) != buffers[j]
+    ):
+        out = graph.outputs[j]
         root = storage.get(out.name, out.name)
         if not out.is_static:
             # Data-dependent extents exist only as outputs of the op that sizes them (the
@@ -371,7 +383,10 @@ def _own_output_memory(
                 # name of its own, since the output's slot is the caller's buffer.
                 root = f"{out.name}__const"
                 constants[root] = constants.pop(out.name)
-            k = _copy_kernel(f"k_copy_{out.name}", Value(root, src.dtype, src.shape), out)
+            if out.name in input_names or out.name in roots_taken:
+                buffers[j] = _fresh_name(f"{out.name}__output{j}", graph.values)
+            dst = Value(buffers[j], out.dtype, out.shape)
+            k = _copy_kernel(f"k_copy_{buffers[j]}", Value(root, src.dtype, src.shape), dst)
             # Kernels already built may read the output under its own name: the copy runs as
             # soon as its source exists (from the start for inputs and constants), before them.
             at = 1 + max(
@@ -384,9 +399,16 @@ def _own_output_memory(
                 default=-1,
             )
             kernels.insert(at, k)
-            storage[out.name] = out.name
+            storage[buffers[j]] = buffers[j]
             storage[k.buffers[0].name] = root
-            roots_taken.add(out.name)
+            roots_taken.add(buffers[j])
         else:
             roots_taken.add(root)
-    return kernels, storage, constants
+    return kernels, storage, constants, tuple(buffers)
+
+
+def _fresh_name(name: str, taken: Mapping[str, object]) -> str:
+    """``name``, suffixed until no value of the graph has it."""
+    while name in taken:
+        name += "_"
+    return name

@@ -32,3 +32,36 @@ def test_an_output_and_an_identity_of_it_are_both_returned():
     y, t = polyonnx.InferenceSession(m).run(None, {"x": x})
     np.testing.assert_array_equal(t, np.maximum(x, 0))
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_an_output_listed_twice_fills_both_slots():
+    # Regression: buffers are bound to output slots by name, so the first of two outputs of
+    # one name was never written (onnxruntime returns the value twice).
+    m = model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", [2, 3])],
+        [tensor("y", [2, 3]), tensor("y", [2, 3])],
+    )
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    sess = polyonnx.InferenceSession(m)
+    assert [o.name for o in sess.get_outputs()] == ["y", "y"]
+    a, b = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(a, np.maximum(x, 0))
+    np.testing.assert_array_equal(b, np.maximum(x, 0))
+
+
+def test_an_input_that_is_also_an_output_is_returned_unchanged():
+    # Regression: the output slot took the input's name, so the model read its input from the
+    # caller's output buffer.
+    m = model(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        [tensor("x", [2, 3])],
+        [tensor("y", [2, 3]), tensor("x", [2, 3])],
+    )
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    sess = polyonnx.InferenceSession(m)
+    assert [o.name for o in sess.get_outputs()] == ["y", "x"]
+    y, same = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, -x)
+    np.testing.assert_array_equal(same, x)
+    assert sess.run(["x"], {"x": x})[0].tolist() == x.tolist()
