@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import onnx
@@ -66,8 +66,8 @@ def load_model(
     # get a copy without the large weights, which stay where they are in ``proto``.
     try:
         slim, added = _without_weights(proto)  # (reads the model's names: bad UTF-8 raises)
-        unshaped = _outputs_without_shape(slim.graph)
-        for t in unshaped:  # (the checker wants the field; shape inference fills it below)
+        unshaped = _without_shape(slim.graph)
+        for t in unshaped:  # (the checker wants the field; inference fills the outputs' below)
             t.shape.SetInParent()
         onnx.checker.check_model(slim)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
@@ -76,7 +76,10 @@ def load_model(
         t.ClearField("shape")
     if slim.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
+        _explicit_defaults(slim)
         slim = inliner.inline_local_functions(slim)
+    if 5 <= default_opset(slim) < 13:
+        _flatten_hardmax(slim.graph)
     slim = _convert(slim, target_opset, where)
     try:
         slim = infer_checked(slim, infer_shapes, where)
@@ -122,15 +125,15 @@ def _negative_dims_are_dynamic(graph: onnx.GraphProto) -> None:
                     d.ClearField("dim_value")
 
 
-def _outputs_without_shape(graph: onnx.GraphProto) -> list[onnx.TypeProto.Tensor]:
-    """The tensor types of the graph outputs written with an element type but no shape field
-    (``make_tensor_value_info(name, FLOAT, None)``): onnxruntime runs such models, taking the
-    shapes from inference, and ONNX's checker refuses them ("Field 'shape' of 'type' is
-    required")."""
+def _without_shape(graph: onnx.GraphProto) -> list[onnx.TypeProto.Tensor]:
+    """The tensor types of the graph inputs and outputs written with an element type but no
+    shape field (``make_tensor_value_info(name, FLOAT, None)``): onnxruntime runs such models,
+    taking an input's shape from its feed and an output's from inference, and ONNX's checker
+    refuses them ("Field 'shape' of 'type' is required")."""
     return [
-        o.type.tensor_type
-        for o in graph.output
-        if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")
+        v.type.tensor_type
+        for v in (*graph.input, *graph.output)
+        if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")
     ]
 
 
@@ -342,6 +345,65 @@ def _channel_slopes(graph: onnx.GraphProto) -> None:
                 if vi.name == slope.name and vi.type.HasField("tensor_type"):
                     for _ in range(len(dims) - 2):
                         vi.type.tensor_type.shape.dim.add().dim_value = 1
+
+
+def _bodies(n: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs among ``n``'s attributes (If, Loop and Scan bodies)."""
+    for a in n.attribute:
+        if a.HasField("g"):
+            yield a.g
+        yield from a.graphs
+
+
+def _explicit_defaults(model: onnx.ModelProto) -> None:
+    """Each call of a model-local function gets the attributes it leaves to the function's
+    defaults (``FunctionProto.attribute_proto``) written out: ONNX's inliner drops defaults,
+    and the body's references to them would fall back to the called ops' own defaults."""
+    defaults = {
+        (f.domain, f.name, f.overload): f.attribute_proto
+        for f in model.functions
+        if f.attribute_proto
+    }
+    if not defaults:
+        return
+
+    def fill(nodes: Iterable[onnx.NodeProto]) -> None:
+        for n in nodes:
+            for g in _bodies(n):
+                fill(g.node)
+            given = {a.name for a in n.attribute}
+            for d in defaults.get((n.domain, n.op_type, n.overload), ()):
+                if d.name not in given:
+                    n.attribute.append(d)
+
+    fill(model.graph.node)
+    for f in model.functions:
+        fill(f.node)
+
+
+def _flatten_hardmax(graph: onnx.GraphProto) -> None:
+    """Hardmax before opset 13 works on its input coerced to 2-D at ``axis`` (default 1), and
+    ONNX's version converter upgrades it without changing it (so a later opset would take the
+    maximum along ``axis`` alone): each becomes ``Reshape(Hardmax(Flatten(x, axis), axis=1),
+    Shape(x))``, which means the same at every opset."""
+    nodes: list[onnx.NodeProto] = []
+    for n in graph.node:
+        for g in _bodies(n):
+            _flatten_hardmax(g)
+        if n.op_type != "Hardmax" or n.domain not in ("", "ai.onnx"):
+            nodes.append(n)
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+        x, y = n.input[0], n.output[0]
+        tag = f"{y}__hardmax"
+        nodes += [
+            onnx.helper.make_node("Flatten", [x], [f"{tag}_2d"], axis=axis),
+            onnx.helper.make_node("Hardmax", [f"{tag}_2d"], [f"{tag}_max"], n.name, axis=1),
+            onnx.helper.make_node("Shape", [x], [f"{tag}_shape"]),
+            onnx.helper.make_node("Reshape", [f"{tag}_max", f"{tag}_shape"], [y]),
+        ]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.ModelProto:

@@ -220,7 +220,9 @@ def _dynamic_shapes(meta: Mapping[str, Any]) -> dict[int, DynamicShape]:
     }
 
 
-def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
+def _check_feed(arg: NodeArg, value: Any, ranked: bool = True) -> np.ndarray:
+    """``value`` as the native code takes it, if it has ``arg``'s dtype and (when ``ranked``:
+    the input declares a shape) its rank and fixed dims."""
     if not isinstance(value, np.ndarray):
         if np.isscalar(value) or isinstance(value, list | tuple):
             value = np.asarray(value)
@@ -232,7 +234,7 @@ def _check_feed(arg: NodeArg, value: Any) -> np.ndarray:
         raise InputError(
             f"input {arg.name!r}: expected dtype {arg.dtype} ({arg.type}), got {value.dtype}"
         )
-    want = tuple(arg.shape)
+    want = tuple(arg.shape) if ranked else value.shape
     if value.ndim != len(want) or any(
         isinstance(w, int) and w != d for w, d in zip(want, value.shape, strict=True)
     ):
@@ -280,10 +282,20 @@ class InferenceSession:
             self._inputs, self._outputs = exe.inputs, exe.outputs
             self._by_shapes[self._key_of(exe.inputs)] = exe
             self._proto = None
+            self._unranked: frozenset[str] = frozenset()
             return
         self._proto = load_model(model)
         self._inputs, self._outputs = _declared_io(self._proto)
-        if input_shapes or all(isinstance(d, int) for a in self._inputs for d in a.shape):
+        # Inputs declared without a shape (onnxruntime takes any): their rank comes from the
+        # first feed, as symbolic dims do.
+        self._unranked = frozenset(
+            vi.name
+            for vi in self._proto.graph.input
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
+        ) - {t.name for t in self._proto.graph.initializer}
+        if input_shapes or (
+            not self._unranked and all(isinstance(d, int) for a in self._inputs for d in a.shape)
+        ):
             exe = self._compile(input_shapes)
             self._inputs, self._outputs = exe.inputs, exe.outputs
 
@@ -327,7 +339,9 @@ class InferenceSession:
             if unknown:
                 raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
             raise InputError(f"missing input(s) {[n for n in names if n not in input_feed]}")
-        feeds = [_check_feed(a, input_feed[a.name]) for a in self._inputs]
+        feeds = [
+            _check_feed(a, input_feed[a.name], a.name not in self._unranked) for a in self._inputs
+        ]
         exe = self._executable(feeds)
         outs = exe.run(feeds)
         if output_names is None:

@@ -395,3 +395,36 @@ def test_an_op_without_lowering_or_static_shape_is_unsupported():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(UnsupportedOpError, match="NonMaxSuppression.*'nms'.*no lowering"):
         polyonnx.compile(model)
+
+
+def test_hardmax_before_opset_13_works_on_the_input_flattened_at_axis():
+    # ONNX's version converter upgrades Hardmax 11 -> 13 unchanged, so the maximum was taken
+    # along axis 1 alone instead of over the axes from 1 on (a wrong answer).
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])
+    g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], axis=1)], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    feed = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    (got,) = polyonnx.InferenceSession(m).run(None, {"x": feed})
+    flat = feed.reshape(2, 12)
+    want = (np.arange(12) == flat.argmax(axis=1)[:, None]).astype(np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_local_functions_attribute_defaults_reach_its_body():
+    # ONNX's inliner drops FunctionProto.attribute_proto defaults: the body's LeakyRelu then
+    # took its own default alpha (0.01) instead of the function's (0.25).
+    leaky = helper.make_node("LeakyRelu", ["a"], ["b"])
+    leaky.attribute.append(helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT))
+    f = helper.make_function("my", "Leaky", ["a"], ["b"], [leaky], [helper.make_opsetid("", 18)])
+    f.attribute_proto.append(helper.make_attribute("alpha", 0.25))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    nodes = [helper.make_node("Leaky", ["x"], ["t"], domain="my")]
+    nodes.append(helper.make_node("Leaky", ["t"], ["y"], domain="my", alpha=0.5))
+    g = helper.make_graph(nodes, "g", [x], [y])
+    m = helper.make_model(
+        g, functions=[f], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("my", 1)]
+    )
+    (got,) = polyonnx.InferenceSession(m).run(None, {"x": np.array([-4, 0, 2], np.float32)})
+    np.testing.assert_allclose(got, [-0.5, 0, 2])

@@ -199,3 +199,25 @@ def test_sessions_take_schedule_traces():
         np.testing.assert_array_equal(a, b)
     with pytest.raises(polyonnx.ScheduleError):
         polyonnx.InferenceSession(m, schedules={"no_such_kernel": trace.to_json()})
+
+
+def _relu() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_input_written_without_a_shape_takes_its_feeds():
+    # make_tensor_value_info(name, FLOAT, None) for an input: onnxruntime takes any shape.
+    model = _relu()
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    sess = polyonnx.InferenceSession(model)
+    for shape in [(2, 3), (4,)]:
+        feed = np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        np.testing.assert_array_equal(sess.run(None, {"x": feed})[0], np.maximum(feed, 0))
+    (got,) = polyonnx.InferenceSession(model, input_shapes={"x": (5,)}).run(
+        None, {"x": np.ones(5, np.float32)}
+    )
+    assert got.shape == (5,)
