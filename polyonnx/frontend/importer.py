@@ -28,6 +28,7 @@ from onnx import helper, numpy_helper, shape_inference
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
 from polyonnx.frontend.functions import expand_functions
+from polyonnx.frontend.gradient import expand_gradients, gradient_output_types
 from polyonnx.frontend.load import (
     DATA_PROP_MAX_ELEMENTS,
     ModelSource,
@@ -104,14 +105,16 @@ def import_model(
         if o not in values:
             raise ModelError(f"graph output {o!r} is not produced by any node")
     return refuse_dynamic_inputs(
-        Graph(
-            name=gp.name or "main",
-            inputs=tuple(values[vi.name] for vi in inputs),
-            outputs=tuple(values[o] for o in outputs),
-            nodes=tuple(nodes),
-            values=values,
-            constants=constants,
-            opset=default_opset(proto),
+        expand_gradients(
+            Graph(
+                name=gp.name or "main",
+                inputs=tuple(values[vi.name] for vi in inputs),
+                outputs=tuple(values[o] for o in outputs),
+                nodes=tuple(nodes),
+                values=values,
+                constants=constants,
+                opset=default_opset(proto),
+            )
         )
     )
 
@@ -247,7 +250,11 @@ def _unsupported_if_unlowered(
     try:
         yield
     except ShapeError as e:
-        if n.domain or unlowered is None or not unlowered(n.op_type, opset):
+        if n.domain:  # (model-local functions are inlined by now: nothing knows this op)
+            raise UnsupportedOpError(
+                f"{n.domain}.{n.op_type}", None, n.name, "an op outside the ONNX standard"
+            ) from None
+        if unlowered is None or not unlowered(n.op_type, opset):
             raise
         raise UnsupportedOpError(
             n.op_type, opset, n.name, f"no lowering registered (and {e})"
@@ -348,6 +355,7 @@ def _type_outputs(
         for v in (
             _infer_alone(n, values, known, opset)
             or _range_output(n, known)
+            or gradient_output_types(n, values)
             or infer_outputs(n, values)
         ):
             values.setdefault(v.name, v)
