@@ -246,13 +246,14 @@ def _unsupported_if_unlowered(
     n: Node, opset: int, unlowered: Callable[[str, int], bool] | None
 ) -> Iterator[None]:
     """A :class:`ShapeError` typing ``n`` raised as :class:`UnsupportedOpError` when its op
-    has no lowering: StringNormalizer or NonMaxSuppression is refused for what it is."""
+    has no lowering or is outside the ONNX standard: StringNormalizer, NonMaxSuppression,
+    onnxruntime's contrib ops or ONNX-ML's are refused for what they are."""
     try:
         yield
     except ShapeError as e:
         if n.domain:  # (model-local functions are inlined by now: nothing knows this op)
             raise UnsupportedOpError(
-                f"{n.domain}.{n.op_type}", None, n.name, "an op outside the ONNX standard"
+                f"{n.domain}.{n.op_type}", None, n.name, f"an op outside the ONNX standard ({e})"
             ) from None
         if unlowered is None or not unlowered(n.op_type, opset):
             raise

@@ -66,6 +66,7 @@ def load_model(
     # get a copy without the large weights, which stay where they are in ``proto``.
     try:
         slim, added = _without_weights(proto)  # (reads the model's names: bad UTF-8 raises)
+        _default_domain_named_empty(slim)
         unshaped = _without_shape(slim.graph)
         for t in unshaped:  # (the checker wants the field; inference fills the outputs' below)
             t.shape.SetInParent()
@@ -345,6 +346,29 @@ def _channel_slopes(graph: onnx.GraphProto) -> None:
                 if vi.name == slope.name and vi.type.HasField("tensor_type"):
                     for _ in range(len(dims) - 2):
                         vi.type.tensor_type.shape.dim.add().dim_value = 1
+
+
+def _default_domain_named_empty(model: onnx.ModelProto) -> None:
+    """The default domain written ``ai.onnx`` (which the spec allows and onnxruntime runs)
+    becomes ``""``: ONNX's checker, converter and inliner only know the empty name."""
+    for imports in (model.opset_import, *(f.opset_import for f in model.functions)):
+        alias = [op for op in imports if op.domain == "ai.onnx"]
+        for op in alias:
+            if any(o.domain == "" for o in imports):
+                imports.remove(op)
+            else:
+                op.domain = ""
+
+    def rename(nodes: Iterable[onnx.NodeProto]) -> None:
+        for n in nodes:
+            if n.domain == "ai.onnx":
+                n.domain = ""
+            for g in _bodies(n):
+                rename(g.node)
+
+    rename(model.graph.node)
+    for f in model.functions:
+        rename(f.node)
 
 
 def _bodies(n: onnx.NodeProto) -> Iterator[onnx.GraphProto]:

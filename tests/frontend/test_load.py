@@ -284,7 +284,8 @@ def test_nodes_out_of_order_are_sorted_or_rejected():
 
 
 def test_fallback_shape_rule_for_untyped_values():
-    # A custom-domain op has no ONNX inference; the broadcast rule does not apply to it.
+    # A custom-domain op has no ONNX inference; the broadcast rule does not apply to it (and
+    # nothing lowers it: it is refused as unsupported).
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     nodes = [
@@ -295,7 +296,7 @@ def test_fallback_shape_rule_for_untyped_values():
         helper.make_graph(nodes, "g", [x], [y]),
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("my.ops", 1)],
     )
-    with pytest.raises(ShapeError, match="Mystery"):
+    with pytest.raises(UnsupportedOpError, match="my.ops.Mystery"):
         import_model(m)
 
 
@@ -428,3 +429,27 @@ def test_a_local_functions_attribute_defaults_reach_its_body():
     )
     (got,) = polyonnx.InferenceSession(m).run(None, {"x": np.array([-4, 0, 2], np.float32)})
     np.testing.assert_allclose(got, [-0.5, 0, 2])
+
+
+def test_the_default_domain_written_ai_onnx_is_the_default_domain():
+    # The spec's alias of "": onnxruntime runs it, ONNX's checker knew no Relu there.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], domain="ai.onnx")], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx", 13)])
+    (got,) = polyonnx.InferenceSession(m).run(None, {"x": np.array([-1, 0, 2], np.float32)})
+    np.testing.assert_array_equal(got, [0, 0, 2])
+
+
+@pytest.mark.parametrize("domain, op", [("com.microsoft", "FastGelu"), ("ai.onnx.ml", "Scaler")])
+def test_an_op_of_another_domain_is_unsupported_by_name(domain, op):
+    # onnxruntime's contrib ops (optimum's optimised exports) and ONNX-ML ops: refused as the
+    # op they are, not for the shape ONNX cannot give them.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], "n1", domain=domain)], "g", [x], [y])
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)]
+    )
+    with pytest.raises(UnsupportedOpError, match=rf"{domain}\.{op} \(node 'n1'\)"):
+        import_model(m)
