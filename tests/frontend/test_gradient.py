@@ -438,3 +438,22 @@ def test_wrong_arity_is_refused() -> None:
     m = _model([_n("Neg", ["a"])], {"a": (3,)}, ["a"], "y", grad_inputs=["a", "a"])
     with pytest.raises(ModelError, match="2 inputs"):
         import_model(m)
+
+
+def test_xs_that_are_initializers() -> None:
+    # (the weights are constants: the graph passes may fold the gradient at compile time)
+    w = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+    nodes = [_n("MatMul", ["x", "w"], "m"), _n("Tanh", ["m"], "t"), _n("ReduceSum", ["t"])]
+    m = _model(
+        nodes,
+        {"x": (4, 3)},
+        ["w"],
+        "y",
+        zs=["x"],
+        elem=TensorProto.FLOAT,
+        inits=[onnx.numpy_helper.from_array(w, "w")],
+    )
+    x = _feeds({"x": (4, 3)})["x"].astype(np.float32)
+    _, dw = polyonnx.InferenceSession(m).run(None, {"x": x})
+    t = np.tanh(x @ w)
+    np.testing.assert_allclose(dw, x.T @ (1 - t * t), rtol=1e-5, atol=1e-6)
