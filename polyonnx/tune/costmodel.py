@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class GradientBoosted:
         self._xgb = xgboost
         self.min_samples = min_samples
         self._fallback = RidgeNeighbours()
-        self._model = None
+        self._model: Any = None  # (an xgboost Booster once trained)
 
     def fit(self, x: Sequence[Sequence[float]], y: Sequence[float]) -> None:
         self._fallback.fit(x, y)

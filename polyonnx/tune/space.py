@@ -41,6 +41,7 @@ from polyonnx.schedule.strategies import (
     apply_kernel_plan,
     plan_kernel,
 )
+from polyonnx.schedule.strategies.tiling import KNOBS
 from polyonnx.schedule.trace import Trace
 from polyonnx.schedule.verbs import Directive, Unroll
 from polyonnx.schedule_driver import target_tiling
@@ -50,7 +51,15 @@ MAX_EXTRA_UNROLL = 8
 
 #: Exceptions an edited plan may raise while it is applied: it is then no candidate. (A plan
 #: field set out of range can fail anywhere in the applier, not only with ScheduleError.)
-INVALID = (ScheduleError, ValueError, IndexError, KeyError, AssertionError, TypeError)
+INVALID = (
+    ScheduleError,
+    ValueError,
+    IndexError,
+    KeyError,
+    AssertionError,
+    TypeError,
+    ArithmeticError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +102,11 @@ class SearchSpace:
         return self.planned(self.tiling)
 
     def planned(self, tiling: Tiling) -> Candidate:
-        return Candidate(tiling, plan_kernel(self.start, tiling, self.threads > 1))
+        """The strategies' plan with ``tiling``; ScheduleError if they cannot plan with it."""
+        try:
+            return Candidate(tiling, plan_kernel(self.start, tiling, self.threads > 1))
+        except INVALID as e:
+            raise ScheduleError(f"no plan with {tiling}: {type(e).__name__}: {e}") from None
 
     def sample(self, rng: random.Random) -> Candidate:
         """The target's tiling with its sizes drawn from the ranges that fit the target (its
@@ -110,12 +123,13 @@ class SearchSpace:
         return self.planned(tiling)
 
     def mutate(self, c: Candidate, rng: random.Random) -> Candidate:
-        """``c`` with one knob changed (possibly an invalid plan: :meth:`schedule` says)."""
+        """``c`` with one knob changed (possibly an invalid plan: :meth:`schedule` says; a
+        tiling the strategies cannot plan with is a ScheduleError here)."""
         roll = rng.random()
         if roll < 0.35:
-            f = rng.choice(dataclasses.fields(Tiling))
-            value = _nudge(getattr(c.tiling, f.name), rng)
-            return self.planned(dataclasses.replace(c.tiling, **{f.name: max(value, 0)}))
+            knob = rng.choice(sorted(KNOBS))
+            value = max(_nudge(getattr(c.tiling, knob), rng), KNOBS[knob])
+            return self.planned(dataclasses.replace(c.tiling, **{knob: value}))
         if roll < 0.85 and c.plan.nests:
             k = rng.randrange(len(c.plan.nests))
             edited = _edit_record(c.plan.nests[k], rng)

@@ -365,13 +365,13 @@ class _Search:
         for _ in range(POOL_FACTOR * batch * 2):
             if len(pool) >= POOL_FACTOR * batch:
                 break
-            if parents and rng.random() < 0.75:
-                cand = space.mutate(rng.choice(parents), rng)
-                if rng.random() < 0.3:
-                    cand = space.mutate(cand, rng)
-            else:
-                cand = space.sample(rng)
             try:
+                if parents and rng.random() < 0.75:
+                    cand = space.mutate(rng.choice(parents), rng)
+                    if rng.random() < 0.3:
+                        cand = space.mutate(cand, rng)
+                else:
+                    cand = space.sample(rng)
                 s = space.unverified(cand)
             except ScheduleError:
                 continue

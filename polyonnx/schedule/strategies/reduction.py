@@ -385,7 +385,9 @@ def _tile_shape(
     # one fewer): every loaded row value then feeds four vectors, not two. (GEMMs of
     # power-of-two sizes do not divide so: they keep one vector tile.)
     if row in shared and tiling.paired_rows:
-        paired = [p for p in (tiling.paired_rows, tiling.paired_rows - 1) if rows_extent % p == 0]
+        paired = [
+            p for p in (tiling.paired_rows, tiling.paired_rows - 1) if p and rows_extent % p == 0
+        ]
         partners = [
             n
             for n in names

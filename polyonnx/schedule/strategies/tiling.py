@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +86,17 @@ class Tiling:
             if extent % u == 0:
                 return u
         return most
+
+
+#: The fields of :class:`Tiling` a search may vary, each with its least valid value (the
+#: others, ``registers`` and ``lanes``, are facts of the target).
+KNOBS = MappingProxyType(
+    {
+        "unroll": 1,
+        "vector": 1,
+        "chunk_bytes": 64,
+        "paired_rows": 0,
+        "parallel_tiles": 1,
+        "streams": 1,
+    }
+)
