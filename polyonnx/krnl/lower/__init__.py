@@ -16,6 +16,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     elementwise,
     gather,
     gemm,
+    linalg,
     logical,
     loss,
     norm,
