@@ -1,9 +1,9 @@
 """Values whose extent depends on input data: their graph-level types.
 
-NonZero, Compress, Unique and TopK (with a K computed at run time) size some output dimension
-by the data they read. Such a dimension is typed with a symbolic name, ``f"{node}_count"``
-(e.g. ``Value("idx", "int64", (2, "nz_count"))``); the lowering writes a buffer of the maximal
-shape plus the real extent, and the runtime returns the valid part.
+NonZero, Compress, Unique, NonMaxSuppression and TopK (with a K computed at run time) size
+some output dimension by the data they read. Such a dimension is typed with a symbolic name,
+``f"{node}_count"`` (e.g. ``Value("idx", "int64", (2, "nz_count"))``); the lowering writes a
+buffer of the maximal shape plus the real extent, and the runtime returns the valid part.
 
 These values are accepted only as graph outputs: a node that reads one is refused with
 :class:`~polyonnx.errors.UnsupportedOpError` (polyonnx compiles static shapes inside the graph).
@@ -27,7 +27,7 @@ from polyonnx.errors import UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 
 #: Ops whose outputs may have a data-dependent extent.
-DYNAMIC_OPS = frozenset({"NonZero", "Compress", "Unique", "TopK"})
+DYNAMIC_OPS = frozenset({"NonZero", "Compress", "Unique", "TopK", "NonMaxSuppression"})
 
 
 def count_dim(node: Node) -> str:
@@ -71,6 +71,8 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
 
     if node.op_type == "NonZero":
         return (Value(outs[0], "int64", (len(xs), cnt)),)
+    if node.op_type == "NonMaxSuppression":  # rows of (batch, class, box)
+        return (Value(outs[0], "int64", (cnt, 3)),)
     if node.op_type == "Compress":
         axis = axis_of(len(xs), None)
         return (Value(outs[0], x.dtype, (cnt,) if axis is None else along(xs, axis)),)

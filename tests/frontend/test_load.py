@@ -384,17 +384,14 @@ def test_an_upgrade_that_changes_the_inputs_is_not_taken():
 
 
 def test_an_op_without_lowering_or_static_shape_is_unsupported():
-    # NonMaxSuppression's output extent depends on the data: ONNX gives it no static shape,
-    # but what the user needs to hear is that polyonnx does not lower the op.
-    inputs = [
-        helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
-        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 6]),
-    ]
-    out = helper.make_tensor_value_info("selected", TensorProto.INT64, None)
-    node = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["selected"], name="nms")
-    graph = helper.make_graph([node], "nms", inputs, [out])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    with pytest.raises(UnsupportedOpError, match="NonMaxSuppression.*'nms'.*no lowering"):
+    # ImageDecoder's output extent depends on the data: ONNX gives it no static shape, but
+    # what the user needs to hear is that polyonnx does not lower the op.
+    inputs = [helper.make_tensor_value_info("stream", TensorProto.UINT8, [64])]
+    out = helper.make_tensor_value_info("image", TensorProto.UINT8, None)
+    node = helper.make_node("ImageDecoder", ["stream"], ["image"], name="decode")
+    graph = helper.make_graph([node], "decode", inputs, [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(UnsupportedOpError, match="ImageDecoder.*'decode'.*no lowering"):
         polyonnx.compile(model)
 
 

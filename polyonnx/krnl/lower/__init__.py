@@ -19,6 +19,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     linalg,
     logical,
     loss,
+    nms,
     norm,
     normalization,
     pool,
