@@ -28,6 +28,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     reduce,
     resize,
     rnn,
+    roi,
     sample,
     slice,
     spectral,
