@@ -13,23 +13,26 @@ takes the largest of the four *weighted* pixels of each sample (the reference's 
 not the max of the interpolated values).
 
 The per-roi geometry goes to temps first (``geo``: start and bin size per axis, ``grid``: the
-sample counts); the samples are then reduction loops ``t``, ``u`` into the output::
+sample counts). With a positive ``sampling_ratio`` the samples are reduction loops ``t``,
+``u`` over ``[0, sampling_ratio)`` into the output, as the reference takes them::
 
     for r: S: geo[r, 0..3] = ...;  S: grid[r, 0..1] = ...
     for r, c, ph, pw:
-      S: Y[r, c, ph, pw] = 0 (avg) | missed ? 0 : -inf (max)
-      for t, u:
-        S: Y[r, c, ph, pw] = Y + (iy < grid_h and ix < grid_w ? sample(iy, ix) : 0)   (avg)
-      S: Y[r, c, ph, pw] = Y / max(grid_h * grid_w, 1)                                (avg)
+      S: Y[r, c, ph, pw] = 0 (avg) | -inf (max)
+      for t, u: S: Y[r, c, ph, pw] = Y + sample(t, u)  (avg) | max(Y, sample(t, u))  (max)
+      S: Y[r, c, ph, pw] = Y / (grid_h * grid_w)  (avg)
 
-With a positive ``sampling_ratio`` the loops run ``iy = t`` over ``[0, sampling_ratio)``.
 With ``sampling_ratio = 0`` the count, ``ceil(bin)``, depends on the rois, known only at run
-time; but such samples are at least half a pixel apart (``bin / ceil(bin)``), so at most
-``H + 3`` of a bin's fall inside the input: the loop runs over a window of ``H + 5``
-samples, ``iy = start[r, ph] + t`` from (one before) the first sample inside, guarded by
-``iy < grid_h``. Samples outside the window are outside the input: they add 0 to an average,
-and for ``max`` a 0 candidate (``missed``) when there are any. (Exact for any roi, but the
-window costs ``(H + 5) (W + 5)`` samples per bin where a fixed ratio costs its square.)
+time. But such samples are at least half a pixel apart (``bin / ceil(bin)``), so at most
+``H + 3`` of a bin's fall inside the input: the loop runs over a window of ``H + 5`` samples,
+``iy = start[r, ph] + t`` from (one before) the first sample inside, guarded by
+``iy < grid_h``; samples outside the window are outside the input. A sample's weight is a
+row weight times a column weight, both >= 0, so the bin is computed in two passes of one
+window each (see :func:`_separable`) rather than over the window's square: per-sample tables
+(pixels, weights, use) along each axis, then per roi ``T[c, ph, q]``, the weighted sum (max)
+over the bin's row samples of column ``q``, then the output from ``T`` over the column
+samples. For ``max`` a sample outside the input (one the window missed included) is the
+candidate 0.
 """
 
 from __future__ import annotations
@@ -98,12 +101,18 @@ class _Rois:
         """The samples per bin of roi ``r`` along ``axis`` (may be <= 0 for an empty roi)."""
         return ir.Load(self.grid, (_R, ir.Aff.lift(axis)), I64)
 
-    def windowed(self, axis: int) -> bool:
-        """Whether the sample loop along ``axis`` is a window over a run-time count."""
+    @property
+    def adaptive(self) -> bool:
+        """Whether the sample counts are the rois' (known at run time): the sample loops are
+        windows, guarded by the counts."""
         return self.ratio == 0
 
     def loop_size(self, axis: int) -> int:
-        return self.extent[axis] + 5 if self.windowed(axis) else self.ratio
+        return self.extent[axis] + 5 if self.adaptive else self.ratio
+
+    def table(self, what: str, axis: int) -> str:
+        """The name of a per-sample table along ``axis`` (see :func:`_tables`)."""
+        return f"{self.name}__{what}{'hw'[axis]}"
 
     def window(self, axis: int) -> ir.Load:
         p = ("ph", "pw")[axis]
@@ -143,7 +152,7 @@ def _windows(k: _Rois, n_rois: int) -> tuple[tuple[ir.Node, ...], list[ir.Buffer
     nodes: list[ir.Node] = []
     temps = []
     for axis in (0, 1):
-        if not k.windowed(axis):
+        if not k.adaptive:
             continue
         p = ("ph", "pw")[axis]
         win = ir.Buffer(f"{k.name}__window{'hw'[axis]}", I64, (n_rois, k.pooled[axis]))
@@ -176,7 +185,7 @@ def _tap(k: _Rois, axis: int) -> _Tap:
     reference interpolates it."""
     extent, p, t = k.extent[axis], ("ph", "pw")[axis], ("t", "u")[axis]
     index: ir.Expr = ir.Iter(t)
-    if k.windowed(axis):
+    if k.adaptive:
         index = k.window(axis) + index
     samples = k.real(ir.maximum(k.count(axis), _i(1)))
     pos = (
@@ -199,15 +208,178 @@ def _tap(k: _Rois, axis: int) -> _Tap:
     )
 
 
-def _missed(k: _Rois) -> ir.Expr:
-    """Whether a bin has samples outside its windows (all outside the input)."""
-    missed: ir.Expr = ir.Const(False, "bool")
+def _missed(k: _Rois, axis: int) -> ir.Expr:
+    """Whether bin ``ph`` (``pw``) has samples outside its window along ``axis`` (all of them
+    outside the input)."""
+    if not k.adaptive:
+        return ir.Const(False, "bool")
+    start = k.window(axis)
+    beyond = ir.Binary("lt", start + _i(k.loop_size(axis)), k.count(axis))
+    return _or(ir.Binary("gt", start, _i(0)), beyond)
+
+
+def _direct(
+    k: _Rois, mode: str, x: str, dtype: str, image: ir.Expr, channels: int, n_rois: int, out: str
+) -> tuple[tuple[ir.Node, ...], list[ir.Buffer]]:
+    """A fixed ``sampling_ratio``: each bin's samples as the reference takes them, the
+    four weighted pixels of each summed (``avg``) or their largest kept (``max``)."""
+    rows, cols = _tap(k, 0), _tap(k, 1)
+
+    def pixel(row: ir.Expr, col: ir.Expr) -> ir.Expr:
+        return k.real(ir.Load(x, (image, var("c"), row, col), dtype))
+
+    weighted = (
+        rows.w_low * cols.w_low * pixel(rows.low, cols.low),
+        rows.w_low * cols.w_high * pixel(rows.low, cols.high),
+        rows.w_high * cols.w_low * pixel(rows.high, cols.low),
+        rows.w_high * cols.w_high * pixel(rows.high, cols.high),
+    )
+    outside = _or(rows.outside, cols.outside)
+    out_idx = (_R, var("c"), var("ph"), var("pw"))
+    acc_at, acc = ir.Access(out, out_idx), ir.Load(out, out_idx, k.calc)
+    zero = k.f(0.0)
+    if mode == "avg":
+        init: ir.Expr = zero
+        update: ir.Expr = acc + ir.Select(
+            outside, zero, weighted[0] + weighted[1] + weighted[2] + weighted[3]
+        )
+        final: ir.Expr = acc / k.real(ir.maximum(k.count(0) * k.count(1), _i(1)))
+    else:
+        # The largest weighted pixel; a sample outside the input weighs them all 0.
+        best = ir.maximum(
+            ir.maximum(ir.maximum(weighted[0], weighted[1]), weighted[2]), weighted[3]
+        )
+        init = k.f(float("-inf"))
+        update = ir.maximum(acc, ir.Select(outside, zero, best))
+    body: list[ir.Node] = [
+        ir.Stmt("S", acc_at, init),
+        *nest([("t", k.ratio), ("u", k.ratio)], (ir.Stmt("S", acc_at, update),)),
+    ]
+    if mode == "avg":
+        body.append(ir.Stmt("S", acc_at, final))
+    pooling = nest([("r", n_rois), ("c", channels), ("ph", k.pooled[0]), ("pw", k.pooled[1])], body)
+    return pooling, []
+
+
+def _tables(k: _Rois, n_rois: int, axis: int) -> tuple[list[ir.Node], list[ir.Buffer]]:
+    """Per roi, bin and sample along ``axis``: the two pixels (``lo``, ``hi``), their weights
+    (``wlo``, ``whi``: 0 unless the sample is ``used``: within the bin's count and, along this
+    axis, inside the input); per roi and bin, whether some sample is outside (``out``: a
+    valid one along this axis, or one the window missed)."""
+    p, t = ("ph", "pw")[axis], ("t", "u")[axis]
+    tap = _tap(k, axis)
+    used = ir.Binary("and", tap.valid, ir.Unary("not", tap.outside))
+    at = (_R, var(p), var(t))
+    shape = (n_rois, k.pooled[axis], k.loop_size(axis))
+    zero = k.f(0.0)
+    columns = (
+        ("lo", I64, tap.low),
+        ("hi", I64, tap.high),
+        ("wlo", k.calc, ir.Select(used, tap.w_low, zero)),
+        ("whi", k.calc, ir.Select(used, tap.w_high, zero)),
+        ("used", I64, ir.Select(used, _i(1), _i(0))),
+    )
+    temps = [ir.Buffer(k.table(what, axis), dt, shape) for what, dt, _ in columns]
+    out = ir.Buffer(k.table("out", axis), I64, shape[:2])
+    out_at, out_ld = ir.Access(out.name, at[:2]), ir.Load(out.name, at[:2], I64)
+    missed = _missed(k, axis)
+    invalid_outside = ir.Binary("and", tap.valid, tap.outside)
+    nodes = nest(
+        [("r", n_rois), (p, k.pooled[axis])],
+        (
+            ir.Stmt("S", out_at, ir.Select(missed, _i(1), _i(0))),
+            *nest(
+                [(t, k.loop_size(axis))],
+                (
+                    *(ir.Stmt("S", ir.Access(k.table(w, axis), at), v) for w, _, v in columns),
+                    ir.Stmt("S", out_at, ir.Select(invalid_outside, _i(1), out_ld)),
+                ),
+            ),
+        ),
+    )
+    return list(nodes), [*temps, out]
+
+
+def _separable(
+    k: _Rois, mode: str, x: str, dtype: str, image: ir.Expr, channels: int, n_rois: int, out: str
+) -> tuple[tuple[ir.Node, ...], list[ir.Buffer]]:
+    """Adaptive sampling in two passes. A sample's weight is a product of a row and a column
+    weight, both >= 0, so a bin's sum (or max) is ``sum_u wx(u) * T[c, ph, x(u)]`` over
+    ``T[c, ph, q] = sum_t wy(t) * X[.., y(t), q]`` (or with max for the sums: scaling by
+    ``wx >= 0`` keeps the order). Each pass loops over one axis's window, not over both at
+    once. ``T`` holds one roi's (the roi loop is sequential around both passes); for ``max``
+    a sample outside the input is the candidate 0, known from the ``out`` tables."""
+    nodes: list[ir.Node] = []
+    temps: list[ir.Buffer] = []
     for axis in (0, 1):
-        if k.windowed(axis):
-            start = k.window(axis)
-            beyond = ir.Binary("lt", start + _i(k.loop_size(axis)), k.count(axis))
-            missed = _or(missed, _or(ir.Binary("gt", start, _i(0)), beyond))
-    return missed
+        more_nodes, more_temps = _tables(k, n_rois, axis)
+        nodes += more_nodes
+        temps += more_temps
+    rows = ir.Buffer(f"{k.name}__rows", k.calc, (channels, k.pooled[0], k.extent[1]))
+    temps.append(rows)
+    c, ph, pw, q = var("c"), var("ph"), var("pw"), var("q")
+    t_at, t_ld = ir.Access(rows.name, (c, ph, q)), ir.Load(rows.name, (c, ph, q), k.calc)
+    y_at = (_R, var("ph"), var("t"))
+    x_at = (_R, var("pw"), var("u"))
+
+    def tab(what: str, axis: int) -> ir.Load:
+        dt = k.calc if what.startswith("w") else I64
+        return ir.Load(k.table(what, axis), y_at if axis == 0 else x_at, dt)
+
+    def pixel(row: ir.Expr) -> ir.Expr:
+        return k.real(ir.Load(x, (image, c, row, q), dtype))
+
+    def row_value(col: ir.Expr) -> ir.Load:
+        return ir.Load(rows.name, (c, ph, col), k.calc)
+
+    used_y = ir.Binary("ne", tab("used", 0), _i(0))
+    used_x = ir.Binary("ne", tab("used", 1), _i(0))
+    lo_y, hi_y = tab("wlo", 0) * pixel(tab("lo", 0)), tab("whi", 0) * pixel(tab("hi", 0))
+    zero, lowest = k.f(0.0), k.f(float("-inf"))
+    out_idx = (_R, c, ph, pw)
+    acc_at, acc = ir.Access(out, out_idx), ir.Load(out, out_idx, k.calc)
+    some = ir.Binary("and", ir.Binary("ge", k.count(0), _i(1)), ir.Binary("ge", k.count(1), _i(1)))
+    if mode == "avg":
+        t_init: ir.Expr = zero
+        t_update: ir.Expr = t_ld + (lo_y + hi_y)
+        init: ir.Expr = zero
+        terms = tab("wlo", 1) * row_value(tab("lo", 1)) + tab("whi", 1) * row_value(tab("hi", 1))
+        update: ir.Expr = acc + terms
+        final: ir.Expr = acc / k.real(ir.maximum(k.count(0) * k.count(1), _i(1)))
+    else:
+        t_init = lowest
+        t_update = ir.Select(used_y, ir.maximum(t_ld, ir.maximum(lo_y, hi_y)), t_ld)
+
+        def candidate(w: str, col: str) -> ir.Expr:
+            # (-inf: no sample of the bin's rows is used; 0 * -inf would be NaN)
+            m = row_value(tab(col, 1))
+            return ir.Select(ir.Binary("eq", m, lowest), lowest, tab(w, 1) * m)
+
+        some_out = ir.Binary(
+            "or",
+            ir.Binary("ne", ir.Load(k.table("out", 0), (_R, ph), I64), _i(0)),
+            ir.Binary("ne", ir.Load(k.table("out", 1), (_R, pw), I64), _i(0)),
+        )
+        init = ir.Select(some_out, zero, lowest)
+        best = ir.maximum(candidate("wlo", "lo"), candidate("whi", "hi"))
+        update = ir.Select(used_x, ir.maximum(acc, best), acc)
+        final = acc
+    first = nest(
+        [("c", channels), ("ph", k.pooled[0]), ("q", k.extent[1])],
+        (
+            ir.Stmt("S", t_at, t_init),
+            *nest([("t", k.loop_size(0))], (ir.Stmt("S", t_at, t_update),)),
+        ),
+    )
+    second = nest(
+        [("c", channels), ("ph", k.pooled[0]), ("pw", k.pooled[1])],
+        (
+            ir.Stmt("S", acc_at, init),
+            *nest([("u", k.loop_size(1))], (ir.Stmt("S", acc_at, update),)),
+            ir.Stmt("S", acc_at, ir.Select(some, final, zero)),
+        ),
+    )
+    return (*nodes, ir.Loop("r", 0, n_rois, (*first, *second))), temps
 
 
 def _attrs(node: Node, ctx: LowerContext, calc: str, extent: tuple[int, int]) -> tuple[_Rois, str]:
@@ -264,48 +436,19 @@ def lower_roi_align(node: Node, ctx: LowerContext) -> Lowered:
     geometry = _geometry(k, rois, ctx.dtype(rois), n_rois)
     starts, windows = _windows(k, n_rois)
     temps += windows
-
-    rows, cols = _tap(k, 0), _tap(k, 1)
     image: ir.Expr = ir.Load(indices, (_R,), ctx.dtype(indices))
     image = image if image.dtype == I64 else ir.Cast(image, I64)
-
-    def pixel(row: ir.Expr, col: ir.Expr) -> ir.Expr:
-        return k.real(ir.Load(x, (image, var("c"), row, col), dtype))
-
-    weighted = (
-        rows.w_low * cols.w_low * pixel(rows.low, cols.low),
-        rows.w_low * cols.w_high * pixel(rows.low, cols.high),
-        rows.w_high * cols.w_low * pixel(rows.high, cols.low),
-        rows.w_high * cols.w_high * pixel(rows.high, cols.high),
+    acc = y if dtype == calc else f"{node.name}__acc"
+    if acc != y:  # (float16 output: accumulated in float32, rounded once)
+        temps.append(ir.Buffer(acc, calc, ys))
+    pooling, more = (_separable if k.ratio == 0 else _direct)(
+        k, mode, x, dtype, image, xs[1], n_rois, acc
     )
-    valid = ir.Binary("and", rows.valid, cols.valid)
-    outside = _or(rows.outside, cols.outside)
-    some = ir.Binary("and", ir.Binary("ge", k.count(0), _i(1)), ir.Binary("ge", k.count(1), _i(1)))
-    out_idx = (_R, var("c"), var("ph"), var("pw"))
-    acc_buf = y if dtype == calc else f"{node.name}__acc"
-    if acc_buf != y:  # (float16 output: accumulated in float32, rounded once)
-        temps.append(ir.Buffer(acc_buf, calc, ys))
-    acc_at, acc = ir.Access(acc_buf, out_idx), ir.Load(acc_buf, out_idx, calc)
-    zero = k.f(0.0)
-    if mode == "avg":
-        value = ir.Select(outside, zero, weighted[0] + weighted[1] + weighted[2] + weighted[3])
-        init: ir.Expr = zero
-        update: ir.Expr = acc + ir.Select(valid, value, zero)
-        final: ir.Expr = acc / k.real(ir.maximum(k.count(0) * k.count(1), _i(1)))
-    else:
-        # The largest weighted pixel; a sample outside the input weighs them all 0.
-        best = ir.maximum(
-            ir.maximum(ir.maximum(weighted[0], weighted[1]), weighted[2]), weighted[3]
+    temps += more
+    if acc != y:
+        out_idx = (_R, var("c"), var("ph"), var("pw"))
+        pooling += nest(
+            [("r", n_rois), ("c", xs[1]), ("ph", k.pooled[0]), ("pw", k.pooled[1])],
+            (ir.Stmt("S", ir.Access(y, out_idx), ir.Cast(ir.Load(acc, out_idx, calc), dtype)),),
         )
-        init = ir.Select(_missed(k), zero, k.f(float("-inf")))
-        update = ir.Select(valid, ir.maximum(acc, ir.Select(outside, zero, best)), acc)
-        final = acc
-    body: list[ir.Node] = [
-        ir.Stmt("S", acc_at, init),
-        *nest([("t", k.loop_size(0)), ("u", k.loop_size(1))], (ir.Stmt("S", acc_at, update),)),
-        ir.Stmt("S", acc_at, ir.Select(some, final, zero)),  # (an empty roi's bins are 0)
-    ]
-    if acc_buf != y:
-        body.append(ir.Stmt("S", ir.Access(y, out_idx), ir.Cast(acc, dtype)))
-    pooling = nest([("r", n_rois), ("c", xs[1]), ("ph", k.pooled[0]), ("pw", k.pooled[1])], body)
     return Lowered((*geometry, *starts, *pooling), tuple(temps))

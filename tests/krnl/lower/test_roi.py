@@ -78,6 +78,28 @@ def test_roi_align(mode: str, transform: str, ratio: int) -> None:
     _check(_model(shape, len(_ROIS), **attrs), _feeds(shape, _ROIS))
 
 
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_random_rois_adaptive(mode: str) -> None:
+    # Corners anywhere in and around the input, some reversed: the two-pass adaptive path.
+    # (onnxruntime fails on a roi reversed along one axis only: a negative sample count.)
+    rng = np.random.default_rng(11)
+    rois = rng.uniform(-6.0, 18.0, (24, 4)).astype(np.float32)
+    shape = (2, 3, 12, 9)
+    m = _model(shape, len(rois), mode=mode, output_height=4, output_width=3)
+    _check(m, _feeds(shape, rois), ort=False)
+
+
+def test_float16() -> None:
+    # Accumulated in float32 and rounded once, as the reference (which computes in float32).
+    shape = (1, 2, 6, 6)
+    for ratio in (0, 2):
+        m = _model(shape, len(_ROIS), TensorProto.FLOAT16, sampling_ratio=ratio, output_height=2)
+        feeds = _feeds(shape, _ROIS, "float16")
+        (got,) = polyonnx.InferenceSession(m).run(None, feeds)
+        (ref,) = onnx_reference_outputs(m, feeds)
+        np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=2e-3)
+
+
 def test_spatial_scale_and_many_samples() -> None:
     # Rois in image coordinates, a quarter-size feature map; a fixed ratio above the window.
     shape = (1, 2, 5, 5)
