@@ -23,6 +23,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     norm,
     normalization,
     pool,
+    qconv,
     quant,
     quantize,
     reduce,

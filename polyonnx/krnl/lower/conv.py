@@ -28,6 +28,8 @@ group, depthwise multipliers, a depthwise conv on an NCHW value).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from polyonnx.errors import ShapeError
@@ -342,10 +344,12 @@ def pad_input(
     in_spatial: tuple[int, ...],
     padded: tuple[int, ...],
     begin: tuple[int, ...],
+    convert: Callable[[ir.Expr], ir.Expr] | None = None,
 ) -> tuple[ir.Node, ...]:
     """``padded[.., i + begin] = x[.., i]`` inside and 0 on the border, each element written
     once: along each axis ``k`` the slabs before and after the input (with the axes before
-    ``k`` inside), then the copy."""
+    ``k`` inside), then the copy. ``convert`` maps each copied element (e.g. widened and
+    centred on a zero point, so that quantized convs read 0 in the padding)."""
     names = [f"p{k}" for k in range(len(padded))]
     point = (var("n"), var("c"), *(var(p) for p in names))
     inner = [(begin[k], begin[k] + in_spatial[k]) for k in range(len(padded))]
@@ -363,9 +367,8 @@ def pad_input(
         for slab in ((0, begin[k]), (begin[k] + in_spatial[k], padded[k])):
             if slab[0] < slab[1]:
                 nests.append(box([*inner[:k], slab, *full[k + 1 :]], zero_fill))
-    copy = ir.Stmt(
-        "S",
-        ir.Access(padded_name, point),
-        load(ctx, x, (var("n"), var("c"), *(var(p) - begin[k] for k, p in enumerate(names)))),
+    value: ir.Expr = load(
+        ctx, x, (var("n"), var("c"), *(var(p) - begin[k] for k, p in enumerate(names)))
     )
+    copy = ir.Stmt("S", ir.Access(padded_name, point), convert(value) if convert else value)
     return (*nests, box(inner, copy))
