@@ -70,7 +70,7 @@ def load_model(
         unshaped = _without_shape(slim.graph)
         for t in unshaped:  # (the checker wants the field; inference fills the outputs' below)
             t.shape.SetInParent()
-        onnx.checker.check_model(slim)
+        onnx.checker.check_model(_checkable(slim))
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None
     for t in unshaped:
@@ -369,6 +369,47 @@ def _default_domain_named_empty(model: onnx.ModelProto) -> None:
     rename(model.graph.node)
     for f in model.functions:
         rename(f.node)
+
+
+#: Ops whose version ONNX deprecated but onnxruntime still runs and polyonnx lowers.
+#: GroupNormalization-18 (opsets 18 to 20) took one scale and bias per group; opset 21 made
+#: them per channel and deprecated it, but exporters wrote it and onnxruntime runs it.
+DEPRECATED_BUT_RUN = frozenset({"GroupNormalization"})
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy for ONNX's checker in which each node of an op in
+    :data:`DEPRECATED_BUT_RUN` whose schema is deprecated at the model's opset is an Identity
+    of its first input: the checker refuses every deprecated schema outright. Such a node's
+    attributes and inputs are checked by its shape rule and lowering instead."""
+    version = next((int(op.version) for op in model.opset_import if op.domain == ""), None)
+    if version is None:
+        return model
+
+    def deprecated(n: onnx.NodeProto) -> bool:
+        if n.domain != "" or n.op_type not in DEPRECATED_BUT_RUN or not n.input:
+            return False
+        try:
+            return bool(onnx.defs.get_schema(n.op_type, version).deprecated)
+        except onnx.defs.SchemaError:  # (not defined yet at this opset: the checker says so)
+            return False
+
+    def found(nodes: Iterable[onnx.NodeProto]) -> bool:
+        return any(deprecated(n) or any(found(g.node) for g in _bodies(n)) for n in nodes)
+
+    def replace(nodes: Iterable[onnx.NodeProto]) -> None:
+        for n in nodes:
+            if deprecated(n):
+                n.CopyFrom(onnx.helper.make_node("Identity", n.input[:1], n.output[:1], n.name))
+            for g in _bodies(n):
+                replace(g.node)
+
+    if not found(model.graph.node):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    replace(copy.graph.node)
+    return copy
 
 
 def _bodies(n: onnx.NodeProto) -> Iterator[onnx.GraphProto]:

@@ -450,3 +450,34 @@ def test_an_op_of_another_domain_is_unsupported_by_name(domain, op):
     )
     with pytest.raises(UnsupportedOpError, match=rf"{domain}\.{op} \(node 'n1'\)"):
         import_model(m)
+
+
+def _group_norm_18(inputs: list[str]) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("GroupNormalization", inputs, ["y"], "gn", num_groups=2)
+    inits = [
+        numpy_helper.from_array(np.array([0.5, 2.0], np.float32), "s"),
+        numpy_helper.from_array(np.array([1.0, -1.0], np.float32), "b"),
+    ]
+    g = helper.make_graph([node], "g", [x], [y], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_deprecated_group_normalization_18_runs():
+    # ONNX deprecated GroupNormalization-18 (per-group scale and bias) when opset 21 made them
+    # per channel, and its checker refuses a deprecated schema; exporters wrote it and
+    # onnxruntime runs it. It was a ModelError from the checker.
+    x = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    (got,) = polyonnx.InferenceSession(_group_norm_18(["x", "s", "b"])).run(None, {"x": x})
+    g = x.reshape(2, 2, 6)
+    norm = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(
+        2, 2, 2, 3
+    )
+    want = norm * np.array([0.5, 2.0])[:, None, None] + np.array([1.0, -1.0])[:, None, None]
+    np.testing.assert_allclose(got, want.reshape(2, 4, 3), rtol=1e-5, atol=1e-5)
+
+
+def test_deprecated_group_normalization_18_without_bias_is_refused_by_node():
+    with pytest.raises(ModelError, match=r"'gn' \(GroupNormalization\): scale and bias"):
+        polyonnx.InferenceSession(_group_norm_18(["x", "s"]))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from polyonnx.errors import ShapeError
+from polyonnx.errors import ModelError, ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
@@ -182,6 +182,8 @@ def lower_layer_norm(node: Node, ctx: LowerContext) -> Lowered:
 def lower_group_norm(node: Node, ctx: LowerContext) -> Lowered:
     """Statistics per (n, group) over the group's channels and all spatial positions."""
     x, scale, bias, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    if not (scale and bias):  # (the checker does not see GroupNormalization-18: deprecated)
+        raise ModelError(f"node {node.name!r} (GroupNormalization): scale and bias are required")
     dtype = require_float(node, ctx, x)
     xs = ctx.shape(x)
     if len(xs) < 2:
