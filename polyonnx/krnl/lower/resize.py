@@ -46,6 +46,7 @@ COORDINATE_MODES = (
     "align_corners",
     "asymmetric",
     "tf_crop_and_resize",
+    "tf_half_pixel_for_nn",  # (opset 11 only; tf2onnx's half_pixel_centers nearest resize)
 )
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
@@ -118,6 +119,8 @@ def axis_table(
         x = np.zeros(out_w) if output_width == 1 else y * (in_w - 1) / (output_width - 1)
     elif ctm == "asymmetric":
         x = y / scale
+    elif ctm == "tf_half_pixel_for_nn":
+        x = (y + 0.5) / scale
     elif ctm == "tf_crop_and_resize":
         assert roi is not None
         if output_width == 1:

@@ -81,3 +81,24 @@ def test_tf_crop_and_resize() -> None:
 def test_uint8_nearest_and_linear() -> None:
     x = (np.arange(32) * 7 % 256).astype(np.uint8).reshape(1, 2, 4, 4)
     _resize({"mode": "nearest"}, scales=[1, 1, 2, 2], x=x)
+
+
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_ceil", "floor"])
+def test_tf_half_pixel_for_nn_opset11(nearest_mode: str) -> None:
+    """tf2onnx's nearest resize with half_pixel_centers (opset 11 only): x = (y + 0.5) / scale,
+    no half-pixel shift back; onnxruntime runs it, it was refused as an unknown mode."""
+    check_op(
+        "Resize",
+        [
+            ("x", rand(1, 2, 5, 4)),
+            ("roi", np.array([], F)),
+            ("scales", np.array([1, 1, 2, 1.5], F)),
+        ],
+        {
+            "mode": "nearest",
+            "nearest_mode": nearest_mode,
+            "coordinate_transformation_mode": "tf_half_pixel_for_nn",
+        },
+        opset=11,
+        constants=("roi", "scales"),
+    )
