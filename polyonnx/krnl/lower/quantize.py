@@ -11,16 +11,36 @@ scale in float32, then rounds to the scale's type. The encoded types (int4, int2
 float4: :mod:`polyonnx.krnl.lower.encoding`) quantize and dequantize through their codes: a
 float8 result is ``x / scale`` converted (saturating unless ``saturate=0``), its zero point
 ignored as the reference ignores it; a float4 one is ``x / scale + zero_point`` converted.
-Blocked scales (``block_size``) are refused.
+
+Blocked scales (opset 21's ``block_size``: a scale and zero point of X's rank, one per
+``block_size`` consecutive elements along ``axis``, as weight-only int4/int8 quantizers write
+them) need the block of an element, ``i // block_size``, which is not affine: the axis is
+iterated as a block loop and a loop within the block instead, ``i = b * block_size + j``, the
+parameters read at ``b``, a guard ``i < X.shape[axis]`` cutting a ragged last block::
+
+    for i0, b1, j1:                  (DequantizeLinear, block_size 4 along axis 1 of [2, 10])
+      S: Y[i0, 4*b1 + j1] = (float32(X[i0, 4*b1 + j1]) - float32(zp[i0, b1])) * scale[i0, b1]
+         if 4*b1 + j1 < 10
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
-from polyonnx.krnl.lower.common import generic_iters, nest, normalize_axis, unsupported, var
+from polyonnx.krnl.lower.common import (
+    bad_attr,
+    ceil_div,
+    generic_iters,
+    nest,
+    normalize_axis,
+    unsupported,
+    var,
+)
 from polyonnx.krnl.lower.encoding import FLOAT_FORMATS, INT_RANGES, decode, encode, int_code
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
@@ -28,21 +48,76 @@ _INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
 _SMALL_FLOATS = tuple(FLOAT_FORMATS)
 
 
-def _param(node: Node, ctx: LowerContext, name: str, rank: int) -> ir.Expr | None:
-    """A load of the scale or zero point ``name`` (one element, or one per element along the
-    node's axis), indexed by the iterators ``i0..``; None when ``name`` is absent."""
+@dataclass(frozen=True)
+class _Elements:
+    """How a (de)quantizing nest runs over X: its loops, an element's index, the guards of a
+    ragged last block, and the blocked parameters' layout (``block`` 0 and ``axis`` -1 unless
+    blocked)."""
+
+    shape: tuple[int, ...]
+    iters: list[tuple[str, int]]
+    index: tuple[ir.Aff, ...]
+    guards: tuple[ir.Cond, ...]
+    axis: int
+    block: int
+
+    def stmt(self, y: str, value: ir.Expr) -> tuple[ir.Node, ...]:
+        """``Y[index] = value`` over the elements."""
+        return nest(self.iters, (ir.Stmt("S", ir.Access(y, self.index), value, self.guards),))
+
+
+def _elements(node: Node, ctx: LowerContext, x: str) -> _Elements:
+    """The loops over ``x`` for ``node``'s scale layout (see the module docstring)."""
+    shape = ctx.shape(x)
+    iters = generic_iters(shape)
+    index = tuple(var(n) for n, _ in iters)
+    block = int(node.attr("block_size", 0))
+    if block < 0:
+        raise bad_attr(node, "block_size", f"must be >= 0, got {block}")
+    if not block:  # (the axis matters only to per-axis parameters: see _param)
+        return _Elements(shape, iters, index, (), -1, 0)
+    axis = normalize_axis(node, int(node.attr("axis", 1)), len(shape))
+    extent = shape[axis]
+    b, j = f"b{axis}", f"i{axis}"
+    iters[axis : axis + 1] = [(b, ceil_div(extent, block)), (j, min(block, extent))]
+    position = var(b) * block + var(j)
+    index = (*index[:axis], position, *index[axis + 1 :])
+    guards = (ir.lt(position, extent),) if extent % block and block < extent else ()
+    return _Elements(shape, iters, index, guards, axis, block)
+
+
+def _param(node: Node, ctx: LowerContext, name: str, at: _Elements) -> ir.Expr | None:
+    """A load of the scale or zero point ``name`` (one element, one per element along the
+    node's axis, or one per block) for the element at ``at.index``; None when ``name`` is
+    absent."""
     if not name:
         return None
-    if int(node.attr("block_size", 0)):
-        raise unsupported(node, ctx, "blocked scales (block_size)")
-    shape = ctx.shape(name)
-    if int(np.prod(shape, dtype=np.int64)) == 1:
-        index: tuple[ir.Aff, ...] = (ir.Aff.lift(0),) * len(shape)
+    shape, rank = ctx.shape(name), len(at.shape)
+    if at.block:
+        blocks = ceil_div(at.shape[at.axis], at.block)
+        want = (*at.shape[: at.axis], blocks, *at.shape[at.axis + 1 :])
+        if shape != want:
+            raise ShapeError(
+                f"node {node.name!r} ({node.op_type}): {name!r} of shape {list(shape)}, "
+                f"expected {list(want)} for blocks of {at.block} along axis {at.axis}"
+            )
+        index: tuple[ir.Aff, ...] = tuple(
+            var(f"b{k}") if k == at.axis else at.index[k] for k in range(rank)
+        )
+    elif int(np.prod(shape, dtype=np.int64)) == 1:
+        index = (ir.Aff.lift(0),) * len(shape)
     elif len(shape) == 1:
         axis = normalize_axis(node, int(node.attr("axis", 1)), rank)
-        index = (var(f"i{axis}"),)
+        if shape[0] != at.shape[axis]:
+            raise ShapeError(
+                f"node {node.name!r} ({node.op_type}): {name!r} has {shape[0]} values, "
+                f"axis {axis} of the input {at.shape[axis]}"
+            )
+        index = (at.index[axis],)
     else:
-        raise unsupported(node, ctx, f"{name!r} of shape {list(shape)} (blocked)")
+        raise unsupported(
+            node, ctx, f"{name!r} of shape {list(shape)} without block_size (blocked)"
+        )
     return ir.Load(name, index, ctx.dtype(name))
 
 
@@ -63,30 +138,25 @@ def lower_quantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         "float16",
     ):
         raise unsupported(node, ctx, f"{ctx.dtype(x)} to {dst}")
-    shape = ctx.shape(x)
-    iters = generic_iters(shape)
-    index = tuple(var(n) for n, _ in iters)
-    s = _param(node, ctx, scale, len(shape))
+    at = _elements(node, ctx, x)
+    s = _param(node, ctx, scale, at)
     assert s is not None
-    xv = ir.Load(x, index, ctx.dtype(x))
+    xv = ir.Load(x, at.index, ctx.dtype(x))
     if s.dtype != xv.dtype:
         s = ir.Cast(s, xv.dtype)
-    z = _param(node, ctx, zp, len(shape))
+    z = _param(node, ctx, zp, at)
     if dst in _SMALL_FLOATS:
         scaled: ir.Expr = xv / s
         if dst == "float4_e2m1fn" and z is not None:
             scaled = _f32(scaled) + _f32(z)
-        saturate = bool(node.attr("saturate", 1))
-        return nest(
-            iters, (ir.Stmt("S", ir.Access(y, index), encode(scaled, dst, saturate=saturate)),)
-        )
+        return at.stmt(y, encode(scaled, dst, saturate=bool(node.attr("saturate", 1))))
     value = _f32(ir.unary("round", xv / s))
     if z is not None:
         value = value + _f32(z)
     lo, hi = INT_RANGES[dst] if dst in INT_RANGES else (np.iinfo(dst).min, np.iinfo(dst).max)
     value = ir.minimum(ir.maximum(value, float(lo)), float(hi))
     out = int_code(ir.Cast(value, "int64"), dst) if dst in INT_RANGES else ir.Cast(value, dst)
-    return nest(iters, (ir.Stmt("S", ir.Access(y, index), out),))
+    return at.stmt(y, out)
 
 
 @register("DequantizeLinear", since=10)
@@ -96,18 +166,15 @@ def lower_dequantize_linear(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...
     src, dst = ctx.dtype(x), ctx.dtype(y)
     if src not in (*_INTEGERS, *INT_RANGES, *_SMALL_FLOATS) or dst not in ("float32", "float16"):
         raise unsupported(node, ctx, f"{src} to {dst}")
-    shape = ctx.shape(x)
-    iters = generic_iters(shape)
-    index = tuple(var(n) for n, _ in iters)
-    s = _param(node, ctx, scale, len(shape))
+    at = _elements(node, ctx, x)
+    s = _param(node, ctx, scale, at)
     assert s is not None
-    value = _f32(ir.Load(x, index, src))
-    z = _param(node, ctx, zp, len(shape))
+    value = _f32(ir.Load(x, at.index, src))
+    z = _param(node, ctx, zp, at)
     if z is not None and src not in _SMALL_FLOATS:  # (a float8 zero point must be, and is, 0)
         value = value - _f32(z)
     value = value * _f32(s)
-    out = value if dst == "float32" else ir.Cast(value, dst)
-    return nest(iters, (ir.Stmt("S", ir.Access(y, index), out),))
+    return at.stmt(y, value if dst == "float32" else ir.Cast(value, dst))
 
 
 @register("DynamicQuantizeLinear", since=11)
