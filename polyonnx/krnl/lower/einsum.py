@@ -68,6 +68,33 @@ def _parse(node: Node, equation: str, ranks: list[int]) -> tuple[list[list[str]]
     return operands, out
 
 
+def _extents(
+    node: Node, ctx: LowerContext, operands: list[list[str]], shapes: list[tuple[int, ...]]
+) -> dict[str, int]:
+    """The extent of each letter (and ellipsis axis) over all operands."""
+    extent: dict[str, int] = {}
+    for letters, shape in zip(operands, shapes, strict=True):
+        for c, d in zip(letters, shape, strict=True):
+            if c not in extent or extent[c] == d:
+                extent[c] = d
+            elif c.startswith(".") and 1 in (d, extent[c]):
+                extent[c] = max(d, extent[c])  # ellipsis axes broadcast
+            elif 1 in (d, extent[c]):
+                # torch.einsum and onnxruntime broadcast it, but ONNX shape inference types
+                # the output with the first operand's extent: every later shape is wrong.
+                raise unsupported(
+                    node,
+                    ctx,
+                    f"index {c!r} broadcasts (sizes {extent[c]} and {d}); only axes under "
+                    "'...' broadcast: Expand the operand first",
+                )
+            else:
+                raise ShapeError(
+                    f"node {node.name!r} (Einsum): index {c!r} has sizes {extent[c]} and {d}"
+                )
+    return extent
+
+
 @register("Einsum")
 def lower_einsum(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """General Einsum as a multiply-accumulate nest over all letters."""
@@ -81,17 +108,7 @@ def lower_einsum(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         raise ModelError(f"node {node.name!r} (Einsum): attribute 'equation' is required")
     shapes = [ctx.shape(i) for i in inputs]
     operands, out = _parse(node, str(equation), [len(s) for s in shapes])
-    extent: dict[str, int] = {}
-    for letters, shape in zip(operands, shapes, strict=True):
-        for c, d in zip(letters, shape, strict=True):
-            if c not in extent or extent[c] == d:
-                extent[c] = d
-            elif c.startswith(".") and 1 in (d, extent[c]):
-                extent[c] = max(d, extent[c])  # ellipsis axes broadcast
-            else:
-                raise ShapeError(
-                    f"node {node.name!r} (Einsum): index {c!r} has sizes {extent[c]} and {d}"
-                )
+    extent = _extents(node, ctx, operands, shapes)
     if len(set(out)) != len(out) or any(c not in extent for c in out):
         raise ModelError(
             f"node {node.name!r} (Einsum): output {''.join(out)!r} repeats a "

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from onnx import TensorProto, helper
 
+import polyonnx
+from polyonnx.errors import UnsupportedOpError
 from tests.krnl.harness import check_op, rand
 
 CASES = [
@@ -40,3 +43,21 @@ def test_einsum_double() -> None:
         {"equation": "ij,j->i"},
         opset=12,
     )
+
+
+def test_a_lettered_axis_that_broadcasts_is_refused_by_name() -> None:
+    # onnxruntime broadcasts h (1 vs 3) but ONNX shape inference types Y with h = 1: refused
+    # naming the node and the letter, not a ShapeError about sizes.
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], "attn", equation="bhqd,bhkd->bhqk")
+    g = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 1, 3, 4]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3, 5, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOpError, match=r"'attn'.*index 'h' broadcasts"):
+        polyonnx.InferenceSession(model)
