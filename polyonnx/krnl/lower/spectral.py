@@ -1,4 +1,4 @@
-"""DFT: the discrete Fourier transform along one axis, as a direct sum.
+"""DFT and STFT: the discrete Fourier transform along one axis (of each frame), as a direct sum.
 
 Signals are real (last axis 1) or complex (last axis 2: real, imaginary). Output bin ``k`` of
 a transform of length ``N`` sums input samples ``j`` (those that exist: the input is cut or
@@ -108,6 +108,67 @@ def lower_dft(node: Node, ctx: LowerContext) -> Lowered:
     )
     return Lowered(
         nest(list(zip(names, ys, strict=True)), body),
+        (acc,),
+        ((table, np.stack([np.cos(angles), np.sin(angles)], axis=1)),),
+    )
+
+
+@register("STFT", since=17)
+def lower_stft(node: Node, ctx: LowerContext) -> Lowered:
+    """STFT: a DFT of each frame of the signal times the window, as a direct sum per bin::
+
+      for b, f, k, c:
+        S: acc[b, f, k, c] = 0.0
+        for j < frame_length:
+          S: acc[..] = acc[..] + w[j] * (x[b, f * step + j] e^(-2πi·kj/L))[c]
+        S: Y[b, f, k, c] = float32(acc[..])
+
+    The frame index ``f * step + j`` is affine: ``frame_step`` must be a constant. The
+    window may be an input known only at run time (it is read like the signal)."""
+    x, y = node.input(0), node.outputs[0]
+    dtype = require_float(node, ctx, x)
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    # (onnxruntime also takes a real signal without its last axis, [batch, length])
+    if not (len(xs) == 3 and xs[-1] in (1, 2) or len(xs) == 2):
+        raise unsupported(node, ctx, f"a signal of shape {list(xs)} (want [batch, length, 1|2])")
+    step = _scalar_input(node, ctx, 1)
+    if step is None or step <= 0:
+        raise unsupported(node, ctx, f"frame_step {step}")
+    window = node.input(2) if len(node.inputs) > 2 else ""
+    length = ctx.shape(window)[0] if window else _scalar_input(node, ctx, 3)
+    if length is None or not 0 < length <= xs[1]:
+        raise unsupported(node, ctx, f"frame_length {length} for a signal of length {xs[1]}")
+    k, c, j = ir.Iter("k"), ir.Iter("c"), ir.Iter("j")
+
+    def f64(v: ir.Load) -> ir.Expr:
+        return v if v.dtype == F64 else ir.Cast(v, F64)
+
+    def sample(part: int) -> ir.Expr:
+        at = (var("b"), var("f") * step + var("j"), *((ir.Aff.lift(part),) if len(xs) == 3 else ()))
+        v = f64(ir.Load(x, at, dtype))
+        return v * f64(ir.Load(window, (var("j"),), ctx.dtype(window))) if window else v
+
+    xr = sample(0)
+    xi = sample(1) if len(xs) == 3 and xs[-1] == 2 else ir.Const(0.0, F64)
+    turn = ir.Binary("mod", k * j, ir.Const(length, I64))
+    angles = 2 * np.pi * np.arange(length) / length
+    table = f"{node.name}__twiddle"
+    cos = ir.Load(table, (turn, ir.Aff.lift(0)), F64)
+    sin = ir.Load(table, (turn, ir.Aff.lift(1)), F64)
+    real = xr * cos + xi * sin  # e^(-iθ)
+    imag = xi * cos - xr * sin
+    term = ir.Select(ir.Binary("eq", c, ir.Const(0, I64)), real, imag)
+    index = (var("b"), var("f"), var("k"), var("c"))
+    acc = ir.Buffer(f"{node.name}__acc", F64, tuple(ys), "temp")
+    at, acc_load = ir.Access(acc.name, index), ir.Load(acc.name, index, F64)
+    out: ir.Expr = acc_load if dtype == F64 else ir.Cast(acc_load, dtype)
+    body = (
+        ir.Stmt("S", at, ir.Const(0.0, F64)),
+        *nest([("j", length)], (ir.Stmt("S", at, acc_load + term),)),
+        ir.Stmt("S", ir.Access(y, index), out),
+    )
+    return Lowered(
+        nest(list(zip(("b", "f", "k", "c"), ys, strict=True)), body),
         (acc,),
         ((table, np.stack([np.cos(angles), np.sin(angles)], axis=1)),),
     )

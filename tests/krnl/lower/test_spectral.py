@@ -1,5 +1,5 @@
 """DFT against NumPy's FFT in float64: forward and inverse, real and complex signals,
-one-sided, cut and zero-padded lengths."""
+one-sided, cut and zero-padded lengths; STFT against onnxruntime."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import polyonnx
+from tests.krnl.harness import check_op, rand
 from tests.reliability.models import model, tensor
 
 
@@ -53,3 +54,34 @@ def test_inverse_and_inverse_one_sided():
     for n in (14, 15):  # even and odd lengths from 8 bins
         got = _dft(x, n, inverse=1, onesided=1)[..., 0]
         np.testing.assert_allclose(got, np.fft.irfft(z, n, axis=1), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("signal", "window", "frame_length", "onesided"),
+    [
+        ((2, 40, 1), 16, None, 1),  # a Hann-like window, one-sided bins
+        ((2, 41, 2), None, 10, 0),  # complex signal, no window: frame_length
+        ((1, 37), 12, None, 1),  # [batch, length] (onnxruntime takes it)
+    ],
+)
+def test_stft(
+    signal: tuple[int, ...], window: int | None, frame_length: int | None, onesided: int
+) -> None:
+    # STFT had no lowering: audio frontends (torch.stft at opset 17) were refused.
+    inputs: list[tuple[str, np.ndarray | None]] = [
+        ("x", rand(*signal)),
+        ("step", np.array(3, np.int64)),
+        ("w", np.hanning(window).astype(np.float32) if window else None),
+    ]
+    if frame_length:
+        inputs[2] = ("", None)
+        inputs.append(("n", np.array(frame_length, np.int64)))
+    check_op(
+        "STFT",
+        inputs,
+        {"onesided": onesided},
+        opset=17,
+        constants=("step", "n"),
+        rtol=1e-4,
+        atol=1e-4,
+    )
