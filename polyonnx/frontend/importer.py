@@ -46,7 +46,7 @@ from polyonnx.graph.dynamic import (
 )
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes.fold import evaluate_node, to_attribute
-from polyonnx.graph.shapes import infer_outputs
+from polyonnx.graph.shapes import infer_outputs, run_time_shape_input
 from polyonnx.graph.validate import validate_node
 
 Dim = int | str | None  # None: a dimension ONNX knows nothing about
@@ -353,12 +353,20 @@ def _type_outputs(
         _type_dynamic(n, values, constants, opset)
     if any(o and o not in values for o in n.outputs):
         validate_node(n, values)  # a bad attribute is the likely reason inference failed
-        for v in (
+        typed = (
             _infer_alone(n, values, known, opset)
             or _range_output(n, known)
             or gradient_output_types(n, values)
-            or infer_outputs(n, values)
-        ):
+        )
+        if not typed and (fed := run_time_shape_input(n, known)) is not None:
+            raise UnsupportedOpError(
+                n.op_type,
+                opset,
+                n.name,
+                f"its output shape depends on the value of input {fed!r}, known only at run "
+                "time (polyonnx compiles static shapes: make it a constant)",
+            )
+        for v in typed or infer_outputs(n, values):
             values.setdefault(v.name, v)
     for o in n.outputs:
         if o and o not in values:

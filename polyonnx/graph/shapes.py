@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -111,6 +111,43 @@ REDUCTIONS = (
     "ReduceLogSumExp",
     "ReduceSumSquare",
 )
+
+
+#: Inputs whose values (not only shapes) decide an op's output shape, by position. When one
+#: of them is known only at run time (a graph input: the shape fed to Reshape, Expand, Tile,
+#: ConstantOfShape...), no static shape exists and the op is refused by that input's name.
+SHAPE_FROM_VALUES: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "Resize": (2, 3),
+    "Upsample": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Pad": (1, 3),
+    "OneHot": (1,),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "Split": (1,),
+    "CenterCropPad": (1,),
+    "Col2Im": (1, 2),
+    "DFT": (1, 2),
+    "STFT": (1, 3),
+    "MaxUnpool": (2,),
+    "MelWeightMatrix": (0, 1),
+    "HannWindow": (0,),
+    "HammingWindow": (0,),
+    "BlackmanWindow": (0,),
+    **{op: (1,) for op in REDUCTIONS},
+}
+
+
+def run_time_shape_input(node: Node, known: Collection[str]) -> str | None:
+    """The first input of ``node`` whose value decides its output shape but is not among the
+    values ``known`` at compile time (see :data:`SHAPE_FROM_VALUES`), else None."""
+    positions = () if node.domain else SHAPE_FROM_VALUES.get(node.op_type, ())
+    return next((node.inputs[k] for k in positions if node.input(k) not in ("", *known)), None)
 
 
 def infer_outputs(node: Node, values: Mapping[str, Value]) -> tuple[Value, ...]:

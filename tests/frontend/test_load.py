@@ -481,3 +481,25 @@ def test_deprecated_group_normalization_18_runs():
 def test_deprecated_group_normalization_18_without_bias_is_refused_by_node():
     with pytest.raises(ModelError, match=r"'gn' \(GroupNormalization\): scale and bias"):
         polyonnx.InferenceSession(_group_norm_18(["x", "s"]))
+
+
+@pytest.mark.parametrize("op, x_shape", [("Reshape", [2, 3]), ("Expand", [1, 3]), ("Tile", [2, 3])])
+def test_a_shape_fed_at_run_time_is_refused_by_input_name(op, x_shape):
+    # onnxruntime runs these with a shape tensor fed at run time; polyonnx compiles static
+    # shapes. It was a ShapeError saying polyonnx had no shape rule for the op.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node(op, ["x", "s"], ["y"], "n1")], "g", [x, s], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOpError, match=rf"{op} .*'n1'.*value of input 's'"):
+        import_model(m)
+
+
+def test_constant_of_a_shape_fed_at_run_time_is_refused_by_input_name():
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("ConstantOfShape", ["s"], ["y"], "c")], "g", [s], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOpError, match=r"'c'.*value of input 's'"):
+        import_model(m)
