@@ -157,6 +157,12 @@ def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig) -> Re
     if len(same) != 1 or same[0].index != stmt.write.index:
         return None
     accumulators = _accumulators(unrolled, vec, call, width, accesses)
+    offsets = sorted(a.offset for a in accumulators)
+    if any(b - a < width for a, b in itertools.pairwise(offsets)):
+        # Two accumulators would hold one element (an unrolled loop that does not move the
+        # written index is a reduction loop, not a row): each would add its own part and the
+        # last store would drop the others'.
+        return None
     return RegisterTile(
         node,
         unrolled,

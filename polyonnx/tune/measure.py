@@ -41,13 +41,22 @@ def build(
     return kernel_callable(scheduled.kernel, ast, options)
 
 
-def random_arrays(kernel: Kernel, seed: int = 0) -> Arrays:
+def random_arrays(
+    kernel: Kernel, seed: int = 0, known: Mapping[str, np.ndarray] | None = None
+) -> Arrays:
     """Random inputs (uniform in [-1, 1) for floats, small integers otherwise) and zeroed
-    outputs and temporaries for every buffer of ``kernel``, 64-byte aligned."""
+    outputs and temporaries for every buffer of ``kernel``, 64-byte aligned; an input in
+    ``known`` (of the buffer's shape) takes that value instead: a model's constants, whose
+    random stand-ins can hide a wrong schedule (a Clip between two random bounds where the
+    lower is above the upper gives one value everywhere, whatever the loops computed)."""
     rng = np.random.default_rng(seed)
+    known = known or {}
     out: Arrays = {}
     for b in kernel.buffers:
-        if b.kind != "input":
+        value = known.get(b.name)
+        if b.kind == "input" and value is not None and tuple(value.shape) == tuple(b.shape):
+            values = np.asarray(value, b.dtype)
+        elif b.kind != "input":
             values = np.zeros(b.shape, b.dtype)
         elif b.dtype in FLOAT_DTYPES:
             values = rng.uniform(-1, 1, b.shape).astype(b.dtype)

@@ -53,13 +53,16 @@ class Job:
     incumbent: Trace
     options: Options
     reference: Mapping[str, np.ndarray] | None = field(default=None, repr=False)
-    """The kernel's own loop order's buffers after one run on :func:`random_arrays`; None:
-    computed by the job (and returned)."""
+    """The kernel's own loop order's buffers after one run on :func:`random_arrays` (with
+    ``known``); None: computed by the job (and returned)."""
     target_key: str = ""
     """The fingerprint key of the target the job is for; a worker on another refuses it."""
     min_runs: int = 5
     min_time: float = 0.1
     rtol: float = 1e-4
+    known: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """Values of the kernel's inputs that are the model's constants (see
+    :func:`~polyonnx.tune.measure.random_arrays`); the others are random."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def measure_job(job: Job) -> Result:
     try:
         candidate = replay_trace(job.kernel, job.candidate)
         incumbent = replay_trace(job.kernel, job.incumbent)
-        arrays = random_arrays(candidate.kernel)
+        arrays = random_arrays(candidate.kernel, known=job.known)
         reference = job.reference
         if reference is None:
             reference = run(Schedule.from_kernel(job.kernel), arrays, job.options)

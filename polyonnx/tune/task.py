@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from polyonnx.krnl.ir import Kernel
 from polyonnx.schedule.trace import Trace
 from polyonnx.tune.space import Candidate, SearchSpace
@@ -25,6 +27,8 @@ class Task:
     incumbent_speedup: float = 1.0
     default_s: float | None = None
     reference: Mapping | None = None
+    known: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """The model's values of the kernel's small constant inputs, used by its output checks."""
     measured: set[str] = field(default_factory=set)
     population: list[tuple[float, Candidate]] = field(default_factory=list)
     rounds: int = 0

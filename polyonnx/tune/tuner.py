@@ -180,14 +180,14 @@ def tune(
     path = Path(db) if db is not None else (database_path(options) or default_path())
     options = dataclasses.replace(options, tuning_db="")  # (tune the default schedules)
     target = target_fingerprint(options)
-    kernels = lower(to_graph(model, input_shapes, options)).kernels
+    program = lower(to_graph(model, input_shapes, options))
     rng = random.Random(seed)
     database = TuningDatabase(path)
     own_runner = runner is None
     if runner is None:
         runner = _make_runner(ray, timeout)
     bar = Progress(seconds, _stream(progress))
-    tasks = _tasks(kernels, options, database, target)
+    tasks = _tasks(program.kernels, program.constants, options, database, target)
     rng.seed(seed + sum(len(t.measured) for t in tasks))  # (a resumed run explores anew)
     model_fit = cost_model(model_kind)
     samples: tuple[list[list[float]], list[float]] = ([], [])
@@ -249,12 +249,21 @@ def _stream(progress: bool | TextIO | None) -> TextIO | None:
     return progress or None
 
 
+#: Constants of a kernel up to this many elements are its output checks' values (scalars,
+#: biases, per-channel factors); larger ones (weights) are random, as they cost each job a copy.
+KNOWN_MAX_ELEMENTS = 1 << 16
+
+
 def _tasks(
-    kernels: Sequence[Kernel], options: Options, db: TuningDatabase, target: Fingerprint
+    kernels: Sequence[Kernel],
+    constants: Mapping[str, np.ndarray],
+    options: Options,
+    db: TuningDatabase,
+    target: Fingerprint,
 ) -> list[Task]:
     """One task per distinct kernel, most arithmetic first; each starts from its default
     schedule (or its own loops, where the strategies' plan is not legal), knowing the
-    traces measured before."""
+    traces measured before and its first kernel's small constants."""
     by_sig: dict[str, list[Kernel]] = {}
     for k in kernels:
         by_sig.setdefault(kernel_signature(k), []).append(k)
@@ -267,7 +276,12 @@ def _tasks(
             population = [(0.0, default)]
         except ScheduleError:
             trace, population = Trace(ks[0].name, sig, ()), []
-        task = Task(sig, ks[0], len(ks), space, trace, trace, population=population)
+        known = {
+            b.name: constants[b.name]
+            for b in ks[0].buffers
+            if b.name in constants and constants[b.name].size <= KNOWN_MAX_ELEMENTS
+        }
+        task = Task(sig, ks[0], len(ks), space, trace, trace, known=known, population=population)
         task.measured = {trace.to_json(), *(r.trace.to_json() for r in db.records(sig, target))}
         tasks.append(task)
     return tasks
@@ -296,6 +310,7 @@ class _Search:
             self.options,
             task.reference,
             self.target.key,
+            known=task.known,
         )
 
     def baseline(self, task: Task) -> None:

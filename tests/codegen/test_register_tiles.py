@@ -384,3 +384,33 @@ def test_a_register_tile_inside_an_unrolled_loop():
     arrays = {"a": a, "w": w, "y": np.full((nb, m, n), np.nan, np.float32)}
     kernel_callable(kernel, loops)(arrays)
     np.testing.assert_allclose(arrays["y"], np.einsum("bik,kj->bij", a, w), rtol=1e-5, atol=1e-5)
+
+
+def test_an_unrolled_loop_that_does_not_move_the_write_is_no_row() -> None:
+    # (A tuned MobileNetV2 conv, kw unrolled between its reduction and its rows, gave wrong
+    # answers: each kw got its own accumulator of one element, and the last store won.)
+    from polyonnx.tune.measure import random_arrays, run
+
+    i, j, r, q = Aff.var("i"), Aff.var("j"), Aff.var("r"), Aff.var("q")
+    y = Access("y", (i, j))
+    update = Stmt(
+        "S1",
+        y,
+        Load("y", (i, j), "float32")
+        + Load("a", (i, r, q), "float32") * Load("b", (r, q, j), "float32"),
+    )
+    body = (Stmt("S0", y, Const(0.0, "float32")), Loop("r", 0, 2, (Loop("q", 0, 3, (update,)),)))
+    kernel = Kernel(
+        "k",
+        (
+            Buffer("a", "float32", (4, 2, 3), "input"),
+            Buffer("b", "float32", (2, 3, 16), "input"),
+            Buffer("y", "float32", (4, 16), "output"),
+        ),
+        (Loop("i", 0, 4, (Loop("j", 0, 16, body),)),),
+    )
+    s = polyonnx.Schedule.from_kernel(kernel).distribute("i").reorder("r", "q", "i_1", "j_1")
+    s = s.unroll("q", mark=True).unroll("i_1", mark=True).vectorize("j_1", mark=True).verify()
+    arrays = random_arrays(kernel)
+    want = run(polyonnx.Schedule.from_kernel(kernel), arrays)["y"]
+    np.testing.assert_allclose(run(s, arrays)["y"], want, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 import polyonnx
@@ -84,3 +85,13 @@ def test_a_hang_is_ended_by_the_timeout(kernel) -> None:
 def test_a_job_for_another_target_is_refused(kernel) -> None:
     r = measure_job(Job(**{**job(kernel).__dict__, "target_key": "0" * 16}))
     assert not r.ok and "another target" in r.error
+
+
+def test_the_models_constants_are_the_checks_values(kernel) -> None:
+    # (Random stand-ins for a Clip's bounds hid a wrong schedule: with the lower bound above
+    # the upper, every output is the one bound, whatever the loops computed.)
+    first = next(b for b in kernel.buffers if b.kind == "input")
+    value = np.full(first.shape, 0.5, first.dtype)
+    r = measure_job(Job(**{**job(kernel).__dict__, "known": {first.name: value}}))
+    assert r.ok, r.error
+    np.testing.assert_array_equal(r.reference[first.name], value)
