@@ -111,31 +111,39 @@ def axis_table(
     scale: float,
     roi: tuple[float, float] | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Tap indices ``[out_w, n]``, weights ``[out_w, n]`` and the extrapolated positions."""
-    output_width = scale * in_w
-    y = np.arange(out_w, dtype=np.float64)
+    """Tap indices ``[out_w, n]``, weights ``[out_w, n]`` and the extrapolated positions.
+
+    Input positions are computed as onnxruntime computes them: in float32, in its order of
+    operations, with the integer output length ``out_w`` where the spec says length_resized
+    (onnx.reference uses ``scale * in_w`` there and float64; the two disagree on a tap when a
+    position lands on an integer, or when ``scale * in_w`` is not one)."""
+    f32 = np.float32
+    y = np.arange(out_w, dtype=f32)
+    s, length, resized = f32(scale), f32(in_w), f32(out_w)
+    half, one = f32(0.5), f32(1.0)
     extrapolated = None
     if ctm == "align_corners":
-        x = np.zeros(out_w) if output_width == 1 else y * (in_w - 1) / (output_width - 1)
+        x = np.zeros(out_w, f32) if out_w == 1 else y * (length - one) / (resized - one)
     elif ctm == "asymmetric":
-        x = y / scale
+        x = y / s
     elif ctm == "tf_half_pixel_for_nn":
-        x = (y + 0.5) / scale
+        x = (y + half) / s
     elif ctm == "tf_crop_and_resize":
         assert roi is not None
-        if output_width == 1:
-            x = np.full(out_w, (roi[1] - roi[0]) * (in_w - 1) / 2)
+        start, end = f32(roi[0]), f32(roi[1])
+        if out_w == 1:
+            x = np.full(out_w, half * (start + end) * (length - one), f32)
         else:
-            x = y * (roi[1] - roi[0]) * (in_w - 1) / (output_width - 1)
-        x = x + roi[0] * (in_w - 1)
+            x = start * (length - one) + y * (end - start) * (length - one) / (resized - one)
         extrapolated = (x < 0) | (x > in_w - 1)
     elif ctm == "pytorch_half_pixel":
-        x = np.full(out_w, -0.5) if output_width == 1 else (y + 0.5) / scale - 0.5
+        x = np.zeros(out_w, f32) if out_w == 1 else (y + half) / s - half
     elif ctm == "half_pixel":
-        x = (y + 0.5) / scale - 0.5
+        x = (y + half) / s - half
     else:  # half_pixel_symmetric
-        offset = in_w / 2 * (1 - out_w / output_width)
-        x = offset + (y + 0.5) / scale - 0.5
+        offset = length / f32(2) * (one - resized / (s * length))
+        x = offset + (y + half) / s - half
+    x = x.astype(np.float64)
     x_int = np.floor(x).astype(np.int64)
     ratios = np.where(x == x_int, 1.0, x - x_int)
     coeffs = (

@@ -102,3 +102,28 @@ def test_tf_half_pixel_for_nn_opset11(nearest_mode: str) -> None:
         opset=11,
         constants=("roi", "scales"),
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "ctm", "shape", "scales"),
+    [
+        # float32 positions: 2 / float32(2/3) is 3.0 in float32, 2.99999991 in float64
+        ("nearest", "asymmetric", (1, 1, 6, 3), [1, 1, 2 / 3, 1]),
+        ("nearest", "pytorch_half_pixel", (1, 1, 5, 2), [1, 1, 0.6, 1]),
+        # align_corners divides by the integer output length less one, not scale * in - 1
+        ("linear", "align_corners", (1, 1, 2, 7), [1, 1, 1, 2.2]),
+        ("cubic", "align_corners", (1, 1, 4, 4), [1, 1, 0.6, 0.6]),
+        # pytorch_half_pixel to a single pixel reads position 0 (the spec), not -0.5
+        ("cubic", "pytorch_half_pixel", (1, 1, 5, 4), [1, 1, 0.3, 1]),
+    ],
+)
+def test_positions_as_onnxruntime_computes_them(
+    mode: str, ctm: str, shape: tuple[int, ...], scales: list[float]
+) -> None:
+    # Wrong answers on YOLO/DeepLab-style non-integer factors: positions were computed in
+    # float64 with onnx.reference's scale * in_w for the resized length.
+    _resize(
+        {"mode": mode, "coordinate_transformation_mode": ctm, "nearest_mode": "floor"},
+        scales=scales,
+        x=np.arange(np.prod(shape), dtype=F).reshape(shape),
+    )
