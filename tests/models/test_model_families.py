@@ -224,6 +224,11 @@ _RESIZE_CASES = [
     ("cubic", "half_pixel", "round_prefer_floor", (2.0, 2.0)),
     ("cubic", "align_corners", "round_prefer_floor", (3.0, 1.5)),
     ("cubic", "asymmetric", "round_prefer_floor", (2.5, 2.5)),
+    # non-integer factors, where positions must be onnxruntime's (float32, integer lengths)
+    ("nearest", "asymmetric", "floor", (2 / 3, 0.6)),
+    ("nearest", "pytorch_half_pixel", "floor", (0.6, 0.7)),
+    ("linear", "align_corners", "round_prefer_floor", (2.2, 0.6)),
+    ("cubic", "align_corners", "round_prefer_floor", (0.7, 1.3)),
 ]
 
 
