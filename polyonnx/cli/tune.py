@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from polyonnx.cli.arguments import RAW, Subparsers, add_model_options, shapes
+from polyonnx.options import Options
 from polyonnx.records.database import Record, TuningDatabase, default_path
 
 EXAMPLES = """\
@@ -53,6 +54,12 @@ def add_parser(sub: Subparsers) -> None:
         help="auto: xgboost when installed, else ridge+knn in numpy",
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the last step: the model compiled with and without the records, run and "
+        "timed against itself",
+    )
     add_model_options(t)
     add_database_options(t)
     t.set_defaults(execute=execute)
@@ -90,6 +97,11 @@ def execute(args: argparse.Namespace) -> int:
             model_kind=args.cost_model,
         )
         print(report)
+        if not args.no_check and report.measured:
+            from polyonnx.bench.tuned import check_tuned
+
+            options = Options(num_threads=args.threads) if args.threads else Options()
+            print(check_tuned(args.model, report.database, options, shapes(args)))
     db = TuningDatabase(args.db or default_path())
     with db:
         for source in args.merge:

@@ -47,5 +47,6 @@ def test_tune_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main([*args, "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "tuned 1 distinct kernel(s)" in out and "k0_MatMul" in out
+    assert "tuned model:" in out and "faster than untuned" in out and "outputs agree" in out
     assert main(["tune", "--db", str(db), "--budget", "soon", str(tmp_path / "m.onnx")]) == 2
     assert "budget 'soon'" in capsys.readouterr().err
