@@ -70,6 +70,39 @@ def transpose_pads_begin(
     return tuple(begin)
 
 
+def check_transpose_out(
+    node: Node,
+    in_spatial: tuple[int, ...],
+    out_spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    output_padding: tuple[int, ...],
+) -> None:
+    """Refuse a typed output shape the attributes do not give, as onnxruntime computes it.
+    ``SAME_*`` pads the full output down to ``in * stride``, never below 0 (a shorter full
+    output is kept). ONNX shape inference adds output_padding once more when it pads: the
+    begin padding was derived from that wider shape, a wrong answer of the wrong shape."""
+    rank = len(in_spatial)
+    auto_pad = str_attr(node, "auto_pad", "NOTSET")
+    pads = (0,) * 2 * rank if auto_pad == "VALID" else ints_attr(node, "pads", 2 * rank, 0)
+    full = tuple(
+        strides[k] * (in_spatial[k] - 1) + output_padding[k] + (kernel[k] - 1) * dilations[k] + 1
+        for k in range(rank)
+    )
+    if node.has_attr("output_shape"):
+        expected = tuple(int(v) for v in node.attr("output_shape"))[-rank:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        expected = tuple(min(f, i * s) for f, i, s in zip(full, in_spatial, strides, strict=True))
+    else:
+        expected = tuple(full[k] - pads[k] - pads[rank + k] for k in range(rank))
+    if tuple(out_spatial) != expected:
+        raise ShapeError(
+            f"node {node.name!r} (ConvTranspose): output spatial shape {tuple(out_spatial)} "
+            f"does not match the attributes (expected {expected})"
+        )
+
+
 @register("ConvTranspose")
 def lower_conv_transpose(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """ConvTranspose (any spatial rank, groups, dilations, output padding / shape, auto_pad)."""
@@ -104,6 +137,7 @@ def lower_conv_transpose(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         if any(v < 1 for v in values):
             raise bad_attr(node, attr, f"must be positive, got {list(values)}")
     in_spatial, out_spatial = tuple(xs[2:]), tuple(ys[2:])
+    check_transpose_out(node, in_spatial, out_spatial, kernel, strides, dilations, output_padding)
     begin = transpose_pads_begin(
         node, in_spatial, out_spatial, kernel, strides, dilations, output_padding
     )
