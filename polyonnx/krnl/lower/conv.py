@@ -29,6 +29,7 @@ group, depthwise multipliers, a depthwise conv on an NCHW value).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,15 +55,32 @@ from polyonnx.krnl.lower.half import half_product
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
-@register("Conv")
-def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
-    """Conv (any spatial rank): bias-or-zero init, then the guarded multiply-accumulate."""
-    x, w, b, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
-    dtype = require_float(node, ctx, x)
+class ConvGeometry(NamedTuple):
+    """A convolution's shapes and window, checked against each other (:func:`conv_geometry`)."""
+
+    rank: int
+    n_batch: int
+    channels: int
+    in_spatial: tuple[int, ...]
+    out_channels: int
+    out_spatial: tuple[int, ...]
+    group: int
+    cg: int
+    """Input channels per group."""
+    mg: int
+    """Output channels per group."""
+    kernel: tuple[int, ...]
+    win: Window
+
+
+def conv_geometry(node: Node, ctx: LowerContext, x: str, w: str, y: str) -> ConvGeometry:
+    """The geometry of a convolution node (Conv, ConvInteger, QLinearConv) reading ``x`` with
+    weights ``w`` into ``y``: ShapeError or a bad attribute when X, W, Y, ``group`` and
+    ``kernel_shape`` disagree."""
     xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
     if len(xs) < 3 or len(ws) != len(xs):
         raise ShapeError(
-            f"node {node.name!r} (Conv): X {xs} and W {ws} must both be "
+            f"node {node.name!r} ({node.op_type}): X {xs} and W {ws} must both be "
             "[N, C, spatial...] / [M, C/group, kernel...]"
         )
     rank = len(xs) - 2
@@ -74,13 +92,27 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     cg, mg = channels // group, out_channels // group
     if ws[1] != cg:
         raise ShapeError(
-            f"node {node.name!r} (Conv): W has {ws[1]} input channels, expected C/group = {cg}"
+            f"node {node.name!r} ({node.op_type}): W has {ws[1]} input channels, "
+            f"expected C/group = {cg}"
         )
     kernel = ws[2:]
     if node.has_attr("kernel_shape") and ints_attr(node, "kernel_shape", rank, None) != kernel:
         raise bad_attr(node, "kernel_shape", f"disagrees with W's shape {ws}")
     win = window(node, ctx, in_spatial, kernel)
     check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode=False)
+    return ConvGeometry(
+        rank, n_batch, channels, in_spatial, out_channels, out_spatial, group, cg, mg, kernel, win
+    )
+
+
+@register("Conv")
+def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
+    """Conv (any spatial rank): bias-or-zero init, then the guarded multiply-accumulate."""
+    x, w, b, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    dtype = require_float(node, ctx, x)
+    geometry = conv_geometry(node, ctx, x, w, y)
+    rank, n_batch, channels, in_spatial, out_channels, out_spatial = geometry[:6]
+    group, cg, mg, kernel, win = geometry[6:]
 
     names = spatial_names(rank)
     o_names = [f"o{s}" for s in names]

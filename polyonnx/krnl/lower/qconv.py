@@ -35,18 +35,14 @@ from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     Aff,
-    bad_attr,
-    check_out_spatial,
-    ints_attr,
     load,
     nest,
     pairs,
     spatial_names,
     unsupported,
     var,
-    window,
 )
-from polyonnx.krnl.lower.conv import pad_input
+from polyonnx.krnl.lower.conv import conv_geometry, pad_input
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 I32 = "int32"
@@ -108,29 +104,9 @@ def _conv_integer(
     for name in (x, w):
         if ctx.dtype(name) not in _BYTES:
             raise unsupported(node, ctx, f"input {name!r} of dtype {ctx.dtype(name)}")
-    xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
-    if len(xs) < 3 or len(ws) != len(xs):
-        raise ShapeError(
-            f"node {node.name!r} ({node.op_type}): X {xs} and W {ws} must both be "
-            "[N, C, spatial...] / [M, C/group, kernel...]"
-        )
-    rank = len(xs) - 2
-    n_batch, channels, in_spatial = xs[0], xs[1], xs[2:]
-    out_channels, out_spatial = ws[0], ys[2:]
-    group = int(node.attr("group", 1))
-    if group < 1 or channels % group or out_channels % group:
-        raise bad_attr(node, "group", f"= {group} must divide C={channels} and M={out_channels}")
-    cg, mg = channels // group, out_channels // group
-    if ws[1] != cg:
-        raise ShapeError(
-            f"node {node.name!r} ({node.op_type}): W has {ws[1]} input channels, "
-            f"expected C/group = {cg}"
-        )
-    kernel = ws[2:]
-    if node.has_attr("kernel_shape") and ints_attr(node, "kernel_shape", rank, None) != kernel:
-        raise bad_attr(node, "kernel_shape", f"disagrees with W's shape {ws}")
-    win = window(node, ctx, in_spatial, kernel)
-    check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode=False)
+    geometry = conv_geometry(node, ctx, x, w, y)
+    rank, n_batch, channels, in_spatial, out_channels, out_spatial = geometry[:6]
+    group, cg, mg, kernel, win = geometry[6:]
 
     # The input, centred and widened, in a zero-bordered temp.
     padded = tuple(
