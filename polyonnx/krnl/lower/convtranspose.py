@@ -57,17 +57,28 @@ def transpose_pads_begin(
         if any(p < 0 for p in pads):
             raise bad_attr(node, "pads", f"must be non-negative, got {list(pads)}")
         return pads[:rank]
+    full = _full_lengths(in_spatial, kernel, strides, dilations, output_padding)
     begin = []
     for k in range(rank):
-        total = (
-            strides[k] * (in_spatial[k] - 1)
-            + output_padding[k]
-            + (kernel[k] - 1) * dilations[k]
-            + 1
-            - out_spatial[k]
-        )
+        total = full[k] - out_spatial[k]
         begin.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
     return tuple(begin)
+
+
+def _full_lengths(
+    in_spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    output_padding: tuple[int, ...],
+) -> tuple[int, ...]:
+    """The output length per axis before any padding is cut off."""
+    return tuple(
+        s * (i - 1) + p + (k - 1) * d + 1
+        for i, k, s, d, p in zip(
+            in_spatial, kernel, strides, dilations, output_padding, strict=True
+        )
+    )
 
 
 def check_transpose_out(
@@ -86,10 +97,7 @@ def check_transpose_out(
     rank = len(in_spatial)
     auto_pad = str_attr(node, "auto_pad", "NOTSET")
     pads = (0,) * 2 * rank if auto_pad == "VALID" else ints_attr(node, "pads", 2 * rank, 0)
-    full = tuple(
-        strides[k] * (in_spatial[k] - 1) + output_padding[k] + (kernel[k] - 1) * dilations[k] + 1
-        for k in range(rank)
-    )
+    full = _full_lengths(in_spatial, kernel, strides, dilations, output_padding)
     if node.has_attr("output_shape"):
         expected = tuple(int(v) for v in node.attr("output_shape"))[-rank:]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
