@@ -58,7 +58,6 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ import numpy as np
 from onnx import helper
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import Graph, Node, Value, fresh_name, topological_order
 
 #: The domain of ONNX's training operators.
 TRAINING_DOMAIN = "ai.onnx.preview.training"
@@ -225,11 +224,19 @@ def _expand(graph: Graph, grad: Node) -> Graph:
             _define_output(b, grad, x, out, grads.get(x))
     at = graph.nodes.index(grad)
     nodes[at:at] = b.nodes
+    # (Ordered again: the backward nodes read values that forward nodes listed after the
+    # Gradient node may define.)
     return Graph(
         graph.name,
         graph.inputs,
         tuple(values[v.name] for v in graph.outputs),
-        tuple(_toposort(nodes, {v.name for v in graph.inputs} | set(constants))),
+        tuple(
+            topological_order(
+                nodes,
+                {v.name for v in graph.inputs} | set(constants),
+                "the graph with its Gradient nodes expanded",
+            )
+        ),
         values,
         constants,
         graph.opset,
@@ -378,31 +385,6 @@ def _define_output(b: _Builder, grad: Node, x: str, out: str, d: str | None) -> 
     if d is None:
         d = b.expand(b.scalar(0.0, want.dtype), want.dims)
     b.op("Identity", (d,), want.dims, want.dtype, out=out)
-
-
-def _toposort(nodes: list[Node], defined: set[str]) -> list[Node]:
-    """``nodes`` in a topological order, stable: the backward nodes read values that forward
-    nodes listed after the Gradient node may define."""
-    users: dict[str, list[int]] = {}
-    missing = []
-    for k, n in enumerate(nodes):
-        deps = {i for i in n.inputs if i and i not in defined}
-        missing.append(len(deps))
-        for i in deps:
-            users.setdefault(i, []).append(k)
-    heap = [k for k, m in enumerate(missing) if m == 0]
-    order: list[Node] = []
-    while heap:
-        n = nodes[heapq.heappop(heap)]
-        order.append(n)
-        for o in n.outputs:
-            for k in users.get(o, ()) if o else ():
-                missing[k] -= 1
-                if missing[k] == 0:
-                    heapq.heappush(heap, k)
-    if len(order) < len(nodes):
-        raise ModelError("the graph with its Gradient nodes expanded has a cycle")
-    return order
 
 
 # --------------------------------------------------------------------------- derivative rules

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import heapq
 import math
 import os
 from collections import deque
@@ -44,7 +43,7 @@ from polyonnx.graph.dynamic import (
     is_dynamic,
     refuse_dynamic_inputs,
 )
-from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.ir import Graph, Node, Value, topological_order
 from polyonnx.graph.passes.fold import evaluate_node, to_attribute
 from polyonnx.graph.shapes import infer_outputs, run_time_shape_input
 from polyonnx.graph.validate import validate_node
@@ -714,32 +713,10 @@ def _constant_value(node: str, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 def _toposort(nodes: list[Node], defined: set[str]) -> list[Node]:
-    """Nodes in a topological order (stable), checking undefined inputs and duplicate outputs."""
+    """Nodes in a topological order (stable), checking undefined inputs and duplicate outputs:
+    a model already in topological order (the checker demands it) keeps its order exactly."""
     _check_definitions(nodes, defined)
-    # Kahn's algorithm with a min-heap on the original index: a model already in topological
-    # order (the checker demands it) keeps its order exactly.
-    users: dict[str, list[int]] = {}
-    missing = []
-    for k, n in enumerate(nodes):
-        deps = {i for i in n.inputs if i and i not in defined}
-        missing.append(len(deps))
-        for i in deps:
-            users.setdefault(i, []).append(k)
-    heap = [k for k, m in enumerate(missing) if m == 0]
-    order: list[Node] = []
-    while heap:
-        n = nodes[heapq.heappop(heap)]
-        order.append(n)
-        for o in n.outputs:
-            for k in users.get(o, ()) if o else ():
-                missing[k] -= 1
-                if missing[k] == 0:
-                    heapq.heappush(heap, k)
-    if len(order) < len(nodes):
-        placed = {id(n) for n in order}
-        names = ", ".join(repr(n.name) for n in nodes if id(n) not in placed)
-        raise ModelError(f"the graph has a cycle through nodes {names[:300]}")
-    return order
+    return topological_order(nodes, defined)
 
 
 def _check_definitions(nodes: list[Node], defined: set[str]) -> None:

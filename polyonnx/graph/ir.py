@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -139,6 +140,40 @@ def _short(v: Any) -> str:
     if isinstance(v, np.ndarray):
         return f"tensor<{v.dtype}{list(v.shape)}>"
     return repr(v)
+
+
+def topological_order(nodes: list[Node], defined: set[str], graph: str = "the graph") -> list[Node]:
+    """``nodes`` in a topological order, stable (Kahn's algorithm with a min-heap on the
+    original index: nodes already in order keep it exactly); ``defined``: the values no node
+    computes. A cycle is a ModelError naming its nodes (``graph`` says whose).
+
+    Example:
+        >>> a, b = Node("a", "Relu", ("t",), ("y",)), Node("b", "Neg", ("x",), ("t",))
+        >>> [n.name for n in topological_order([a, b], {"x"})]
+        ['b', 'a']
+    """
+    users: dict[str, list[int]] = {}
+    missing = []
+    for k, n in enumerate(nodes):
+        deps = {i for i in n.inputs if i and i not in defined}
+        missing.append(len(deps))
+        for i in deps:
+            users.setdefault(i, []).append(k)
+    heap = [k for k, m in enumerate(missing) if m == 0]
+    order: list[Node] = []
+    while heap:
+        n = nodes[heapq.heappop(heap)]
+        order.append(n)
+        for o in n.outputs:
+            for k in users.get(o, ()) if o else ():
+                missing[k] -= 1
+                if missing[k] == 0:
+                    heapq.heappush(heap, k)
+    if len(order) < len(nodes):
+        placed = {id(n) for n in order}
+        names = ", ".join(repr(n.name) for n in nodes if id(n) not in placed)
+        raise ModelError(f"{graph} has a cycle through nodes {names[:300]}")
+    return order
 
 
 def fresh_name(base: str, taken: set[str]) -> str:
