@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import onnx
@@ -21,30 +20,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx.testing import assert_close, onnxruntime_outputs
+from tests.models.builder import GraphBuilder, graph_input
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 RTOL, ATOL = 1e-4, 1e-5
 
 
-class _Graph:
-    """Nodes, initializers and Constant nodes of a model under construction."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self._count = 0
-
-    def _name(self, prefix: str) -> str:
-        self._count += 1
-        return f"{prefix}{self._count}"
-
-    def init(self, array: np.ndarray | Sequence[float] | float, dtype: object = np.float32) -> str:
-        """An initializer (tf2onnx, dynamo and paddle2onnx keep weights as initializers)."""
-        name = self._name("w")
-        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), name))
-        return name
+class _Graph(GraphBuilder):
+    """Nodes, initializers and Constant nodes of a model under construction (tf2onnx, dynamo
+    and paddle2onnx keep weights as initializers)."""
 
     def const(self, array: np.ndarray | Sequence[float] | float, dtype: object = np.float32) -> str:
         """A Constant node (TorchScript writes shapes and small tensors this way)."""
@@ -57,18 +42,6 @@ class _Graph:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
         array = self.rng.standard_normal(shape) / math.sqrt(fan_in)
         return self.const(array) if const else self.init(array)
-
-    def op(
-        self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", **attrs: object
-    ) -> Any:
-        """A node; its output's name, or the list of its ``outputs`` names."""
-        names = [self._name(op_type.lower() + "_") for _ in range(outputs)]
-        self.nodes.append(
-            helper.make_node(
-                op_type, list(inputs), names, name=self._name(op_type), domain=domain, **attrs
-            )
-        )
-        return names[0] if outputs == 1 else names
 
     def model(
         self,
@@ -94,10 +67,6 @@ class _Graph:
         model = helper.make_model(graph, opset_imports=opsets, functions=list(functions))
         model.ir_version = 8 if opset < 19 else 9
         return onnx.shape_inference.infer_shapes(model) if infer else model
-
-
-def _input(name: str, shape: Sequence[int | str | None], elem: int = F) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, list(shape))
 
 
 def _check(
@@ -144,7 +113,7 @@ def _nhwc_conv_block(opset: int, batch: int | str) -> onnx.ModelProto:
     x = g.op("MatMul", x, g.weights(8, 5))
     x = g.op("Add", x, g.weights(5))
     y = g.op("Softmax", x, axis=-1)
-    return g.model([_input("x", [batch, 6, 6, 3])], [y], opset)
+    return g.model([graph_input("x", [batch, 6, 6, 3])], [y], opset)
 
 
 @pytest.mark.parametrize("opset", [11, 13, 18])
@@ -170,7 +139,7 @@ def test_tf2onnx_pad_axes_opset18() -> None:
     x = g.op("Pad", "x", g.init([1, 2, 0, 1], np.int64), g.init(0.5), g.init([-1, 2], np.int64))
     x = g.op("Conv", x, g.weights(4, 2, 3, 3))
     y = g.op("Relu", x)
-    _check(g.model([_input("x", [1, 2, 5, 5])], [y], 18), {"x": _randn(1, 2, 5, 5)})
+    _check(g.model([graph_input("x", [1, 2, 5, 5])], [y], 18), {"x": _randn(1, 2, 5, 5)})
 
 
 def test_tf2onnx_reshape_from_shape_chain() -> None:
@@ -187,7 +156,7 @@ def test_tf2onnx_reshape_from_shape_chain() -> None:
     x = g.op("Unsqueeze", x, g.init([1, 2], np.int64))
     x = g.op("Mul", x, g.op("Sigmoid", x))  # swish
     y = g.op("Squeeze", x, g.init([1, 2], np.int64))
-    model = g.model([_input("x", ["unk__12", 4, 4, 2])], [y], 13)
+    model = g.model([graph_input("x", ["unk__12", 4, 4, 2])], [y], 13)
     _check(model, {"x": _randn(3, 4, 4, 2)})
 
 
@@ -209,7 +178,7 @@ def test_tf2onnx_names_and_nhwc_depthwise() -> None:
         )
     )
     model = g.model(
-        [_input(x_name, ["unk__6", 5, 5, 4])],
+        [graph_input(x_name, ["unk__6", 5, 5, 4])],
         ["StatefulPartitionedCall/model/depthwise conv2d/BiasAdd;Conv2D:0"],
         13,
     )
@@ -224,7 +193,7 @@ def test_keras_lstm_last_state() -> None:
     w, r, b = g.weights(1, 16, 3), g.weights(1, 16, 4), g.weights(1, 32)
     _, h, _ = g.op("LSTM", x, w, r, b, hidden_size=4, outputs=3)
     y = g.op("Squeeze", h, g.init([0], np.int64))
-    _check(g.model([_input("x", [2, 5, 3])], [y], 13), {"x": _randn(2, 5, 3)})
+    _check(g.model([graph_input("x", [2, 5, 3])], [y], 13), {"x": _randn(2, 5, 3)})
 
 
 # --------------------------------------------------------------- PyTorch TorchScript exporter
@@ -244,7 +213,7 @@ def _torchscript_classifier(opset: int) -> onnx.ModelProto:
     x = g.op("Gemm", x, g.weights(10, 36, const=True), g.weights(10, const=True), transB=1)
     x = g.op("Cast", x, to=TensorProto.DOUBLE)
     y = g.op("Cast", x, to=F)
-    return g.model([_input("input.1", [2, 3, 8, 8])], [y], opset)
+    return g.model([graph_input("input.1", [2, 3, 8, 8])], [y], opset)
 
 
 @pytest.mark.parametrize("opset", [9, 11, 13, 17])
@@ -276,7 +245,7 @@ def test_torchscript_expand_with_where_equal() -> None:
     )
     x = g.op("Reshape", x, view)
     y = g.op("Add", x, g.weights(20, const=True))
-    _check(g.model([_input("x", [2, 1, 5])], [y], 11), {"x": _randn(2, 1, 5)})
+    _check(g.model([graph_input("x", [2, 1, 5])], [y], 11), {"x": _randn(2, 1, 5)})
 
 
 def test_torchscript_upsample_opset9() -> None:
@@ -284,7 +253,7 @@ def test_torchscript_upsample_opset9() -> None:
     g = _Graph()
     x = g.op("Upsample", "x", g.const([1, 1, 2, 2]), mode="nearest")
     y = g.op("Conv", x, g.weights(2, 2, 1, 1, const=True))
-    _check(g.model([_input("x", [1, 2, 3, 3])], [y], 9), {"x": _randn(1, 2, 3, 3)})
+    _check(g.model([graph_input("x", [1, 2, 3, 3])], [y], 9), {"x": _randn(1, 2, 3, 3)})
 
 
 @pytest.mark.parametrize("opset", [11, 13])
@@ -306,7 +275,7 @@ def test_torchscript_resize_scales(opset: int, mode: str) -> None:
         **attrs,
     )
     y = g.op("Relu", x)
-    _check(g.model([_input("x", [1, 2, 3, 4])], [y], opset), {"x": _randn(1, 2, 3, 4)})
+    _check(g.model([graph_input("x", [1, 2, 3, 4])], [y], opset), {"x": _randn(1, 2, 3, 4)})
 
 
 def test_torchscript_initializers_listed_as_inputs() -> None:
@@ -315,7 +284,7 @@ def test_torchscript_initializers_listed_as_inputs() -> None:
     g = _Graph()
     w, b = g.weights(4, 3), g.weights(4)
     y = g.op("Gemm", "x", w, b, transB=1)
-    model = g.model([_input("x", [2, 3]), _input(w, [4, 3]), _input(b, [4])], [y], 9)
+    model = g.model([graph_input("x", [2, 3]), graph_input(w, [4, 3]), graph_input(b, [4])], [y], 9)
     model.ir_version = 3
     _check(model, {"x": _randn(2, 3)})
 
@@ -344,7 +313,7 @@ def test_torchscript_slicing_and_layernorm_by_hand() -> None:
     x = g.op("Div", d, g.op("Sqrt", g.op("Add", var, "eps")))
     x = g.op("Add", g.op("Mul", x, g.weights(8, const=True)), g.weights(8, const=True))
     y = g.op("Reshape", x, g.op("Concat", g.const([2], np.int64), "last", axis=0))
-    _check(g.model([_input("x", [2, 4, 8])], [y], 13), {"x": _randn(2, 4, 8)})
+    _check(g.model([graph_input("x", [2, 4, 8])], [y], 13), {"x": _randn(2, 4, 8)})
 
 
 # ----------------------------------------------------------- PyTorch dynamo exporter (18+)
@@ -367,7 +336,7 @@ def test_dynamo_mlp_block() -> None:
     x = g.op("Mul", a, g.op("Sigmoid", b))
     m = g.op("ReduceMean", x, g.init([-1], np.int64), keepdims=1)
     y = g.op("Sub", x, m)
-    _check(g.model([_input("x", [2, 3, 16])], [y], 18), {"x": _randn(2, 3, 16)})
+    _check(g.model([graph_input("x", [2, 3, 16])], [y], 18), {"x": _randn(2, 3, 16)})
 
 
 def _linear_function(domain: str) -> onnx.FunctionProto:
@@ -396,7 +365,7 @@ def test_dynamo_local_functions() -> None:
     x = g.op(fn.name, "x", w1, b1, domain=domain)
     x = g.op("Relu", x)
     y = g.op(fn.name, x, w2, b2, domain=domain)
-    model = g.model([_input("x", [3, 6])], [y], 18, functions=[fn], extra_opsets={domain: 1})
+    model = g.model([graph_input("x", [3, 6])], [y], 18, functions=[fn], extra_opsets={domain: 1})
     _check(model, {"x": _randn(3, 6)})
 
 
@@ -426,7 +395,7 @@ def test_dynamo_function_attribute_defaults_and_nesting() -> None:
     x = g.op("block", "x", w, domain=domain)
     y = g.op("act", x, domain=domain, alpha=0.5)
     model = g.model(
-        [_input("x", [2, 3])], [y], 18, functions=[act, block], extra_opsets={domain: 1}
+        [graph_input("x", [2, 3])], [y], 18, functions=[act, block], extra_opsets={domain: 1}
     )
     _check(model, {"x": _randn(2, 3)})
 
@@ -465,7 +434,10 @@ def _attention(batch: int | str, seq: int, heads: int, head_dim: int) -> onnx.Mo
     ctx = g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
     ctx = g.op("Reshape", ctx, g.init([0, 0, hidden], np.int64))
     y = g.op("Add", g.op("MatMul", ctx, g.weights(hidden, hidden)), g.weights(hidden))
-    inputs = [_input("hidden", [batch, seq, hidden]), _input("attention_mask", [batch, seq], I64)]
+    inputs = [
+        graph_input("hidden", [batch, seq, hidden]),
+        graph_input("attention_mask", [batch, seq], I64),
+    ]
     return g.model(inputs, [y], 14)
 
 
@@ -516,8 +488,8 @@ def test_hf_embeddings_and_causal_mask() -> None:
     pad = g.op("Mul", g.op("Sub", g.init(1.0), pad), g.init(np.finfo(np.float32).min))
     y = g.op("Softmax", g.op("Add", scores, pad), axis=-1)
     inputs = [
-        _input("input_ids", ["batch", "seq"], I64),
-        _input("attention_mask", ["batch", "seq"], I64),
+        graph_input("input_ids", ["batch", "seq"], I64),
+        graph_input("attention_mask", ["batch", "seq"], I64),
     ]
     model = g.model(inputs, [y], 14)
     ids = np.array([[1, 5, 7, 2], [2, 0, 19, 3]], np.int64)
@@ -536,7 +508,7 @@ def test_paddle_conv_auto_pad(auto_pad: str) -> None:
     x = g.op("Conv", "x", g.weights(4, 2, 3, 3), g.weights(4), strides=[2, 2], auto_pad=auto_pad)
     x = g.op("HardSwish", x)
     y = g.op("HardSigmoid", x, alpha=0.2, beta=0.5)
-    _check(g.model([_input("x", [1, 2, 6, 6])], [y], 14), {"x": _randn(1, 2, 6, 6)})
+    _check(g.model([graph_input("x", [1, 2, 6, 6])], [y], 14), {"x": _randn(1, 2, 6, 6)})
 
 
 def test_paddle_resize_sizes_and_concat() -> None:
@@ -555,7 +527,7 @@ def test_paddle_resize_sizes_and_concat() -> None:
     branches = [g.op("Conv", up, g.weights(2, 2, 1, 1)) for _ in range(5)]
     branches.append(g.op("Relu", up))
     y = g.op("Concat", *branches, axis=1)
-    _check(g.model([_input("x", [1, 2, 4, 4])], [y], 13), {"x": _randn(1, 2, 4, 4)})
+    _check(g.model([graph_input("x", [1, 2, 4, 4])], [y], 13), {"x": _randn(1, 2, 4, 4)})
 
 
 # ------------------------------------------------------------------- graphs' own quirks
@@ -566,7 +538,7 @@ def test_outputs_that_repeat_a_name_or_return_an_input() -> None:
     (a pass-through): each output is filled."""
     g = _Graph()
     y = g.op("Relu", g.op("MatMul", "x", g.weights(3, 3)))
-    _check(g.model([_input("x", [2, 3])], [y, y, "x"], 13), {"x": _randn(2, 3)})
+    _check(g.model([graph_input("x", [2, 3])], [y, y, "x"], 13), {"x": _randn(2, 3)})
 
 
 def test_opset11_softmax_and_hardmax_coerce_to_2d() -> None:
@@ -574,14 +546,18 @@ def test_opset11_softmax_and_hardmax_coerce_to_2d() -> None:
     g = _Graph()
     a = g.op("Softmax", "x", axis=1)
     b = g.op("Hardmax", "x", axis=1)
-    _check(g.model([_input("x", [2, 3, 4])], [a, b], 11), {"x": _randn(2, 3, 4)})
+    _check(g.model([graph_input("x", [2, 3, 4])], [a, b], 11), {"x": _randn(2, 3, 4)})
 
 
 def test_default_domain_written_ai_onnx() -> None:
     g = _Graph()
     y = g.op("Relu", g.op("Add", "x", g.init(1.0), domain="ai.onnx"), domain="ai.onnx")
     graph = helper.make_graph(
-        g.nodes, "g", [_input("x", [2, 3])], [helper.make_tensor_value_info(y, F, None)], g.inits
+        g.nodes,
+        "g",
+        [graph_input("x", [2, 3])],
+        [helper.make_tensor_value_info(y, F, None)],
+        g.inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx", 13)])
     model.ir_version = 8
@@ -593,7 +569,7 @@ def test_contrib_op_is_refused_by_name() -> None:
     kernels, not ONNX): refused naming the op and node."""
     g = _Graph()
     y = g.op("FastGelu", "x", g.weights(8), domain="com.microsoft")
-    model = g.model([_input("x", [2, 8])], [y], 14, extra_opsets={"com.microsoft": 1})
+    model = g.model([graph_input("x", [2, 8])], [y], 14, extra_opsets={"com.microsoft": 1})
     with pytest.raises(
         polyonnx.UnsupportedOpError, match=r"com\.microsoft\.FastGelu \(node 'FastGelu"
     ):

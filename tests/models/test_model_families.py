@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import polyonnx
 from polyonnx.errors import UnsupportedOpError
 from polyonnx.testing import assert_close, onnxruntime_outputs
+from tests.models.builder import GraphBuilder, graph_input
 
 F = TensorProto.FLOAT
 F16 = TensorProto.FLOAT16
@@ -32,23 +33,8 @@ I32 = TensorProto.INT32
 RTOL, ATOL = 1e-4, 1e-5
 
 
-class _Graph:
+class _Graph(GraphBuilder):
     """Nodes and initializers of a model under construction."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self._count = 0
-
-    def _name(self, prefix: str) -> str:
-        self._count += 1
-        return f"{prefix}{self._count}"
-
-    def init(self, array: object, dtype: object = np.float32) -> str:
-        name = self._name("w")
-        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), name))
-        return name
 
     def ints(self, *values: int) -> str:
         """An int64 vector initializer (shapes, axes, pads, K...)."""
@@ -57,14 +43,6 @@ class _Graph:
     def weights(self, *shape: int, dtype: object = np.float32) -> str:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
         return self.init(self.rng.standard_normal(shape) / math.sqrt(fan_in), dtype)
-
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: object) -> Any:
-        """A node; its output's name, or the list of its ``outputs`` names."""
-        names = [self._name(op_type.lower() + "_") for _ in range(outputs)]
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), names, name=self._name(op_type), **attrs)
-        )
-        return names[0] if outputs == 1 else names
 
     def model(
         self,
@@ -88,10 +66,6 @@ class _Graph:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 8 if opset < 19 else 9
         return model
-
-
-def _input(name: str, shape: Sequence[int | str | None], elem: int = F) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, list(shape))
 
 
 def _check(
@@ -158,7 +132,7 @@ def test_yolo_decode_three_scales(split: str, opset: int) -> None:
             x = g.op("MaxPool", x, kernel_shape=[2, 2], strides=[2, 2])
         scales.append(_yolo_scale(g, x, hw, stride, split, opset))
     y = g.op("Concat", *scales, axis=1)
-    model = g.model([_input("x", [1, 4, 8, 8])], [y], opset)
+    model = g.model([graph_input("x", [1, 4, 8, 8])], [y], opset)
     (out,) = _check(model, {"x": _randn(1, 4, 8, 8)})
     assert out.shape == (1, 3 * (64 + 16 + 4), 8)
 
@@ -176,7 +150,7 @@ def test_topk_gather_postprocessing() -> None:
     kept_cls = g.op("GatherElements", cls, idx, axis=1)
     small, _ = g.op("TopK", best, g.ints(3), axis=-1, largest=0, sorted=1, outputs=2)
     model = g.model(
-        [_input("logits", [1, 20, 4]), _input("boxes", [1, 20, 4])],
+        [graph_input("logits", [1, 20, 4]), graph_input("boxes", [1, 20, 4])],
         [values, idx, boxes, kept_cls, small],
         13,
         [F, I64, F, I64, F],
@@ -205,7 +179,7 @@ def test_ssd_softmax_and_box_decode(opset: int) -> None:
     xy = g.op("Add", g.op("Mul", g.op("Mul", xy_l, g.init(0.1)), g.init(wh_p)), g.init(xy_p))
     wh = g.op("Mul", g.op("Exp", g.op("Mul", wh_l, g.init(0.2))), g.init(wh_p))
     box = g.op("Concat", g.op("Sub", xy, g.op("Div", wh, g.init(2.0))), wh, axis=2)
-    model = g.model([_input("x", [1, 4, 4, 4])], [prob, box], opset)
+    model = g.model([graph_input("x", [1, 4, 4, 4])], [prob, box], opset)
     _check(model, {"x": _randn(1, 4, 4, 4)})
 
 
@@ -241,7 +215,7 @@ def test_resize_scales(mode: str, ctm: str, nearest_mode: str, scales: tuple[flo
     if mode == "cubic":
         attrs["cubic_coeff_a"] = -0.75
     y = g.op("Resize", "x", "", g.init([1.0, 1.0, *scales]), **attrs)
-    model = g.model([_input("x", [1, 2, 6, 4])], [y], 13)
+    model = g.model([graph_input("x", [1, 2, 6, 4])], [y], 13)
     _check(model, {"x": _randn(1, 2, 6, 4)})
 
 
@@ -258,7 +232,7 @@ def test_resize_tf_half_pixel_for_nn(scales: tuple[float, ...]) -> None:
         coordinate_transformation_mode="tf_half_pixel_for_nn",
         nearest_mode="round_prefer_ceil",
     )
-    model = g.model([_input("x", [1, 2, 6, 4])], [y], 11)
+    model = g.model([graph_input("x", [1, 2, 6, 4])], [y], 11)
     _check(model, {"x": _randn(1, 2, 6, 4)})
 
 
@@ -277,7 +251,7 @@ def test_resize_sizes_odd_and_cubic_exclude_outside(opset: int) -> None:
         cubic_coeff_a=-0.5,
         exclude_outside=1,
     )
-    model = g.model([_input("x", [1, 2, 5, 4])], [y], opset)
+    model = g.model([graph_input("x", [1, 2, 5, 4])], [y], opset)
     _check(model, {"x": _randn(1, 2, 5, 4)})
 
 
@@ -308,7 +282,7 @@ def test_unet_block(up: str) -> None:
         u = g.op("ConvTranspose", d, g.weights(8, 4, 4, 4), strides=[2, 2], pads=[1, 1, 1, 1])
     y = g.op("Concat", u, e, axis=1)
     y = g.op("Conv", y, g.weights(3, 8, 1, 1), g.weights(3))
-    model = g.model([_input("x", [1, 2, 8, 8])], [y], 13)
+    model = g.model([graph_input("x", [1, 2, 8, 8])], [y], 13)
     _check(model, {"x": _randn(1, 2, 8, 8)})
 
 
@@ -326,7 +300,7 @@ def test_convtranspose_grouped_dilated_asymmetric() -> None:
         output_padding=[1, 2],
     )
     b = g.op("ConvTranspose", "x", g.weights(4, 3, 3, 3), strides=[2, 2], output_shape=[10, 9])
-    model = g.model([_input("x", [1, 4, 5, 4])], [a, b], 13)
+    model = g.model([graph_input("x", [1, 4, 5, 4])], [a, b], 13)
     _check(model, {"x": _randn(1, 4, 5, 4)})
 
 
@@ -364,7 +338,7 @@ def test_deeplab_aspp() -> None:
         mode="linear",
         coordinate_transformation_mode="pytorch_half_pixel",
     )
-    model = g.model([_input("x", [1, 3, 12, 12])], [y], 13)
+    model = g.model([graph_input("x", [1, 3, 12, 12])], [y], 13)
     _check(model, {"x": _randn(1, 3, 12, 12)})
 
 
@@ -380,7 +354,7 @@ def test_group_normalization(opset: int) -> None:
         num_groups=2,
         epsilon=1e-5,
     )
-    model = g.model([_input("x", [2, 6, 3, 5])], [y], opset)
+    model = g.model([graph_input("x", [2, 6, 3, 5])], [y], opset)
     _check(model, {"x": _randn(2, 6, 3, 5) * 3 + 1})
 
 
@@ -395,7 +369,7 @@ def test_groupnorm_by_instance_normalization() -> None:
     y = g.op("Reshape", y, shape)
     y = g.op("Mul", y, g.init(g.rng.uniform(0.5, 1.5, (8, 1, 1))))
     y = g.op("Add", y, g.init(g.rng.standard_normal((8, 1, 1))))
-    model = g.model([_input("x", [2, 8, 3, 3])], [y], 13)
+    model = g.model([graph_input("x", [2, 8, 3, 3])], [y], 13)
     _check(model, {"x": _randn(2, 8, 3, 3)})
 
 
@@ -411,7 +385,7 @@ def test_conv1d_variants() -> None:
     c = g.op("Conv", "x", g.weights(4, 1, 3), dilations=[2], pads=[4, 0], group=4)
     p = g.op("Pad", "x", g.ints(0, 0, 2, 0, 0, 0), mode="constant")
     d = g.op("Conv", p, g.weights(3, 4, 3))
-    model = g.model([_input("x", [2, 4, 17])], [a, b, c, d], 13)
+    model = g.model([graph_input("x", [2, 4, 17])], [a, b, c, d], 13)
     _check(model, {"x": _randn(2, 4, 17)})
 
 
@@ -441,7 +415,7 @@ def test_wav2vec_feature_extractor() -> None:
     x = g.op("Transpose", x, perm=[0, 2, 1])
     x = g.op("LayerNormalization", x, g.init(np.ones(8)), g.init(np.zeros(8)), axis=-1)
     x = g.op("Add", g.op("MatMul", x, g.weights(8, 6)), g.weights(6))
-    model = g.model([_input("wave", [2, 200])], [x], 17)
+    model = g.model([graph_input("wave", [2, 200])], [x], 17)
     _check(model, {"wave": _randn(2, 200)})
 
 
@@ -492,7 +466,7 @@ def _recurrent(
     last = g.op("Squeeze", hn, g.ints(1 if layout else 0)) if d == 1 else hn
     xshape = [n, t, i] if layout else [t, n, i]
     opset = 14 if layout else 13
-    return g.model([_input("x", xshape)], [y, last, *res[2:]], opset)
+    return g.model([graph_input("x", xshape)], [y, last, *res[2:]], opset)
 
 
 _RNN_CASES = [
@@ -549,7 +523,7 @@ def test_lstm_variable_sequence_lengths_input() -> None:
     y, hn, cn = g.op(
         "LSTM", "x", w, r, b, "lens", hidden_size=4, direction="bidirectional", outputs=3
     )
-    model = g.model([_input("x", [5, 3, 3]), _input("lens", [3], I32)], [y, hn, cn], 13)
+    model = g.model([graph_input("x", [5, 3, 3]), graph_input("lens", [3], I32)], [y, hn, cn], 13)
     _check(model, {"x": _randn(5, 3, 3), "lens": np.array([5, 2, 3], np.int32)})
 
 
@@ -572,7 +546,7 @@ def test_conv3d_and_pool3d() -> None:
     c = g.op("AveragePool", x, kernel_shape=[3, 3, 3], pads=[1] * 6, count_include_pad=1)
     d = g.op("AveragePool", x, kernel_shape=[3, 3, 3], pads=[1] * 6, count_include_pad=0)
     e = g.op("GlobalAveragePool", x)
-    model = g.model([_input("x", [1, 2, 5, 7, 7])], [a, b, c, d, e], 13)
+    model = g.model([graph_input("x", [1, 2, 5, 7, 7])], [a, b, c, d, e], 13)
     _check(model, {"x": _randn(1, 2, 5, 7, 7)})
 
 
@@ -601,7 +575,7 @@ def test_average_pool_ceil_mode(count_include_pad: int, opset: int) -> None:
         count_include_pad=count_include_pad,
     )
     c = g.op("MaxPool", "x", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
-    model = g.model([_input("x", [1, 2, 8, 7])], [a, b, c], opset)
+    model = g.model([graph_input("x", [1, 2, 8, 7])], [a, b, c], opset)
     _check(model, {"x": _randn(1, 2, 8, 7)})
 
 
@@ -625,7 +599,7 @@ def test_einsum(equation: str, shapes: list[tuple[int, ...]]) -> None:
     g = _Graph()
     names = [f"x{k}" for k in range(len(shapes))]
     y = g.op("Einsum", *names, equation=equation)
-    model = g.model([_input(n, s) for n, s in zip(names, shapes, strict=True)], [y], 13)
+    model = g.model([graph_input(n, s) for n, s in zip(names, shapes, strict=True)], [y], 13)
     _check(
         model, {n: _randn(*s, seed=k) for k, (n, s) in enumerate(zip(names, shapes, strict=True))}
     )
@@ -640,7 +614,9 @@ def test_cumsum_variants() -> None:
         g.op("CumSum", "x", g.init(2, np.int64), exclusive=1, reverse=1),
         g.op("CumSum", "m", g.init(1, np.int64)),
     ]
-    model = g.model([_input("x", [2, 3, 4]), _input("m", [2, 6], I64)], outs, 14, [F, F, F, F, I64])
+    model = g.model(
+        [graph_input("x", [2, 3, 4]), graph_input("m", [2, 6], I64)], outs, 14, [F, F, F, F, I64]
+    )
     mask = np.random.default_rng(3).integers(0, 2, (2, 6)).astype(np.int64)
     _check(model, {"x": _randn(2, 3, 4), "m": mask})
 
@@ -651,7 +627,9 @@ def test_gather_negative_indices() -> None:
     b = g.op("Gather", "x", g.init(-1, np.int64), axis=-1)
     c = g.op("Gather", "x", "idx", axis=0)
     d = g.op("GatherElements", "x", g.init(np.full((2, 3, 4), -2), np.int64), axis=1)
-    model = g.model([_input("x", [3, 3, 4]), _input("idx", [2, 2], I64)], [a, b, c, d], 13)
+    model = g.model(
+        [graph_input("x", [3, 3, 4]), graph_input("idx", [2, 2], I64)], [a, b, c, d], 13
+    )
     _check(model, {"x": _randn(3, 3, 4), "idx": np.array([[-1, 0], [2, -3]], np.int64)})
 
 
@@ -676,7 +654,7 @@ def test_gather_and_scatter_elements(opset: int) -> None:
                     "ScatterElements", "x", g.init(dup, np.int64), updates, axis=1, reduction="max"
                 )
             )
-    model = g.model([_input("x", [2, 3, 4])], outs, opset)
+    model = g.model([graph_input("x", [2, 3, 4])], outs, opset)
     _check(model, {"x": _randn(2, 3, 4)})
 
 
@@ -688,7 +666,11 @@ def test_where_broadcasting_and_masks() -> None:
     c = g.op("Where", g.op("Not", "mask"), g.init(float("-inf")), g.init(0.0))
     d = g.op("Softmax", g.op("Add", "x", c), axis=-1)
     model = g.model(
-        [_input("x", [2, 3, 4]), _input("mask", [2, 1, 4], TensorProto.BOOL), _input("row", [4])],
+        [
+            graph_input("x", [2, 3, 4]),
+            graph_input("mask", [2, 1, 4], TensorProto.BOOL),
+            graph_input("row", [4]),
+        ],
         [a, b, d],
         13,
     )
@@ -706,7 +688,7 @@ def test_integer_mod_and_pow(elem: int) -> None:
     d = g.op("Pow", "x", g.init([0, 1, 2, 3], np.int64))
     e = g.op("Div", "x", "y")
     model = g.model(
-        [_input("x", [3, 4], elem), _input("y", [3, 4], elem)], [a, b, c, d, e], 13, elem
+        [graph_input("x", [3, 4], elem), graph_input("y", [3, 4], elem)], [a, b, c, d, e], 13, elem
     )
     rng = np.random.default_rng(6)
     x = rng.integers(-20, 20, (3, 4)).astype(dtype)
@@ -719,7 +701,7 @@ def test_float_mod_and_pow() -> None:
     a = g.op("Mod", "x", "y", fmod=1)
     b = g.op("Pow", g.op("Abs", "x"), "y")
     c = g.op("Pow", "x", g.init(2.0))
-    model = g.model([_input("x", [3, 4]), _input("y", [3, 4])], [a, b, c], 13)
+    model = g.model([graph_input("x", [3, 4]), graph_input("y", [3, 4])], [a, b, c], 13)
     _check(model, {"x": _randn(3, 4) * 5, "y": _randn(3, 4, seed=2) + 0.1})
 
 
@@ -731,7 +713,7 @@ def test_argmax_argmin_ties() -> None:
         g.op("ArgMin", "x", axis=0, keepdims=0, select_last_index=1),
         g.op("ArgMin", "x", axis=2, keepdims=1, select_last_index=0),
     ]
-    model = g.model([_input("x", [3, 4, 5])], outs, 13, I64)
+    model = g.model([graph_input("x", [3, 4, 5])], outs, 13, I64)
     x = np.random.default_rng(7).integers(0, 3, (3, 4, 5)).astype(np.float32)  # many ties
     _check(model, {"x": x})
 
@@ -743,7 +725,7 @@ def test_expand_mul_broadcast_chain() -> None:
     c = g.op("Expand", b, g.ints(1, 1, 1))  # shape of lower rank: a no-op broadcast
     d = g.op("Add", c, g.op("Unsqueeze", "y", g.ints(0)))
     e = g.op("Expand", g.op("Shape", d), g.ints(2, 4))  # int64 expanded
-    model = g.model([_input("x", [3, 1]), _input("y", [5, 1, 1])], [d, e], 13, [F, I64])
+    model = g.model([graph_input("x", [3, 1]), graph_input("y", [5, 1, 1])], [d, e], 13, [F, I64])
     _check(model, {"x": _randn(3, 1), "y": _randn(5, 1, 1, seed=2)})
 
 
@@ -762,7 +744,7 @@ def test_casts() -> None:
     i64 = g.op("Cast", i8, to=I64)
     bi = g.op("Cast", b, to=TensorProto.INT32)
     model = g.model(
-        [_input("x", [4, 5])],
+        [graph_input("x", [4, 5])],
         [b, i8, u8, h, back, h32, i64, bi],
         13,
         [TensorProto.BOOL, TensorProto.INT8, TensorProto.UINT8, F16, F, F, I64, I32],
@@ -794,7 +776,7 @@ def test_float16_model_end_to_end() -> None:
     x = g.op("Add", x, g.weights(8, dtype=h))
     y = g.op("Softmax", x, axis=-1)
     s = g.op("ReduceSum", x, g.ints(-1), keepdims=0)
-    model = g.model([_input("x", [1, 2, 8, 8], F16)], [y, s], 17, F16)
+    model = g.model([graph_input("x", [1, 2, 8, 8], F16)], [y, s], 17, F16)
     _check(model, {"x": _randn(1, 2, 8, 8, dtype=np.float16)}, rtol=1e-2, atol=1e-2)
 
 
@@ -823,7 +805,7 @@ def test_yolov8_dfl_decode() -> None:
     strides = g.init(np.repeat([8.0, 16.0], a // 2).reshape(1, 1, a))
     dbox = g.op("Mul", g.op("Concat", cxy, wh, axis=1), strides)
     y = g.op("Concat", dbox, g.op("Sigmoid", "cls"), axis=1)
-    model = g.model([_input("box", [1, 64, a]), _input("cls", [1, c, a])], [y], 17)
+    model = g.model([graph_input("box", [1, 64, a]), graph_input("cls", [1, c, a])], [y], 17)
     _check(model, {"box": _randn(1, 64, a), "cls": _randn(1, c, a, seed=2)})
 
 
@@ -838,7 +820,10 @@ def test_topk_with_k_from_shape() -> None:
     nd = g.op("Unsqueeze", idx, g.ints(2))
     boxes = g.op("GatherND", "boxes", nd, batch_dims=1)
     model = g.model(
-        [_input("scores", [2, 9]), _input("boxes", [2, 9, 4])], [vals, idx, boxes], 13, [F, I64, F]
+        [graph_input("scores", [2, 9]), graph_input("boxes", [2, 9, 4])],
+        [vals, idx, boxes],
+        13,
+        [F, I64, F],
     )
     _check(model, {"scores": _randn(2, 9), "boxes": _randn(2, 9, 4, seed=2)})
 
@@ -849,10 +834,10 @@ def test_score_threshold_nonzero() -> None:
     name: polyonnx supports data-dependent extents only on graph outputs."""
     g = _Graph()
     nz = g.op("NonZero", g.op("Greater", "scores", g.init(0.3)))
-    model = g.model([_input("scores", [2, 7])], [nz], 13, I64)
+    model = g.model([graph_input("scores", [2, 7])], [nz], 13, I64)
     _check(model, {"scores": _randn(2, 7)})
     kept = g.op("GatherND", "scores", g.op("Transpose", nz, perm=[1, 0]))
-    model = g.model([_input("scores", [2, 7])], [kept], 13)
+    model = g.model([graph_input("scores", [2, 7])], [kept], 13)
     with pytest.raises(UnsupportedOpError, match=r"Transpose.*'nonzero_\d+' has a data-dep"):
         polyonnx.InferenceSession(model)
 
@@ -876,7 +861,7 @@ def test_interpolate_to_a_tensors_size(opset: int) -> None:
         coordinate_transformation_mode="half_pixel" if opset >= 18 else "pytorch_half_pixel",
     )
     y = g.op("Add", up, "skip")
-    model = g.model([_input("x", [1, 3, 9, 7]), _input("skip", [1, 3, 9, 7])], [y], opset)
+    model = g.model([graph_input("x", [1, 3, 9, 7]), graph_input("skip", [1, 3, 9, 7])], [y], opset)
     _check(model, {"x": _randn(1, 3, 9, 7), "skip": _randn(1, 3, 9, 7, seed=2)})
 
 
@@ -894,7 +879,7 @@ def test_resize_opset18_axes_antialias_and_aspect_ratio() -> None:
         keep_aspect_ratio_policy="not_larger",
     )
     c = g.op("Resize", "x", "", g.init([1.0, 1.0, 0.4, 0.5]), mode="cubic", antialias=1)
-    model = g.model([_input("x", [1, 2, 10, 8])], [a, b, c], 18)
+    model = g.model([graph_input("x", [1, 2, 10, 8])], [a, b, c], 18)
     _check(model, {"x": _randn(1, 2, 10, 8)})
 
 
@@ -907,10 +892,10 @@ def test_segnet_maxpool_indices() -> None:
     _, idx2 = g.op(
         "MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, storage_order=1, outputs=2
     )
-    model = g.model([_input("x", [2, 2, 6, 6])], [pooled, idx, idx2], 13, [F, I64, I64])
+    model = g.model([graph_input("x", [2, 2, 6, 6])], [pooled, idx, idx2], 13, [F, I64, I64])
     _check(model, {"x": _randn(2, 2, 6, 6)})
     up = g.op("MaxUnpool", pooled, idx, kernel_shape=[2, 2], strides=[2, 2])
-    model = g.model([_input("x", [2, 2, 6, 6])], [up], 13)
+    model = g.model([graph_input("x", [2, 2, 6, 6])], [up], 13)
     with pytest.raises(UnsupportedOpError, match="MaxUnpool"):
         polyonnx.InferenceSession(model)
 
@@ -926,7 +911,7 @@ def test_pixel_shuffle_and_space_to_depth() -> None:
     c = g.op("Reshape", x, g.ints(1, 2, 2, 2, 4, 4))
     c = g.op("Reshape", g.op("Transpose", c, perm=[0, 1, 4, 2, 5, 3]), g.ints(1, 2, 8, 8))
     d = g.op("SpaceToDepth", "x", blocksize=2)
-    model = g.model([_input("x", [1, 2, 4, 4])], [a, b, c, d], 13)
+    model = g.model([graph_input("x", [1, 2, 4, 4])], [a, b, c, d], 13)
     _check(model, {"x": _randn(1, 2, 4, 4)})
 
 
@@ -944,7 +929,7 @@ def test_yolov4_activations_and_spp() -> None:
     ]
     y = g.op("Concat", hs, *pools, axis=1)
     y = g.op("HardSigmoid", g.op("Conv", y, g.weights(4, 16, 1, 1)), alpha=0.2, beta=0.5)
-    model = g.model([_input("x", [1, 2, 7, 7])], [y], 14)
+    model = g.model([graph_input("x", [1, 2, 7, 7])], [y], 14)
     _check(model, {"x": _randn(1, 2, 7, 7) * 3})
 
 
@@ -967,7 +952,11 @@ def test_fcn_depthwise_convtranspose_upsampling() -> None:
     )
     d = g.op("ConvTranspose", "x3", g.weights(2, 2, 2, 3, 3), strides=[1, 2, 2], pads=[0, 1, 1] * 2)
     model = g.model(
-        [_input("x", [1, 3, 5, 4]), _input("x1", [2, 4, 9]), _input("x3", [1, 2, 3, 4, 4])],
+        [
+            graph_input("x", [1, 3, 5, 4]),
+            graph_input("x1", [2, 4, 9]),
+            graph_input("x3", [1, 2, 3, 4, 4]),
+        ],
         [a, b, c, d],
         13,
     )
@@ -995,7 +984,7 @@ def test_audio_pools_and_norms() -> None:
     cen = g.op("Sub", "x", mean)
     var = g.op("ReduceMean", g.op("Pow", cen, g.init(2.0)), axes=[1])
     f = g.op("Div", cen, g.op("Sqrt", g.op("Add", var, g.init(1e-6))))
-    model = g.model([_input("x", [2, 4, 11])], [a, b, c, d, e, f], 13)
+    model = g.model([graph_input("x", [2, 4, 11])], [a, b, c, d, e, f], 13)
     _check(model, {"x": _randn(2, 4, 11)})
 
 
@@ -1010,7 +999,7 @@ def test_whisper_log_mel_frontend() -> None:
     mel = g.op("MatMul", power, g.init(g.rng.uniform(0, 1, (n_fft // 2 + 1, 6))))
     logm = g.op("Log", g.op("Max", mel, g.init(1e-10)))
     y = g.op("Mul", g.op("Add", logm, g.init(4.0)), g.init(0.25))
-    model = g.model([_input("wave", [2, 64])], [y], 17)
+    model = g.model([graph_input("wave", [2, 64])], [y], 17)
     _check(model, {"wave": _randn(2, 64)}, rtol=1e-4, atol=1e-4)
 
 
@@ -1046,7 +1035,7 @@ def test_stacked_lstm_with_peepholes_and_lengths() -> None:
         outputs=2,
     )
     y = g.op("Reshape", g.op("Transpose", y2, perm=[0, 2, 1, 3]), g.ints(t, n, 2 * h))
-    model = g.model([_input("x", [t, n, i]), _input("lens", [n], I32)], [y, h2], 13)
+    model = g.model([graph_input("x", [t, n, i]), graph_input("lens", [n], I32)], [y, h2], 13)
     _check(model, {"x": _randn(t, n, i), "lens": np.array([6, 1, 4], np.int32)})
 
 
@@ -1066,7 +1055,7 @@ def test_position_ids_range_trilu_onehot() -> None:
     size = g.op("Size", "x")
     upper = g.op("Trilu", "x", g.init(1, np.int64), upper=1)
     model = g.model(
-        [_input("x", [2, 4, 4]), _input("ids", [2, 4], I64)],
+        [graph_input("x", [2, 4, 4]), graph_input("ids", [2, 4], I64)],
         [pos, mask, hot, size, upper],
         15,
         [I64, F, F, I64, F],
@@ -1096,7 +1085,7 @@ def test_scatter_nd_and_gather_nd_batch_dims() -> None:
     a = g.op("ScatterND", "x", idx, upd)
     b = g.op("ScatterND", "x", g.init([[0], [0]], np.int64), upd, reduction="add")
     c = g.op("GatherND", "y", g.init([[[1, 0]], [[0, 2]]], np.int64), batch_dims=1)
-    model = g.model([_input("x", [5, 4]), _input("y", [2, 2, 3, 2])], [a, b, c], 16)
+    model = g.model([graph_input("x", [5, 4]), graph_input("y", [2, 2, 3, 2])], [a, b, c], 16)
     _check(model, {"x": _randn(5, 4), "y": _randn(2, 2, 3, 2, seed=2)})
 
 
@@ -1113,7 +1102,7 @@ def test_casts_edge_values() -> None:
     like = g.op("CastLike", i32, "x")
     u8_f = g.op("Cast", g.op("Cast", g.op("Abs", "x"), to=TensorProto.UINT8), to=F)
     model = g.model(
-        [_input("x", [2, 5])],
+        [graph_input("x", [2, 5])],
         [b, i32, h_i8, b_h, d, like, u8_f],
         15,
         [TensorProto.BOOL, I32, TensorProto.INT8, F16, TensorProto.DOUBLE, F, F],
@@ -1130,5 +1119,5 @@ def test_float16_resize_pool_and_grouped_conv() -> None:
     x = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
     x = g.op("Sigmoid", g.op("GlobalAveragePool", x))
     am = g.op("ArgMax", x, axis=1, keepdims=0)
-    model = g.model([_input("x", [1, 4, 5, 5], F16)], [x, am], 17, [F16, I64])
+    model = g.model([graph_input("x", [1, 4, 5, 5], F16)], [x, am], 17, [F16, I64])
     _check(model, {"x": _randn(1, 4, 5, 5, dtype=np.float16)}, rtol=1e-2, atol=1e-2)

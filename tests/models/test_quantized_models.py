@@ -49,28 +49,14 @@ from onnxruntime.quantization import (
 import polyonnx
 from polyonnx.errors import UnsupportedOpError
 from polyonnx.testing import onnxruntime_outputs
+from tests.models.builder import GraphBuilder
 
 F = TensorProto.FLOAT
 OPSET = 17
 
 
-class _Builder:
+class _Builder(GraphBuilder):
     """Nodes and float initializers of a model under construction."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self._count = 0
-
-    def _name(self, prefix: str) -> str:
-        self._count += 1
-        return f"{prefix}{self._count}"
-
-    def init(self, array: np.ndarray) -> str:
-        name = self._name("w")
-        self.inits.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
-        return name
 
     def weights(self, *shape: int) -> str:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 2 else shape[0]
@@ -78,13 +64,6 @@ class _Builder:
 
     def bias(self, n: int) -> str:
         return self.init(0.1 * self.rng.standard_normal(n))
-
-    def op(self, op_type: str, *inputs: str, **attrs: object) -> str:
-        out = self._name(op_type.lower() + "_")
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), [out], name=self._name(op_type), **attrs)
-        )
-        return out
 
     def model(self, x: str, shape: Sequence[int], y: str) -> onnx.ModelProto:
         graph = helper.make_graph(
