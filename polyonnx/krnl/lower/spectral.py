@@ -20,6 +20,8 @@ in float64, as the reference (``numpy.fft``) computes it::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from polyonnx.graph.ir import Node
@@ -97,20 +99,7 @@ def lower_dft(node: Node, ctx: LowerContext) -> Lowered:
     if inverse:
         term = term * ir.Const(1.0 / length, F64)
 
-    acc = ir.Buffer(f"{node.name}__acc", F64, tuple(ys), "temp")
-    index = tuple(var(n) for n in names)
-    at, acc_load = ir.Access(acc.name, index), ir.Load(acc.name, index, F64)
-    out: ir.Expr = acc_load if dtype == F64 else ir.Cast(acc_load, dtype)
-    body = (
-        ir.Stmt("S", at, ir.Const(0.0, F64)),
-        *nest([("j", taps)], (ir.Stmt("S", at, acc_load + term),)),
-        ir.Stmt("S", ir.Access(y, index), out),
-    )
-    return Lowered(
-        nest(list(zip(names, ys, strict=True)), body),
-        (acc,),
-        ((table, np.stack([np.cos(angles), np.sin(angles)], axis=1)),),
-    )
+    return _summed(node, y, dtype, names, ys, taps, term, table, angles)
 
 
 @register("STFT", since=17)
@@ -158,17 +147,33 @@ def lower_stft(node: Node, ctx: LowerContext) -> Lowered:
     real = xr * cos + xi * sin  # e^(-iθ)
     imag = xi * cos - xr * sin
     term = ir.Select(ir.Binary("eq", c, ir.Const(0, I64)), real, imag)
-    index = (var("b"), var("f"), var("k"), var("c"))
+    return _summed(node, y, dtype, ("b", "f", "k", "c"), ys, length, term, table, angles)
+
+
+def _summed(
+    node: Node,
+    y: str,
+    dtype: str,
+    names: Sequence[str],
+    ys: Sequence[int],
+    taps: int,
+    term: ir.Expr,
+    table: str,
+    angles: np.ndarray,
+) -> Lowered:
+    """``y[names] = sum over j < taps of term``, summed in float64 in a temp and written as
+    ``dtype``; ``table`` holds the cosine and sine of ``angles`` (the twiddle factors)."""
     acc = ir.Buffer(f"{node.name}__acc", F64, tuple(ys), "temp")
+    index = tuple(var(n) for n in names)
     at, acc_load = ir.Access(acc.name, index), ir.Load(acc.name, index, F64)
     out: ir.Expr = acc_load if dtype == F64 else ir.Cast(acc_load, dtype)
     body = (
         ir.Stmt("S", at, ir.Const(0.0, F64)),
-        *nest([("j", length)], (ir.Stmt("S", at, acc_load + term),)),
+        *nest([("j", taps)], (ir.Stmt("S", at, acc_load + term),)),
         ir.Stmt("S", ir.Access(y, index), out),
     )
     return Lowered(
-        nest(list(zip(("b", "f", "k", "c"), ys, strict=True)), body),
+        nest(list(zip(names, ys, strict=True)), body),
         (acc,),
         ((table, np.stack([np.cos(angles), np.sin(angles)], axis=1)),),
     )
