@@ -15,6 +15,7 @@ from polyonnx.graph.passes.affine import batchnorm_to_affine, merge_affine
 from polyonnx.graph.passes.bn_fold import fold_batchnorm
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.dense import conv_as_gemm
+from polyonnx.graph.passes.fake_quant import fold_quantize_pairs
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
 from polyonnx.graph.passes.fuse import Group, fuse
 from polyonnx.graph.passes.simplify import remove_identities
@@ -27,6 +28,7 @@ __all__ = [
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
+    "fold_quantize_pairs",
     "fuse",
     "merge_affine",
     "optimize",
@@ -36,7 +38,8 @@ __all__ = [
 
 
 def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
-    """Fold constants, remove Identity/Dropout, fold BatchNormalization into Conv (any other
+    """Fold constants, remove Identity/Dropout, turn quantize-dequantize pairs into float ops
+    (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization into Conv (any other
     becomes a per-channel multiply-add, merged with the multiplications and additions by
     constants around it), drop dead code.
 
@@ -50,6 +53,6 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
         ['Conv', 'Relu']
     """
     graph = fold_constants(graph, max_fold_bytes)
-    graph = remove_identities(graph)
+    graph = fold_quantize_pairs(remove_identities(graph))
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
     return eliminate_dead_code(graph)

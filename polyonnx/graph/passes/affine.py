@@ -31,7 +31,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.passes.chain import Step, chain
 
 #: Ops ``x op c`` (``c`` constant) that are affine in ``x``.
 _AFFINE_OPS = frozenset({"Mul", "Add", "Sub"})
@@ -68,7 +69,7 @@ def batchnorm_to_affine(graph: Graph) -> Graph:
         if affine is None:
             nodes.append(n)
             continue
-        nodes.extend(_emit(n, affine, n.outputs[0], values, consts, taken))
+        nodes.extend(_emit(n, affine, values, consts, taken))
     return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
 
 
@@ -131,7 +132,7 @@ def merge_affine(graph: Graph) -> Graph:
         whole = chain[0]
         for link in chain[1:]:
             whole = whole.then(_Affine(whole.x, link.scale, link.shift))
-        nodes.extend(_emit(n, whole, n.outputs[0], values, consts, taken))
+        nodes.extend(_emit(n, whole, values, consts, taken))
     kept = {o for node in nodes for o in node.outputs}
     inputs = {i for node in nodes for i in node.inputs}
     gone = {o for node in graph.nodes for o in node.outputs} - kept
@@ -162,30 +163,19 @@ def _node_affine(n: Node, graph: Graph, consts: Mapping[str, np.ndarray]) -> _Af
 def _emit(
     n: Node,
     affine: _Affine,
-    out: str,
     values: dict[str, Value],
     consts: dict[str, np.ndarray],
     taken: set[str],
 ) -> list[Node]:
-    """``Mul`` and ``Add`` nodes computing ``affine`` into ``out`` (named after ``n``), an
-    identity part left out (an all-identity map is still one ``Mul`` by 1, so ``out`` is
-    computed)."""
-    dtype = values[affine.x].dtype
-    parts = [
-        (op, arr)
-        for op, arr, neutral in (("Mul", affine.scale, 1.0), ("Add", affine.shift, 0.0))
+    """``Mul`` and ``Add`` nodes computing ``affine`` into ``n``'s output (named after ``n``),
+    an identity part left out (an all-identity map is still one ``Mul`` by 1, so the output
+    is computed)."""
+    steps = [
+        Step(op, arr, label)
+        for op, arr, neutral, label in (
+            ("Mul", affine.scale, 1.0, "scale"),
+            ("Add", affine.shift, 0.0, "shift"),
+        )
         if arr is not None and not np.all(arr == neutral)
-    ] or [("Mul", np.ones((1,)))]
-    nodes: list[Node] = []
-    x = affine.x
-    for k, (op, arr) in enumerate(parts):
-        c = fresh_name(f"{n.name}_{'scale' if op == 'Mul' else 'shift'}", taken)
-        consts[c] = arr.astype(dtype)
-        values[c] = Value(c, dtype, tuple(arr.shape))
-        y = out if k == len(parts) - 1 else fresh_name(f"{n.name}_scaled", taken)
-        if y != out:
-            values[y] = Value(y, dtype, values[x].shape)
-        name = n.name if k == len(parts) - 1 else fresh_name(f"{n.name}_mul", taken)
-        nodes.append(Node(name, op, (x, c), (y,), guard=n.guard))
-        x = y
-    return nodes
+    ] or [Step("Mul", np.ones((1,)), "scale")]
+    return chain(n, affine.x, steps, values, consts, taken)

@@ -61,6 +61,7 @@ ELEMENTWISE = frozenset(
         "PRelu",
         "Reciprocal",
         "Relu",
+        "Round",
         "Selu",
         "Sigmoid",
         "Softplus",
