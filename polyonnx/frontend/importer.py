@@ -25,6 +25,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.frontend.contrib import expand_contrib
 from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
 from polyonnx.frontend.functions import expand_functions
 from polyonnx.frontend.gradient import expand_gradients, gradient_output_types
@@ -74,6 +75,9 @@ def import_model(
         (2, 8, 8, 8)
     """
     proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
+    expanded = expand_contrib(proto)
+    if expanded is not proto:  # (types for what the contrib ops' outputs feed)
+        proto = _infer_again(expanded)
     if expand is not None:
         proto = expand_functions(proto, expand, default_opset(proto))
     init_names = {t.name for t in proto.graph.initializer}
