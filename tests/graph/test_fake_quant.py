@@ -120,3 +120,16 @@ def test_blocked_pairs_keep_their_lowering() -> None:
     model = _model(nodes, inits, [8], ["y"], opset=21)
     assert _ops(model) == ["QuantizeLinear", "DequantizeLinear"]
     _check(model, RNG.uniform(-10, 10, 8).astype(np.float32), steps=0.0)
+
+
+def test_views_between_the_pair_move_to_the_float_result() -> None:
+    inits = {"s": np.float32(0.1), "z": np.uint8(128), "shape": np.array([2, -1], np.int64)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("Transpose", ["q"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["t", "shape"], ["r"]),
+        helper.make_node("DequantizeLinear", ["r", "s", "z"], ["y"]),
+    ]
+    model = _model(nodes, inits, [3, 2, 4], ["y"])
+    assert _ops(model) == ["Div", "Round", "Max", "Min", "Mul", "Transpose", "Reshape"]
+    _check(model, RNG.uniform(-20, 20, (3, 2, 4)).astype(np.float32), steps=0.0)

@@ -22,7 +22,7 @@ Only the DequantizeLinear is replaced: a QuantizeLinear whose integers something
 
 Example:
     >>> import numpy as np
-    >>> from polyonnx.graph.ir import Graph, Node, Value
+    >>> from polyonnx.graph.ir import Graph, Node, Value, fresh_name
     >>> v = {"x": Value("x", "float32", (1, 4)), "q": Value("q", "uint8", (1, 4)),
     ...      "y": Value("y", "float32", (1, 4))}
     >>> consts = {"s": np.array(0.1, "float32"), "z": np.array(128, "uint8")}
@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.ir import Graph, Node, Value, fresh_name
 from polyonnx.graph.passes.chain import Step, chain
 
 #: The integer types a pair is folded for: their values are exact in float32.
@@ -55,21 +55,46 @@ class _Params:
     zero: np.ndarray
 
 
+#: Ops that only move or relabel elements: a per-tensor (de)quantizer commutes with them.
+VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+
+
 def fold_quantize_pairs(graph: Graph) -> Graph:
     """Each DequantizeLinear of a QuantizeLinear's output, both with constant parameters, as
-    the float ops of the module docstring (other nodes unchanged)."""
+    the float ops of the module docstring (other nodes unchanged). Views between the two
+    (a QOperator model's Flatten or Reshape of integers) are applied to the float result
+    instead, when the parameters are per tensor."""
     consts = dict(graph.constants)
     values = dict(graph.values)
     producers = graph.producers()
     taken = set(consts) | set(values) | {n.name for n in graph.nodes}
     nodes: list[Node] = []
     for n in graph.nodes:
+        views: list[Node] = []
         q = producers.get(n.input(0)) if n.op_type == "DequantizeLinear" else None
+        while q is not None and q.op_type in VIEWS and not q.domain and q.guard == n.guard:
+            views.insert(0, q)
+            q = producers.get(q.inputs[0])
         pair = None if q is None else _pair(graph, q, n)
-        if q is None or pair is None:
+        if q is None or pair is None or (views and pair[0].scale.ndim + pair[1].scale.ndim):
             nodes.append(n)
             continue
-        nodes.extend(_fake_quant(q.inputs[0], n, *pair, values, consts, taken))
+        if not views:
+            nodes.extend(_fake_quant(q.inputs[0], n, *pair, values, consts, taken))
+            continue
+        # The pair on the quantizer's input, then each view on floats, the last into n's output.
+        current = fresh_name(f"{n.name}_float", taken)
+        values[current] = Value(current, "float32", values[q.inputs[0]].shape)
+        at_input = Node(n.name, n.op_type, n.inputs, [current], n.attrs, n.domain, n.guard)
+        nodes.extend(_fake_quant(q.inputs[0], at_input, *pair, values, consts, taken))
+        for k, view in enumerate(views):
+            out = n.outputs[0] if k == len(views) - 1 else fresh_name(f"{view.name}_float", taken)
+            if out != n.outputs[0]:
+                values[out] = Value(out, "float32", values[view.outputs[0]].shape)
+            name = fresh_name(f"{view.name}_float", taken)
+            inputs = (current, *view.inputs[1:])
+            nodes.append(Node(name, view.op_type, inputs, [out], view.attrs, "", view.guard))
+            current = out
     return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
 
 
@@ -121,13 +146,14 @@ def _fake_quant(
 ) -> list[Node]:
     """The nodes computing ``dq``'s output from the quantizer's input ``x``."""
     lo, hi = _RANGES[between]
-    steps = [
-        Step("Div", q.scale),
+    steps = [] if np.all(q.scale == 1) else [Step("Div", q.scale)]  # (1: integer-valued)
+    steps += [
         Step("Round"),
         Step("Max", np.float32(lo) - q.zero),
         Step("Min", np.float32(hi) - q.zero),
     ]
     if np.any(q.zero != d.zero):
         steps.append(Step("Add", q.zero - d.zero))
-    steps.append(Step("Mul", d.scale))
+    if not np.all(d.scale == 1):
+        steps.append(Step("Mul", d.scale))
     return chain(dq, x, steps, values, consts, taken)

@@ -1,0 +1,131 @@
+"""QLinearConv / QLinearMatMul as float ops on integer values: bit for bit the integer
+lowering's answer where float32 sums exactly, fused like float convolutions, and the integer
+lowering kept where the bound says float32 could round."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polyonnx
+from polyonnx.frontend import import_model
+from polyonnx.graph.passes import fuse, optimize, qlinear
+
+RNG = np.random.default_rng(5)
+
+
+def _ints(dtype: type, *shape: int, low: int | None = None, high: int | None = None):
+    info = np.iinfo(dtype)
+    low = info.min if low is None else low
+    high = info.max if high is None else high
+    return RNG.integers(low, high + 1, shape).astype(dtype)
+
+
+def _chain(weight_range: int = 127, channels: int = 16) -> onnx.ModelProto:
+    """x (uint8) -> QLinearConv (per-channel int8 weights, bias) -> QLinearConv (3x3, strided,
+    grouped) -> QLinearMatMul on the flattened result: a QOperator model's shape."""
+    c = channels
+    inits = {
+        "s1": np.float32(0.02),
+        "z1": np.uint8(110),
+        "w1": _ints(np.int8, c, 3, 1, 1, low=-weight_range, high=weight_range),
+        "ws1": RNG.uniform(0.002, 0.01, c).astype(np.float32),
+        "wz1": np.zeros(c, np.int8),
+        "b1": RNG.integers(-3000, 3000, c).astype(np.int32),
+        "s2": np.float32(0.05),
+        "z2": np.uint8(30),
+        "w2": _ints(np.int8, c, c // 2, 3, 3, low=-weight_range, high=weight_range),
+        "ws2": np.float32(0.004),
+        "wz2": np.int8(0),
+        "s3": np.float32(0.1),
+        "z3": np.uint8(128),
+        "shape": np.array([1, -1], np.int64),
+        "w3": _ints(np.int8, c * 16, 10, low=-weight_range, high=weight_range),
+        "ws3": RNG.uniform(0.001, 0.004, 10).astype(np.float32),
+        "wz3": np.zeros(10, np.int8),
+        "s4": np.float32(0.2),
+        "z4": np.uint8(128),
+    }
+    nodes = [
+        helper.make_node(
+            "QLinearConv", ["x", "s1", "z1", "w1", "ws1", "wz1", "s2", "z2", "b1"], ["h"]
+        ),
+        helper.make_node(
+            "QLinearConv",
+            ["h", "s2", "z2", "w2", "ws2", "wz2", "s3", "z3"],
+            ["h2"],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+            group=2,
+        ),
+        helper.make_node("Reshape", ["h2", "shape"], ["flat"]),
+        helper.make_node(
+            "QLinearMatMul", ["flat", "s3", "z3", "w3", "ws3", "wz3", "s4", "z4"], ["y"]
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qchain",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in optimize(import_model(model)).nodes]
+
+
+def test_the_chain_becomes_float_kernels_with_fused_requantization() -> None:
+    ops = _ops(_chain())
+    assert not {"QLinearConv", "QLinearMatMul"} & set(ops)
+    assert ops.count("QuantizeLinear") == 1 and ops[-1] == "QuantizeLinear"  # (the output's)
+    groups = fuse(optimize(import_model(_chain())))
+    anchors = [g.nodes[0].op_type for g in groups if len(g.nodes) > 1]
+    assert anchors.count("Conv") == 2 and "MatMul" in anchors
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float_results_are_the_integer_lowerings_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    model = _chain()
+    options = polyonnx.Options(num_threads=threads, cache=False)
+    feeds = [{"x": _ints(np.uint8, 1, 3, 8, 8)} for _ in range(3)]
+    fast = polyonnx.InferenceSession(model, options=options)
+    got = [fast.run(None, f)[0] for f in feeds]
+    monkeypatch.setattr(qlinear, "EXACT", 0)  # no bound is below 0: the integer lowering
+    assert "QLinearConv" in _ops(model)
+    integer = polyonnx.InferenceSession(model, options=options)
+    for f, g in zip(feeds, got, strict=True):
+        np.testing.assert_array_equal(g, integer.run(None, f)[0])
+
+
+def test_a_sum_float32_could_round_keeps_the_integer_lowering() -> None:
+    inits = {
+        "s": np.float32(0.1),
+        "z": np.uint8(0),
+        "w": np.full((2, 64, 3, 3), -128, np.int8),  # 576 * 128 * 255 > 2**24
+        "ws": np.float32(0.001),
+        "wz": np.int8(0),
+    }
+    node = helper.make_node(
+        "QLinearConv", ["x", "s", "z", "w", "ws", "wz", "s", "z"], ["y"], pads=[1, 1, 1, 1]
+    )
+    graph = helper.make_graph(
+        [node],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 64, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    assert _ops(model) == ["QLinearConv"]
+    x = {"x": np.full((1, 64, 4, 4), 255, np.uint8)}
+    [y] = polyonnx.InferenceSession(model).run(None, x)
+    assert y.dtype == np.uint8 and (y == 0).all()  # (negative sums saturate at 0)
