@@ -129,3 +129,45 @@ def test_a_sum_float32_could_round_keeps_the_integer_lowering() -> None:
     x = {"x": np.full((1, 64, 4, 4), 255, np.uint8)}
     [y] = polyonnx.InferenceSession(model).run(None, x)
     assert y.dtype == np.uint8 and (y == 0).all()  # (negative sums saturate at 0)
+
+
+def _dynamic(conv: bool) -> onnx.ModelProto:
+    """Dynamic quantization as onnxruntime's tool writes it: DynamicQuantizeLinear (zero point
+    known at run time) -> MatMulInteger / ConvInteger -> Cast -> Mul by both scales."""
+    w = _ints(np.int8, 8, 6, 3, 3) if conv else _ints(np.int8, 24, 16)
+    inits = {"w": w, "wz": np.int8(0), "ws": np.float32(0.01)}
+    op = "ConvInteger" if conv else "MatMulInteger"
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+        helper.make_node(
+            op, ["q", "w", "qz", "wz"], ["acc"], **({"pads": [1] * 4} if conv else {})
+        ),
+        helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["qs", "ws"], ["scale"]),
+        helper.make_node("Mul", ["accf", "scale"], ["y"]),
+    ]
+    shape = [1, 6, 5, 5] if conv else [3, 24]
+    graph = helper.make_graph(
+        nodes,
+        "dynamic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_dynamic_quantization_sums_in_float_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, conv: bool
+) -> None:
+    model = _dynamic(conv)
+    ops = _ops(model)
+    assert "Cast" not in ops and ("Conv" if conv else "MatMul") in ops
+    x = {"x": RNG.standard_normal([1, 6, 5, 5] if conv else [3, 24]).astype(np.float32)}
+    [got] = polyonnx.InferenceSession(model).run(None, x)
+    monkeypatch.setattr(qlinear, "EXACT", 0)
+    assert ("ConvInteger" if conv else "MatMulInteger") in _ops(model)
+    np.testing.assert_array_equal(got, polyonnx.InferenceSession(model).run(None, x)[0])

@@ -40,11 +40,11 @@ __all__ = [
 
 
 def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
-    """Fold constants, remove Identity/Dropout, compute QLinearConv/QLinearMatMul in float where
-    that is exact (:mod:`~polyonnx.graph.passes.qlinear`), turn quantize-dequantize pairs into
-    float ops (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization into Conv
-    (any other becomes a per-channel multiply-add, merged with the multiplications and
-    additions by constants around it), drop dead code.
+    """Fold constants, compute quantized Conv/MatMul in float where that is exact
+    (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout, turn quantize-dequantize
+    pairs into float ops (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization
+    into Conv (any other becomes a per-channel multiply-add, merged with the multiplications
+    and additions by constants around it), drop dead code.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -56,6 +56,6 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
         ['Conv', 'Relu']
     """
     graph = fold_constants(graph, max_fold_bytes)
-    graph = fold_quantize_pairs(qlinear_as_float(remove_identities(graph)))
+    graph = fold_quantize_pairs(remove_identities(qlinear_as_float(graph)))
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
     return eliminate_dead_code(graph)

@@ -1,5 +1,5 @@
-"""QLinearConv and QLinearMatMul with constant weights as float Conv/MatMul on integer values,
-when float32 provably sums them exactly.
+"""QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger with constant weights as float
+Conv/MatMul on integer values, when float32 provably sums them exactly.
 
 Both ops sum ``(x - x_zero_point) * (w - w_zero_point)`` in int32, then requantize in float32:
 ``y = saturate(round(float32(acc) * (x_scale * w_scale / y_scale)) + y_zero_point)``. Every
@@ -21,6 +21,11 @@ The ``QuantizeLinear -> DequantizeLinear`` pair between two such ops then become
 the first one's epilogue (:mod:`polyonnx.graph.passes.fake_quant`). An op whose bound reaches
 2^24 (large integer weights over a long window) keeps the integer lowering.
 
+ConvInteger and MatMulInteger (dynamic quantization: their x zero point often comes from a
+DynamicQuantizeLinear at run time, so the bound takes the whole range of x's type) output the
+int32 sum itself: the float sum cast to int32, and a Cast of that back to float32 (what
+dynamic quantization does next) reads the float sum directly.
+
 Example:
     >>> import numpy as np
     >>> from polyonnx.graph.ir import Graph, Node, Value
@@ -37,9 +42,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 import numpy as np
+from onnx import TensorProto
 
 from polyonnx.graph.ir import Graph, Node, Value, fresh_name
 
@@ -51,78 +58,120 @@ _INTEGERS = ("int8", "uint8")
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """A quantized op as float: its integer input and zero point, the centred weights (and
-    bias) as float32, the requantization multiplier and the output's zero point."""
+    bias) as float32, the requantization multiplier and the output's zero point (None and ""
+    for ConvInteger and MatMulInteger, whose output is the int32 sum itself)."""
 
     x: str
     x_zero: str
     weights: np.ndarray
     bias: np.ndarray | None
-    multiplier: np.ndarray
+    multiplier: np.ndarray | None
     y_zero: str
 
 
 def qlinear_as_float(graph: Graph) -> Graph:
-    """Each QLinearConv / QLinearMatMul that float32 computes exactly as the float ops of the
-    module docstring (other nodes unchanged)."""
+    """Each quantized Conv / MatMul that float32 computes exactly as the float ops of the
+    module docstring (other nodes unchanged). Runs before Identity nodes are removed (it
+    writes some)."""
     consts = dict(graph.constants)
     values = dict(graph.values)
     taken = set(consts) | set(values) | {n.name for n in graph.nodes}
     nodes: list[Node] = []
+    sums: dict[str, str] = {}  # an int32 sum -> the float32 value it was cast from
     for n in graph.nodes:
+        if n.op_type == "Cast" and n.input(0) in sums and n.attr("to") == TensorProto.FLOAT:
+            # (an exact integer cast to int32 and back: the float sum itself)
+            nodes.append(Node(n.name, "Identity", [sums[n.inputs[0]]], n.outputs, guard=n.guard))
+            continue
         plan = None if n.domain else _plan(n, graph)
         if plan is None:
             nodes.append(n)
             continue
         nodes.extend(_float_nodes(n, plan, values, consts, taken))
+        if plan.multiplier is None:
+            sums[n.outputs[0]] = nodes[-1].inputs[0]
     return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
 
 
+#: Each op's inputs, by role ("" where it has none).
+_ROLES = {
+    "QLinearConv": ("x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"),
+    "QLinearMatMul": ("x", "xs", "xz", "w", "ws", "wz", "ys", "yz"),
+    "ConvInteger": ("x", "w", "xz", "wz"),
+    "MatMulInteger": ("x", "w", "xz", "wz"),
+}
+
+
 def _plan(n: Node, graph: Graph) -> _Plan | None:
-    if n.op_type == "QLinearConv":
-        x, xs, xz, w, ws, wz, ys, yz, b = (n.input(k) for k in range(9))
-        channel_axis = 0  # of the weights: output channels first
-    elif n.op_type == "QLinearMatMul":
-        x, xs, xz, w, ws, wz, ys, yz = (n.input(k) for k in range(8))
-        b, channel_axis = "", 1  # the weights' columns
-    else:
+    if n.op_type not in _ROLES:
         return None
+    r = dict.fromkeys(("xs", "ws", "ys", "yz", "b"), "")
+    r.update((role, n.input(k)) for k, role in enumerate(_ROLES[n.op_type]))
+    requantized = n.op_type.startswith("QLinear")
+    channel_axis = 1 if "MatMul" in n.op_type else 0  # of the weights: outputs first, or columns
     c = graph.constants
-    if not all(name in c for name in (xs, w, ws, ys) + tuple(z for z in (xz, wz, yz, b) if z)):
+    # (x's zero point may be computed at run time, by DynamicQuantizeLinear)
+    if not all(r[k] in c for k in ("w", "xs", "ws", "ys", "wz", "yz", "b") if r[k]):
         return None
-    if graph.value(x).dtype not in _INTEGERS or graph.value(n.outputs[0]).dtype not in _INTEGERS:
+    x_dtype, y_dtype = graph.value(r["x"]).dtype, graph.value(n.outputs[0]).dtype
+    if x_dtype not in _INTEGERS or y_dtype not in (_INTEGERS if requantized else ("int32",)):
         return None
-    weights = np.asarray(c[w])
-    if weights.dtype.name not in _INTEGERS or (n.op_type == "QLinearMatMul" and weights.ndim != 2):
+    xz = r["xz"]
+    if xz and (graph.value(xz).dtype != x_dtype or math.prod(graph.value(xz).dims) != 1):
+        return None  # (the integer lowering names what is wrong)
+    weights = np.asarray(c[r["w"]])
+    if weights.dtype.name not in _INTEGERS or (channel_axis == 1 and weights.ndim != 2):
         return None
     channels = weights.shape[channel_axis]
-    x_scale, w_scale, y_scale = (np.asarray(c[s], np.float32) for s in (xs, ws, ys))
-    single = [x_scale, y_scale] + [np.asarray(c[z]) for z in (xz, yz) if z]
-    if any(a.size != 1 for a in single) or w_scale.size not in (1, channels):
-        return None  # (the integer lowering names what is wrong)
-    w_zero = np.asarray(c[wz]).astype(np.int64).reshape(-1) if wz else np.zeros(1, np.int64)
-    if w_zero.size not in (1, channels):
+    multiplier = _multiplier(c, r, channels) if requantized else None
+    centred = _centred(weights, c.get(r["wz"]), channel_axis)
+    if (requantized and multiplier is None) or centred is None:
         return None
-    # Centred weights, their channel axis first, then each channel's bound.
-    by_channel = np.moveaxis(weights.astype(np.int64), channel_axis, 0)
-    centred = by_channel - w_zero.reshape((-1,) + (1,) * (by_channel.ndim - 1))
-    info = np.iinfo(graph.value(x).dtype)
-    x_zero = int(np.asarray(c[xz]).reshape(-1)[0]) if xz else 0
-    x_reach = max(abs(info.min - x_zero), abs(info.max - x_zero))
-    bias = np.asarray(c[b]).astype(np.int64).reshape(-1) if b else None
-    bound = np.abs(centred).reshape(channels, -1).sum(axis=1) * x_reach
-    if bias is not None:
-        bound = bound + np.abs(bias)
-    if bound.max(initial=0) >= EXACT:
+    bias = np.asarray(c[r["b"]]).astype(np.int64).reshape(-1) if r["b"] else np.zeros(1)
+    x_zero = c.get(xz) if xz else np.zeros(1, np.int64)
+    bound = np.abs(centred).reshape(channels, -1).sum(axis=1) * _reach(x_dtype, x_zero)
+    if (bound + np.abs(bias)).max(initial=0) >= EXACT:
         return None
-    multiplier = (x_scale.reshape(-1) * w_scale.reshape(-1)) / y_scale.reshape(-1)  # as lowered
     return _Plan(
-        x,
+        r["x"],
         xz,
         np.moveaxis(centred, 0, channel_axis).astype(np.float32),
-        None if bias is None else bias.astype(np.float32),
-        multiplier.astype(np.float32),
-        yz,
+        bias.astype(np.float32) if r["b"] else None,
+        multiplier,
+        r["yz"],
     )
+
+
+def _multiplier(
+    c: Mapping[str, np.ndarray], r: Mapping[str, str], channels: int
+) -> np.ndarray | None:
+    """``(x_scale * w_scale) / y_scale`` in float32 as the integer lowering computes it (per
+    tensor or per channel); None when a scale or zero point has an unexpected size."""
+    x_scale, w_scale, y_scale = (np.asarray(c[r[k]], np.float32) for k in ("xs", "ws", "ys"))
+    single = [x_scale, y_scale] + [np.asarray(c[r[k]]) for k in ("xz", "yz") if r[k]]
+    if any(a.size != 1 for a in single) or w_scale.size not in (1, channels):
+        return None  # (the integer lowering names what is wrong)
+    return ((x_scale.reshape(-1) * w_scale.reshape(-1)) / y_scale.reshape(-1)).astype(np.float32)
+
+
+def _centred(weights: np.ndarray, zero: np.ndarray | None, channel_axis: int) -> np.ndarray | None:
+    """``weights - zero`` in int64 with the channel axis first; None when the zero point is
+    neither per tensor nor per channel."""
+    by_channel = np.moveaxis(weights.astype(np.int64), channel_axis, 0)
+    z = np.zeros(1, np.int64) if zero is None else np.asarray(zero).astype(np.int64).reshape(-1)
+    if z.size not in (1, by_channel.shape[0]):
+        return None
+    return by_channel - z.reshape((-1,) + (1,) * (by_channel.ndim - 1))
+
+
+def _reach(x_dtype: str, zero: np.ndarray | None) -> int:
+    """The largest ``|x - x_zero_point|``: from a known zero point, else anywhere in the type's
+    range (a zero point known only at run time)."""
+    info = np.iinfo(x_dtype)
+    if zero is None:
+        return int(info.max) - int(info.min)
+    z = int(np.asarray(zero).reshape(-1)[0])
+    return max(abs(int(info.min) - z), abs(int(info.max) - z))
 
 
 def _float_nodes(
@@ -155,21 +204,25 @@ def _float_nodes(
     one = constant("one", np.array(1.0, np.float32))
     centred = value("centred", values[plan.x].shape)
     acc = value("acc", y.shape)
-    scaled = value("scaled", y.shape)
-    if n.op_type == "QLinearConv":
-        multiplier = plan.multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
-        operands = [centred, constant("weights", plan.weights)]
+    operands = [centred, constant("weights", plan.weights)]
+    if n.op_type in ("QLinearConv", "ConvInteger"):
         if plan.bias is not None:
             operands.append(constant("bias", plan.bias))
         product = node("conv", "Conv", operands, acc, dict(n.attrs))
     else:
-        multiplier = plan.multiplier
-        product = node("matmul", "MatMul", [centred, constant("weights", plan.weights)], acc)
+        product = node("matmul", "MatMul", operands, acc)
     x_zero = [plan.x_zero] if plan.x_zero else []
+    nodes = [node("centre", "DequantizeLinear", [plan.x, one, *x_zero], centred), product]
+    if plan.multiplier is None:  # the exact sum, as the op's int32
+        cast = Node(n.name, "Cast", [acc], n.outputs, {"to": TensorProto.INT32}, "", n.guard)
+        return [*nodes, cast]
+    multiplier = plan.multiplier
+    if n.op_type == "QLinearConv":  # (per output channel: along axis 1 of the output)
+        multiplier = multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
+    scaled = value("scaled", y.shape)
     y_zero = [plan.y_zero] if plan.y_zero else []
     return [
-        node("centre", "DequantizeLinear", [plan.x, one, *x_zero], centred),
-        product,
+        *nodes,
         node("rescale", "Mul", [acc, constant("multiplier", multiplier)], scaled),
         Node(n.name, "QuantizeLinear", [scaled, one, *y_zero], n.outputs, guard=n.guard),
     ]
