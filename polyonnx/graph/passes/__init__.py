@@ -13,6 +13,7 @@ from __future__ import annotations
 from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes.affine import batchnorm_to_affine, merge_affine
 from polyonnx.graph.passes.bn_fold import fold_batchnorm
+from polyonnx.graph.passes.cse import eliminate_common_subexpressions
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fake_quant import fold_quantize_pairs
@@ -26,6 +27,7 @@ __all__ = [
     "Group",
     "batchnorm_to_affine",
     "conv_as_gemm",
+    "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
@@ -41,10 +43,11 @@ __all__ = [
 
 def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     """Fold constants, compute quantized Conv/MatMul in float where that is exact
-    (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout, turn quantize-dequantize
-    pairs into float ops (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization
-    into Conv (any other becomes a per-channel multiply-add, merged with the multiplications
-    and additions by constants around it), drop dead code.
+    (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout and repeated nodes
+    (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs into float ops
+    (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization into Conv (any other
+    becomes a per-channel multiply-add, merged with the multiplications and additions by
+    constants around it), drop dead code.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -56,6 +59,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
         ['Conv', 'Relu']
     """
     graph = fold_constants(graph, max_fold_bytes)
-    graph = fold_quantize_pairs(remove_identities(qlinear_as_float(graph)))
+    graph = remove_identities(qlinear_as_float(graph))
+    graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
     return eliminate_dead_code(graph)

@@ -36,7 +36,7 @@ from polyonnx.graph.ir import Graph, Node
 DEFAULT_MAX_BYTES = 256 << 20
 
 #: Ops that must not be evaluated once at compile time: their results differ per run.
-_NONDETERMINISTIC = frozenset(
+NONDETERMINISTIC = frozenset(
     {
         "RandomNormal",
         "RandomNormalLike",
@@ -77,7 +77,7 @@ def _fold(
     n: Node, graph: Graph, consts: Mapping[str, np.ndarray], max_bytes: int
 ) -> dict[str, np.ndarray] | None:
     """The outputs of ``n`` by name, or None when it cannot or should not be folded."""
-    if n.domain or n.op_type in _NONDETERMINISTIC:
+    if n.domain or n.op_type in NONDETERMINISTIC:
         return None
     if any(isinstance(v, onnx.GraphProto) for _, v in n.attrs):
         return None  # control flow reads outer-scope values not listed as inputs

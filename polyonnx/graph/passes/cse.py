@@ -1,0 +1,64 @@
+"""Common-subexpression elimination: a node computing what an earlier node computes (same op,
+attributes, guard and inputs) is dropped, and its outputs' readers read the earlier node's.
+
+Exporters and graph rewrites repeat work: the same Shape/Gather chain per layer, one
+DequantizeLinear of a shared input per quantized MatMul (:mod:`~polyonnx.graph.passes.qlinear`
+writes one per op). Inputs are compared after renaming, so chains of repeats collapse too. Ops
+whose results differ per run (RandomNormal ...) and ops with subgraphs are never merged; a node
+whose output is a graph output keeps it.
+
+Example:
+    >>> from polyonnx.graph.ir import Graph, Node, Value
+    >>> v = {n: Value(n, "float32", (2,)) for n in ("x", "a", "b", "y")}
+    >>> g = Graph("g", (v["x"],), (v["y"],), (Node("n1", "Relu", ("x",), ("a",)),
+    ...     Node("n2", "Relu", ("x",), ("b",)), Node("n3", "Add", ("a", "b"), ("y",))), v)
+    >>> [str(n) for n in eliminate_common_subexpressions(g).nodes]
+    ['n1: a = Relu(x)', 'n3: y = Add(a, a)']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx
+
+from polyonnx.graph.ir import Graph, Node
+from polyonnx.graph.passes.fold import NONDETERMINISTIC
+
+
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    """Drop repeated nodes (see the module docstring)."""
+    outputs = {v.name for v in graph.outputs}
+    alias: dict[str, str] = {}
+    seen: dict[tuple, Node] = {}
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        inputs = tuple(alias.get(i, i) for i in n.inputs)
+        guard = tuple((alias.get(c, c), flag) for c, flag in n.guard)
+        if (inputs, guard) != (n.inputs, n.guard):
+            n = dataclasses.replace(n, inputs=inputs, guard=guard)
+        key = (n.op_type, n.domain, n.inputs, n.attrs, n.guard, tuple(map(bool, n.outputs)))
+        if not _mergeable(n, key) or any(o in outputs for o in n.outputs):
+            nodes.append(n)
+            continue
+        first = seen.setdefault(key, n)
+        if first is n:
+            nodes.append(n)
+        else:
+            alias.update((o, f) for o, f in zip(n.outputs, first.outputs, strict=True) if o)
+    if not alias:
+        return graph
+    values = {k: v for k, v in graph.values.items() if k not in alias}
+    return dataclasses.replace(graph, nodes=tuple(nodes), values=values)
+
+
+def _mergeable(n: Node, key: tuple) -> bool:
+    """Whether ``n`` may be merged: deterministic, no subgraph, attributes that compare by
+    value (a tensor attribute does not hash: such nodes stay)."""
+    if n.op_type in NONDETERMINISTIC or any(isinstance(v, onnx.GraphProto) for _, v in n.attrs):
+        return False
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
