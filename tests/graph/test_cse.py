@@ -90,3 +90,20 @@ def test_a_model_with_repeated_branches_still_matches_onnxruntime() -> None:
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+def test_equal_constants_are_one_so_their_readers_merge() -> None:
+    g = _graph(
+        [
+            Node("m1", "Mul", ["x", "k1"], ["a"]),
+            Node("m2", "Mul", ["x", "k2"], ["b"]),
+            Node("m3", "Mul", ["x", "k3"], ["c"]),
+            Node("y", "Sum", ["a", "b", "c"], ["y"]),
+        ],
+        ("y",),
+    )
+    consts = {"k1": np.float32([1, 2, 3]), "k2": np.float32([1, 2, 3]), "k3": np.float32([1, 2, 4])}
+    g = Graph(g.name, g.inputs, g.outputs, g.nodes, g.values, consts)
+    merged = eliminate_common_subexpressions(g)
+    assert [str(n) for n in merged.nodes][-1] == "y: y = Sum(a, a, c)"
+    assert set(merged.constants) == {"k1", "k3"}

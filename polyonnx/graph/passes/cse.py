@@ -1,5 +1,6 @@
 """Common-subexpression elimination: a node computing what an earlier node computes (same op,
-attributes, guard and inputs) is dropped, and its outputs' readers read the earlier node's.
+attributes, guard and inputs) is dropped, and its outputs' readers read the earlier node's;
+a constant equal to an earlier one (type, shape, bytes) is read as that one.
 
 Exporters and graph rewrites repeat work: the same Shape/Gather chain per layer, one
 DequantizeLinear of a shared input per quantized MatMul (:mod:`~polyonnx.graph.passes.qlinear`
@@ -19,7 +20,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
+import numpy as np
 import onnx
 
 from polyonnx.graph.ir import Graph, Node
@@ -29,7 +32,7 @@ from polyonnx.graph.passes.fold import NONDETERMINISTIC
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
     """Drop repeated nodes (see the module docstring)."""
     outputs = {v.name for v in graph.outputs}
-    alias: dict[str, str] = {}
+    alias = _equal_constants(graph.constants, outputs)
     seen: dict[tuple, Node] = {}
     nodes: list[Node] = []
     for n in graph.nodes:
@@ -49,7 +52,25 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     if not alias:
         return graph
     values = {k: v for k, v in graph.values.items() if k not in alias}
-    return dataclasses.replace(graph, nodes=tuple(nodes), values=values)
+    constants = {k: v for k, v in graph.constants.items() if k not in alias}
+    return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=constants)
+
+
+def _equal_constants(constants: Mapping[str, np.ndarray], keep: set[str]) -> dict[str, str]:
+    """Each constant equal to an earlier one (type, shape and bytes) -> that one's name."""
+    first: dict[tuple, list[str]] = {}
+    alias: dict[str, str] = {}
+    for name, array in constants.items():
+        if name in keep:
+            continue
+        a = np.asarray(array)
+        key = (a.dtype.str, a.shape, hash(a.tobytes()))
+        same = next((f for f in first.get(key, []) if np.array_equal(constants[f], a)), None)
+        if same is None:
+            first.setdefault(key, []).append(name)
+        else:
+            alias[name] = same
+    return alias
 
 
 def _mergeable(n: Node, key: tuple) -> bool:
