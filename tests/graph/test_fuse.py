@@ -197,7 +197,7 @@ def _fusion_graph() -> Graph:
     w = RNG.standard_normal((2, 2, 1, 1)).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["a"], name="convA"),
-        helper.make_node("Conv", ["x", "w"], ["b"], name="convB"),
+        helper.make_node("Conv", ["x", "w2"], ["b"], name="convB"),  # (not a repeat of convA)
         helper.make_node("Add", ["a", "b"], ["s"], name="add"),
         helper.make_node("Relu", ["s"], ["r"], name="relu"),
         helper.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
@@ -211,7 +211,12 @@ def _fusion_graph() -> Graph:
         nodes,
         [("x", [1, 2, 3, 3])],
         [("y", [1, 18]), ("z1", [1, 2, 3, 3]), ("z3", [2, 1, 2, 3, 3])],
-        {"w": w, "shape": np.array([1, -1]), "big": np.ones((2, 1, 1, 1, 1), np.float32)},
+        {
+            "w": w,
+            "w2": -w,
+            "shape": np.array([1, -1]),
+            "big": np.ones((2, 1, 1, 1, 1), np.float32),
+        },
     )
     return optimize(import_model(m))
 
