@@ -9,7 +9,7 @@ passes numpy ``<U{W}`` arrays to native code as they are.
 
 The importer types strings as numpy does (``object``, no width yet);
 :func:`polyonnx.graph.passes.strings.type_strings` gives every string value its width. The
-padding is the end of a string: a string holding the code point 0 is not supported.
+padding is the end of a string: a string holding the code point 0 is refused.
 
 Example:
     >>> string_dtype(2), string_width("U2"), string_width("float32")
@@ -66,7 +66,8 @@ def storage(dtype: str, shape: Sequence[int]) -> tuple[str, tuple[int, ...]]:
 def fixed_width(strings: np.ndarray, width: int | None = None) -> np.ndarray:
     """``strings`` (str, or UTF-8 bytes) as a ``<U{width}`` array, C-contiguous; ``width``
     defaults to the longest string's length (at least 1). Raises TypeError naming the first
-    element that is not a string, ValueError for a string longer than ``width``."""
+    element that is not a string, ValueError for a string longer than ``width`` or holding
+    the code point 0 (it would read as the end of the string)."""
     flat = strings.reshape(-1)
     texts = []
     for s in flat.tolist():
@@ -74,6 +75,8 @@ def fixed_width(strings: np.ndarray, width: int | None = None) -> np.ndarray:
             s = s.decode("utf-8")
         if not isinstance(s, str):
             raise TypeError(f"expected strings, found {type(s).__name__} {s!r}")
+        if "\0" in s:
+            raise ValueError(f"string {s!r} holds the code point 0, which pads strings")
         texts.append(s)
     longest = max((len(s) for s in texts), default=0)
     width = max(longest, 1) if width is None else width

@@ -230,7 +230,7 @@ def _string_feed(arg: NodeArg, value: np.ndarray) -> np.ndarray:
         )
     try:
         sized = fixed_width(value.astype(object))
-    except (TypeError, UnicodeDecodeError) as e:
+    except (TypeError, ValueError) as e:  # (UnicodeDecodeError is a ValueError)
         raise InputError(f"input {arg.name!r}: {e}") from None
     longest = sized.dtype.itemsize // 4
     return sized.astype(string_dtype(-(-longest // WIDTH_STEP) * WIDTH_STEP))

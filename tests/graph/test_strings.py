@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from polyonnx.errors import ShapeError, UnsupportedOpError
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes.strings import type_strings
 from polyonnx.graph.strings import element_type, fixed_width, is_string, storage, string_width
@@ -27,6 +29,8 @@ def test_what_is_not_a_string_or_too_long_is_refused() -> None:
         fixed_width(np.array(["a", 3], dtype=object))
     with pytest.raises(ValueError, match="3 code points does not fit width 2"):
         fixed_width(np.array(["abc"], dtype=object), 2)
+    with pytest.raises(ValueError, match="holds the code point 0"):
+        fixed_width(np.array(["a\0b"], dtype=object))
 
 
 def test_dtype_helpers() -> None:
@@ -79,6 +83,9 @@ def test_widths_flow_from_inputs_and_constants() -> None:
     assert [v.dtype for v in typed.outputs] == ["bool", "U7"]
     with pytest.raises(ShapeError, match="input 'x' is a string tensor: compiling it needs"):
         type_strings(g, {})
+    bad = dataclasses.replace(g, constants={"c": np.array(["a", b"\xff"], dtype=object)})
+    with pytest.raises(ModelError, match="constant 'c': 'utf-8' codec can't decode"):
+        type_strings(bad, {"x": 1})
 
 
 def test_an_op_without_string_loops_is_refused() -> None:

@@ -56,6 +56,7 @@ def test_widths_share_a_program_up_to_the_step(upper: polyonnx.InferenceSession)
         (np.array([1.0, 2.0], np.float32), r"expected strings \(tensor\(string\)\), got dtype"),
         (np.array(["a", 3], dtype=object), "expected strings, found int 3"),
         (np.array([b"\xff"], dtype=object), "'utf-8' codec can't decode"),
+        (np.array(["a\0b"], dtype=object), "string '.*' holds the code point 0"),
     ],
 )
 def test_what_is_not_a_string_is_refused(

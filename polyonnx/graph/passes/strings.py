@@ -21,8 +21,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from polyonnx.errors import ShapeError, UnsupportedOpError
-from polyonnx.graph.ir import Graph
+import numpy as np
+
+from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.graph.ir import Graph, Value
 from polyonnx.graph.strings import UNSIZED, fixed_width, string_dtype, string_width
 
 #: The ops that compute strings: the width of their string output from their inputs' widths.
@@ -42,21 +44,14 @@ def type_strings(graph: Graph, widths: Mapping[str, int]) -> Graph:
     values = dict(graph.values)
     if not any(v.dtype == UNSIZED for v in values.values()):
         return graph
-    constants = dict(graph.constants)
-    for name, c in graph.constants.items():
-        if c.dtype == object:
-            constants[name] = sized = fixed_width(c)
-            width = string_dtype(sized.dtype.itemsize // 4)  # (UTF-32: 4 bytes a code point)
+    constants = {name: _sized_constant(name, c) for name, c in graph.constants.items()}
+    for name, c in constants.items():
+        if c.dtype.kind == "U":
+            width = string_dtype(c.dtype.itemsize // 4)  # (UTF-32: 4 bytes a code point)
             values[name] = dataclasses.replace(values[name], dtype=width)
     for v in graph.inputs:
         if v.dtype == UNSIZED:
-            if v.name not in widths:
-                raise ShapeError(
-                    f"input {v.name!r} is a string tensor: compiling it needs its width, its "
-                    "longest string in code points (string_widths; InferenceSession reads it "
-                    "off the strings fed; shared libraries take no string inputs)"
-                )
-            values[v.name] = dataclasses.replace(v, dtype=string_dtype(max(int(widths[v.name]), 1)))
+            values[v.name] = dataclasses.replace(v, dtype=string_dtype(_input_width(v, widths)))
     for n in graph.nodes:
         read = [string_width(values[i].dtype) for i in n.inputs if i]
         known = [w for w in read if w is not None]
@@ -83,3 +78,23 @@ def type_strings(graph: Graph, widths: Mapping[str, int]) -> Graph:
         values=values,
         constants=constants,
     )
+
+
+def _sized_constant(name: str, c: np.ndarray) -> np.ndarray:
+    """Constant ``c``, fixed-width if it holds strings; ModelError if it cannot be."""
+    if c.dtype != object:
+        return c
+    try:
+        return fixed_width(c)
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"constant {name!r}: {e}") from None
+
+
+def _input_width(v: Value, widths: Mapping[str, int]) -> int:
+    if v.name not in widths:
+        raise ShapeError(
+            f"input {v.name!r} is a string tensor: compiling it needs its width, its "
+            "longest string in code points (string_widths; InferenceSession reads it "
+            "off the strings fed; shared libraries take no string inputs)"
+        )
+    return max(int(widths[v.name]), 1)
