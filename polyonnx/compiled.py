@@ -111,8 +111,10 @@ class Compiled:
                 d: dict = {"name": v.name, "dtype": v.dtype, "shape": list(v.shape)}
                 dyn = program.dynamic.get(v.name)
                 if dyn is not None:
-                    d["max_shape"] = list(dyn.shape)
-                    d["counts"] = [slot[c] if c else None for c in dyn.counts]
+                    # (A string's buffer has one more axis, its code points: not the value's.)
+                    rank = len(v.shape)
+                    d["max_shape"] = list(dyn.shape[:rank])
+                    d["counts"] = [slot[c] if c else None for c in dyn.counts[:rank]]
                 out.append(d)
             return out
 

@@ -42,6 +42,7 @@ from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.passes.pixels import flat_pixels
+from polyonnx.graph.passes.strings import type_strings
 from polyonnx.graph.passes.winograd import winograd_convs
 from polyonnx.graph.validate import validate
 from polyonnx.krnl.lower.registry import has_lowering
@@ -64,10 +65,13 @@ def to_graph(
     model: ModelSource | onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     options: Options | None = None,
+    string_widths: Mapping[str, int] | None = None,
 ) -> Graph:
-    """Frontend, validation and graph passes: an optimized graph with static shapes."""
+    """Frontend, validation and graph passes: an optimized graph with static shapes.
+    ``string_widths`` gives the width (longest string) of each string input
+    (:mod:`polyonnx.graph.strings`)."""
     options = options or Options()
-    graph = import_model(model, input_shapes, expand=_expanded)
+    graph = type_strings(import_model(model, input_shapes, expand=_expanded), string_widths or {})
     graph = optimize(validate(graph, options.max_tensor_bytes))
     # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
     unguarded = not any(n.guard for n in graph.nodes)
@@ -157,10 +161,12 @@ def compile(
     options: Options | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     schedules: Mapping[str, TraceLike] | None = None,
+    string_widths: Mapping[str, int] | None = None,
 ) -> Compiled:
     """Compile a model (path, bytes or ModelProto) through every stage up to the LLVM module.
     ``schedules`` maps kernel names or signatures to schedule traces (JSON text, decoded JSON
-    or :class:`~polyonnx.schedule.trace.Trace`) used instead of the default schedules.
+    or :class:`~polyonnx.schedule.trace.Trace`) used instead of the default schedules;
+    ``string_widths`` the width of each string input (see :func:`to_graph`).
 
     Example:
         >>> from polyonnx.testing.examples import conv_model
@@ -168,7 +174,8 @@ def compile(
         >>> c.program.kernels[0].name, c.program.kernels[0].ops
         ('k0_Conv', ('conv', 'relu'))
     """
-    return compile_graph(to_graph(model, input_shapes, options), options, schedules)
+    graph = to_graph(model, input_shapes, options, string_widths)
+    return compile_graph(graph, options, schedules)
 
 
 def emit(

@@ -38,6 +38,7 @@ from polyonnx.codegen.target import LLVM_LOCK, target_machine
 from polyonnx.codegen.toolchain import c_compiler
 from polyonnx.errors import CodegenError
 from polyonnx.graph.ir import Graph
+from polyonnx.graph.strings import string_width
 from polyonnx.krnl.memory import MemoryPlan
 from polyonnx.krnl.program import Program
 from polyonnx.options import Options
@@ -161,6 +162,16 @@ def write_library(compiled: CompiledModel, path: str | os.PathLike) -> Path:
     """Write ``path`` (a shared library) and ``path`` with suffix ``.h`` (its C header),
     linked by the target's C compiler (:func:`polyonnx.codegen.toolchain.c_compiler`: the
     host's, or a cross compiler for ``options.target``)."""
+    strings = [
+        v.name
+        for v in (*compiled.program.inputs, *compiled.program.outputs)
+        if string_width(v.dtype) is not None
+    ]
+    if strings:
+        raise CodegenError(
+            f"{path}: shared libraries take and return numeric tensors; {strings} are string "
+            "tensors (run string models with InferenceSession)"
+        )
     out = Path(path)
     triple = target_machine(compiled.options).triple
     cc = c_compiler(triple)

@@ -398,6 +398,8 @@ def _propagate_known(
     elif (
         all(i in known for i in n.inputs if i)
         and not n.domain
+        # (An output whose extent data decides, StringNormalizer's, is computed at run time.)
+        and all(values[o].is_static for o in n.outputs if o)
         and all(int(np.prod(values[o].dims)) <= _SMALL for o in n.outputs if o)
         and not any(isinstance(a, onnx.GraphProto) for _, a in n.attrs)
     ):

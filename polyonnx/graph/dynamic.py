@@ -1,9 +1,10 @@
 """Values whose extent depends on input data: their graph-level types.
 
-NonZero, Compress, Unique, NonMaxSuppression and TopK (with a K computed at run time) size
-some output dimension by the data they read. Such a dimension is typed with a symbolic name,
-``f"{node}_count"`` (e.g. ``Value("idx", "int64", (2, "nz_count"))``); the lowering writes a
-buffer of the maximal shape plus the real extent, and the runtime returns the valid part.
+NonZero, Compress, Unique, NonMaxSuppression, StringNormalizer (with stopwords) and TopK
+(with a K computed at run time) size some output dimension by the data they read. Such a
+dimension is typed with a symbolic name, ``f"{node}_count"`` (e.g. ``Value("idx", "int64",
+(2, "nz_count"))``); the lowering writes a buffer of the maximal shape plus the real extent,
+and the runtime returns the valid part.
 
 These values are accepted only as graph outputs: a node that reads one is refused with
 :class:`~polyonnx.errors.UnsupportedOpError` (polyonnx compiles static shapes inside the graph).
@@ -27,7 +28,9 @@ from polyonnx.errors import UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
 
 #: Ops whose outputs may have a data-dependent extent.
-DYNAMIC_OPS = frozenset({"NonZero", "Compress", "Unique", "TopK", "NonMaxSuppression"})
+DYNAMIC_OPS = frozenset(
+    {"NonZero", "Compress", "Unique", "TopK", "NonMaxSuppression", "StringNormalizer"}
+)
 
 
 def count_dim(node: Node) -> str:
@@ -37,9 +40,12 @@ def count_dim(node: Node) -> str:
 
 def is_dynamic(node: Node, known: Mapping[str, np.ndarray]) -> bool:
     """Whether ``node``'s output extent depends on run-time data (``known``: the values
-    available at compile time). TopK is dynamic only when its K (opset 10+) is not known."""
+    available at compile time). TopK is dynamic only when its K (opset 10+) is not known;
+    StringNormalizer always is (its rule gives a static shape when it has no stopwords)."""
     if node.domain or node.op_type not in DYNAMIC_OPS:
         return False
+    if node.op_type == "StringNormalizer":
+        return True
     if node.op_type == "TopK":
         return len(node.inputs) > 1 and bool(node.inputs[1]) and node.inputs[1] not in known
     return not all(i in known for i in node.inputs if i)
@@ -73,6 +79,9 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
         return (Value(outs[0], "int64", (len(xs), cnt)),)
     if node.op_type == "NonMaxSuppression":  # rows of (batch, class, box)
         return (Value(outs[0], "int64", (cnt, 3)),)
+    if node.op_type == "StringNormalizer":  # [C] or [1, C]: stopwords removed along C
+        kept = along(xs, len(xs) - 1) if node.attr("stopwords", ()) and xs else xs
+        return (Value(outs[0], x.dtype, kept),)
     if node.op_type == "Compress":
         axis = axis_of(len(xs), None)
         return (Value(outs[0], x.dtype, (cnt,) if axis is None else along(xs, axis)),)

@@ -28,6 +28,7 @@ import numpy as np
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import ENCODED_DTYPES, Graph, Node, Value
 from polyonnx.graph.shapes import BROADCAST, COMPARISON, REDUCTIONS, SAME_AS_INPUT
+from polyonnx.graph.strings import UNSIZED, element_type, string_width
 
 #: Element types native code handles (the krnl dtypes).
 SUPPORTED_DTYPES = frozenset(
@@ -111,12 +112,12 @@ def _check_value(v: Value, what: str, limit: int) -> None:
         raise ShapeError(
             f"value {v.name!r} ({what}) has a negative dimension: shape {list(v.shape)}"
         )
-    if v.dtype not in SUPPORTED_DTYPES:
-        elem = "string" if v.dtype == "object" else v.dtype  # numpy holds strings as objects
+    if v.dtype not in SUPPORTED_DTYPES and string_width(v.dtype) is None:
+        elem = "unsized string" if v.dtype == UNSIZED else v.dtype
         raise UnsupportedOpError(
             "value",
             detail=f"{v.name!r} ({what}) has element type "
-            f"{elem}; polyonnx handles numeric and bool tensors",
+            f"{elem}; polyonnx handles numeric, bool and (sized) string tensors",
         )
     if v.is_static:
         # (One dim this large is absurd even when another is 0 and the tensor holds nothing.)
@@ -239,7 +240,7 @@ def _same_types(node: Node, values: Mapping[str, Value]) -> None:
             ) from None
     for part in _SAME_TYPE.get(node.op_type, ()):
         names = [i for i in node.inputs[part] if i and i in values]
-        if len({values[i].dtype for i in names}) > 1:
+        if len({element_type(values[i].dtype) for i in names}) > 1:
             which = ", ".join(f"{i!r} ({values[i].dtype})" for i in names)
             raise ModelError(
                 f"node {node.name!r} ({node.op_type}): inputs {which} must have "

@@ -21,6 +21,7 @@ import numpy as np
 
 from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.strings import storage
 from polyonnx.krnl import ir
 from polyonnx.krnl.borders import zero_borders
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, lower_nodes
@@ -199,8 +200,9 @@ def _buffers(
         else:
             v = graph.value(b)
             kind = ("output" if b in context.live_out else "temp") if b in written else "input"
-            shape = maximal[b].shape if b in maximal else tuple(int(d) for d in v.shape)
-            buffers.append(ir.Buffer(b, v.dtype, shape, kind))
+            # (A maximal shape is the storage's: a string's has its code-point axis.)
+            dtype, shape = storage(v.dtype, () if b in maximal else v.dims)
+            buffers.append(ir.Buffer(b, dtype, maximal[b].shape if b in maximal else shape, kind))
     return tuple(buffers)
 
 

@@ -2,7 +2,9 @@
 
 Feeds are checked (names, dtypes, shapes) before native code runs; arrays that are not C-contiguous
 or not aligned to their element size are copied (never refused). A model with symbolic input
-dimensions is compiled once per distinct set of input shapes, on first use.
+dimensions is compiled once per distinct set of input shapes, on first use; a model with string
+inputs once per set of string widths too (strings travel as fixed-width code points:
+:mod:`polyonnx.graph.strings`).
 
 Example:
     >>> from polyonnx.testing.examples import conv_model
@@ -26,6 +28,7 @@ import onnx
 
 from polyonnx.errors import InputError, ModelError, PolyonnxError, UnsupportedOpError
 from polyonnx.frontend.load import load_model
+from polyonnx.graph.strings import fixed_width, is_string, string_dtype
 from polyonnx.krnl.memory import aligned_empty
 from polyonnx.options import Options
 
@@ -42,6 +45,8 @@ class NodeArg:
 
     @property
     def type(self) -> str:
+        if is_string(self.dtype):
+            return "tensor(string)"
         return f"tensor({_ONNX_TYPE.get(self.dtype, self.dtype)})"
 
 
@@ -171,7 +176,8 @@ class Executable:
             raise InputError(self._describe_failure(rc))
         for j, dyn in self._dynamic.items():
             outs[j] = self._valid_part(j, outs[j], dyn, counts)
-        return outs
+        # Strings are returned as onnxruntime returns them: an object array of str.
+        return [o.astype(object) if o.dtype.kind == "U" else o for o in outs]
 
     def _valid_part(
         self, j: int, buf: np.ndarray, dyn: DynamicShape, counts: Sequence[np.ndarray]
@@ -210,6 +216,31 @@ class Executable:
         return f"{what} in {nodes}"
 
 
+#: String feeds are padded to a multiple of this many code points, so that feeds of similar
+#: lengths share one compiled program (the padding changes no result).
+WIDTH_STEP = 8
+
+
+def _string_feed(arg: NodeArg, value: np.ndarray) -> np.ndarray:
+    """A string feed (str objects, UTF-8 bytes or numpy ``<U``) as ``<U{width}`` code points,
+    ``width`` the longest string's rounded up to :data:`WIDTH_STEP`."""
+    if value.dtype.kind not in "OUS":
+        raise InputError(
+            f"input {arg.name!r}: expected strings ({arg.type}), got dtype {value.dtype}"
+        )
+    try:
+        sized = fixed_width(value.astype(object))
+    except (TypeError, ValueError) as e:  # (UnicodeDecodeError is a ValueError)
+        raise InputError(f"input {arg.name!r}: {e}") from None
+    longest = sized.dtype.itemsize // 4
+    return sized.astype(string_dtype(-(-longest // WIDTH_STEP) * WIDTH_STEP))
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """A feed's dtype as the graph names it (strings: ``U{width}``)."""
+    return string_dtype(dtype.itemsize // 4) if dtype.kind == "U" else dtype.name
+
+
 def _dynamic_shapes(meta: Mapping[str, Any]) -> dict[int, DynamicShape]:
     """The data-dependent outputs a model's metadata describes (see
     :meth:`polyonnx.compiled.Compiled.metadata`), by output index."""
@@ -222,15 +253,18 @@ def _dynamic_shapes(meta: Mapping[str, Any]) -> dict[int, DynamicShape]:
 
 def _check_feed(arg: NodeArg, value: Any, ranked: bool = True) -> np.ndarray:
     """``value`` as the native code takes it, if it has ``arg``'s dtype and (when ``ranked``:
-    the input declares a shape) its rank and fixed dims."""
+    the input declares a shape) its rank and fixed dims. Strings become fixed-width code
+    points (:func:`_string_feed`)."""
     if not isinstance(value, np.ndarray):
         if np.isscalar(value) or isinstance(value, list | tuple):
-            value = np.asarray(value)
+            value = np.asarray(value, dtype=object if is_string(arg.dtype) else None)
         else:
             raise InputError(
                 f"input {arg.name!r}: expected a numpy array, got {type(value).__name__}"
             )
-    if value.dtype != arg.dtype:
+    if is_string(arg.dtype):
+        value = _string_feed(arg, value)
+    elif value.dtype != arg.dtype:
         raise InputError(
             f"input {arg.name!r}: expected dtype {arg.dtype} ({arg.type}), got {value.dtype}"
         )
@@ -293,23 +327,33 @@ class InferenceSession:
             for vi in self._proto.graph.input
             if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
         ) - {t.name for t in self._proto.graph.initializer}
-        if input_shapes or (
-            not self._unranked and all(isinstance(d, int) for a in self._inputs for d in a.shape)
+        # (A string input's width comes from its first feed, as symbolic dims do.)
+        if not any(is_string(a.dtype) for a in self._inputs) and (
+            input_shapes
+            or (
+                not self._unranked
+                and all(isinstance(d, int) for a in self._inputs for d in a.shape)
+            )
         ):
             exe = self._compile(input_shapes)
             self._inputs, self._outputs = exe.inputs, exe.outputs
 
     @staticmethod
     def _key_of(args: Sequence[NodeArg]) -> tuple:
-        return tuple(tuple(a.shape) for a in args)
+        return tuple((tuple(a.shape), a.dtype) for a in args)
 
-    def _compile(self, input_shapes: Mapping[str, Sequence[int]] | None) -> Executable:
+    def _compile(
+        self,
+        input_shapes: Mapping[str, Sequence[int]] | None,
+        string_widths: Mapping[str, int] | None = None,
+    ) -> Executable:
         from polyonnx.pipeline import compile as compile_model
 
         assert self._proto is not None  # a library runs the shapes it was compiled for
-        exe = Executable.from_compiled(
-            compile_model(self._proto, self.options, input_shapes, self._schedules or None)
+        compiled = compile_model(
+            self._proto, self.options, input_shapes, self._schedules or None, string_widths
         )
+        exe = Executable.from_compiled(compiled)
         self._by_shapes[self._key_of(exe.inputs)] = exe
         return exe
 
@@ -353,7 +397,7 @@ class InferenceSession:
         return [outs[index[n]] for n in output_names]
 
     def _executable(self, feeds: Sequence[np.ndarray]) -> Executable:
-        key = tuple(tuple(f.shape) for f in feeds)
+        key = tuple((tuple(f.shape), _dtype_name(f.dtype)) for f in feeds)
         exe = self._by_shapes.get(key)
         if exe is not None:
             return exe
@@ -363,8 +407,13 @@ class InferenceSession:
             exe = self._by_shapes.get(key)
             if exe is None:
                 shapes = {a.name: tuple(f.shape) for a, f in zip(self._inputs, feeds, strict=True)}
+                widths = {
+                    a.name: f.dtype.itemsize // 4
+                    for a, f in zip(self._inputs, feeds, strict=True)
+                    if f.dtype.kind == "U"
+                }
                 try:
-                    exe = self._compile(shapes)
+                    exe = self._compile(shapes, widths)
                 except PolyonnxError as e:
                     raise InputError(f"cannot run with input shapes {shapes}: {e}") from e
         return exe

@@ -30,6 +30,7 @@ from onnx.reference import ReferenceEvaluator
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Graph, Node
+from polyonnx.graph.strings import is_string
 
 #: Results larger than this (bytes) stay computed at run time, so that folding cannot turn a
 #: cheap computation (a Tile, an Expand) into a huge constant.
@@ -90,15 +91,16 @@ def _fold(
     ins = [i for i in n.inputs if i]
     if not ins or any(i not in consts for i in ins):
         return None
+    outs = [graph.value(o) for o in n.outputs if o]
+    if any(not v.is_static or is_string(v.dtype) for v in outs):
+        # Data-dependent extents are known at run time only; strings are computed by the
+        # loops (onnx.reference's StringNormalizer, say, also strips accents).
+        return None
     if n.op_type == "ConstantOfShape":
         # Exempt from the size cap: its result (typically weights) is needed in full either way,
         # at compile time or at run time, so folding costs nothing extra.
         return evaluate_node(n, consts, graph.opset)
-    size = sum(
-        int(np.prod(graph.value(o).dims)) * np.dtype(graph.value(o).dtype).itemsize
-        for o in n.outputs
-        if o
-    )
+    size = sum(int(np.prod(v.dims)) * np.dtype(v.dtype).itemsize for v in outs)
     if size > max_bytes:
         return None
     return evaluate_node(n, consts, graph.opset)

@@ -33,6 +33,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     sample,
     slice,
     spectral,
+    strings,
     topk,
     winograd,
 )

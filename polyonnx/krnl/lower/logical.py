@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from polyonnx.graph.ir import Node
+from polyonnx.graph.strings import string_width
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import opset, unsupported
 from polyonnx.krnl.lower.elementwise import (
@@ -24,11 +25,17 @@ from polyonnx.krnl.lower.elementwise import (
     elementwise,
 )
 from polyonnx.krnl.lower.registry import LowerContext, register
+from polyonnx.krnl.lower.strings import string_equal
 
 
-def _binary(op_type: str, op: str, dtypes: Sequence[str]) -> None:
+def _binary(op_type: str, op: str, dtypes: Sequence[str], strings: bool = False) -> None:
+    """Register ``op_type``: ``op`` of two broadcast inputs of ``dtypes`` (and, with
+    ``strings``, of two string inputs: :func:`polyonnx.krnl.lower.strings.string_equal`)."""
+
     def lower(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         a, b = node.input(0), node.input(1)
+        if strings and string_width(ctx.dtype(a)) is not None:
+            return string_equal(node, ctx)
         check_dtype(node, ctx, a, dtypes)
         check_dtype(node, ctx, b, dtypes)
         if opset(ctx) < 7 and node.has_attr("axis"):
@@ -40,7 +47,7 @@ def _binary(op_type: str, op: str, dtypes: Sequence[str]) -> None:
     register(op_type)(lower)
 
 
-_binary("Equal", "eq", ALL)
+_binary("Equal", "eq", ALL, strings=True)
 _binary("Less", "lt", NUMERIC)
 _binary("LessOrEqual", "le", NUMERIC)
 _binary("Greater", "gt", NUMERIC)
