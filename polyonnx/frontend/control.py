@@ -259,6 +259,12 @@ class LoopUnrolling:
             running_value = True
         if self.t == self.trip or running_value is False:
             return (*self._finish(), True)
+        if running_value is None and any(self.scans):
+            raise UnsupportedOpError(
+                "Loop",
+                node=self.name,
+                detail="its condition is known only at run time and it has scan outputs",
+            )
         if (running_value is None and self.trip is None) or self.t >= UNROLL_LIMIT:
             return (*self._run_the_rest(), True)
         prefix = f"{self.name}/{self.t}/"

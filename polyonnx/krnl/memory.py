@@ -163,6 +163,10 @@ def _extend_over_loops(program: Program, live: dict[str, list[int]], size: dict[
     loop-carried value) and the iteration number and condition the entry point writes live
     through the whole loop; the trip count and condition are read when it starts, the
     body's condition output when each iteration ends."""
+
+    def stretch(root: str, start: int, end: int) -> None:
+        live[root] = [min(live[root][0], start), max(live[root][1], end)]
+
     for loop in program.loops:
         inside = [
             k
@@ -172,26 +176,17 @@ def _extend_over_loops(program: Program, live: dict[str, list[int]], size: dict[
         if not inside:
             continue
         first, last = inside[0], inside[-1]
-        whole = set()
+        for root, (a, b) in list(live.items()):
+            if a <= last and b >= first and not first <= a <= b <= last:
+                stretch(root, first, last)  # shared with kernels outside the loop
         for value, nbytes in ((loop.iteration, 8), (loop.running, 1)):
             # (Written every iteration even when no kernel reads it: a loop inside may.)
-            root = program.root(value)
-            live.setdefault(root, [first, last])
-            size.setdefault(root, nbytes)
-            whole.add(root)
-        whole |= {
-            r
-            for r, (a, b) in live.items()
-            if a <= last and b >= first and not first <= a <= b <= last
-        }
-        reads = [(loop.trip, first), (loop.condition, first), (loop.next_condition, last)]
-        for root in whole:
-            if root in live:
-                live[root] = [min(live[root][0], first), max(live[root][1], last)]
-        for value, at in reads:
+            live.setdefault(program.root(value), [first, last])
+            size.setdefault(program.root(value), nbytes)
+            stretch(program.root(value), first, last)
+        for value, at in ((loop.trip, first), (loop.condition, first), (loop.next_condition, last)):
             if value and program.root(value) in live:
-                rng = live[program.root(value)]
-                live[program.root(value)] = [min(rng[0], at), max(rng[1], at)]
+                stretch(program.root(value), at, at)
 
 
 def _pack(

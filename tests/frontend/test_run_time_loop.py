@@ -406,3 +406,26 @@ def test_a_trip_count_that_is_not_int64_is_refused():
     )
     with pytest.raises(ModelError, match=r"'lp'.*trip count 'n' must be a one-element int64"):
         polyonnx.InferenceSession(m)
+
+
+def test_scan_outputs_of_a_loop_ended_by_a_run_time_condition_are_refused():
+    # A known trip count: unrolled, each iteration under the running condition, but the
+    # scan outputs' length would depend on it.
+    body = _body(
+        [
+            oh.make_node("Add", ["acc", "acc"], ["acc_out"]),
+            oh.make_node("Identity", ["acc_out"], ["scan"]),
+            oh.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+            oh.make_node("Less", ["total", "limit"], ["cond_out"]),
+        ],
+        [("acc", T.FLOAT, [3])],
+        [_info("scan", T.FLOAT, [3])],
+    )
+    m = _model(
+        [oh.make_node("Loop", ["n", "", "a0"], ["a", "s"], body=body, name="lp")],
+        [_info("a0", T.FLOAT, [3]), _info("limit", T.FLOAT, [])],
+        [_info("a", T.FLOAT, [3]), _info("s", T.FLOAT, [None, 3])],
+        [nh.from_array(np.array(4, np.int64), "n")],
+    )
+    with pytest.raises(UnsupportedOpError, match=r"'lp'.*known only at run time.*scan outputs"):
+        polyonnx.InferenceSession(m)
