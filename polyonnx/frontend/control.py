@@ -306,15 +306,7 @@ class LoopUnrolling:
 
     def _run_the_rest(self) -> tuple[list[tuple[onnx.NodeProto, Guard]], list[onnx.TensorProto]]:
         """The iterations from this one on, run by the entry point (:func:`run_time_loop`)."""
-        assert self.finals is not None and self.scans is not None
-        if any(self.scans):
-            raise UnsupportedOpError(
-                "Loop",
-                node=self.name,
-                detail=f"scan outputs {list(self.outputs[len(self.finals) :])} of a loop "
-                f"that runs more than {UNROLL_LIMIT} times or until a condition known only "
-                "at run time (their length would be known only at run time)",
-            )
+        assert self.finals is not None
         trip = [] if self.trip is None else [_scalar(f"{self.name}/trip", self.trip, np.int64)]
         nodes, inits = run_time_loop(
             self.name,
@@ -364,9 +356,9 @@ def run_time_loop(
         raise UnsupportedOpError(
             "Loop",
             node=name,
-            detail=f"scan outputs {list(outputs[len(initial) :])} of a loop whose trip count "
-            "or condition is known only at run time (their length would be known only at "
-            "run time)",
+            detail=f"scan outputs {list(outputs[len(initial) :])} of a loop run at run time "
+            f"(its trip count or condition is known only at run time, or it runs more than "
+            f"{UNROLL_LIMIT} times): their length would be known only at run time",
         )
     prefix = f"{name}/loop/"
     state = [prefix + i.name for i in body.input]
@@ -423,7 +415,7 @@ def loop_state_types(node: Node, values: Mapping[str, Value]) -> list[Value]:
             raise UnsupportedOpError(
                 "Loop",
                 node=loop,
-                detail=f"loop-carried value {c.rsplit('/', 1)[-1]!r} is "
+                detail=f"loop-carried value {c.removeprefix(f'{loop}/loop/')!r} is "
                 f"{before.dtype}{list(before.shape)} before an iteration and "
                 f"{after.dtype}{list(after.shape)} after it; a loop run at run time needs "
                 "one static shape",
