@@ -26,13 +26,13 @@ from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.control import (
-    UNROLL_LIMIT,
     Expansion,
     LoopUnrolling,
     expand_if,
     expand_scan,
     loop_state_types,
     run_time_loop,
+    runs_at_run_time,
 )
 from polyonnx.frontend.functions import expand_functions
 from polyonnx.frontend.gradient import expand_gradients, gradient_output_types
@@ -420,9 +420,9 @@ def _expand_control(
 
 
 def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling | Expansion:
-    """Loop node ``n`` unrolled when its trip count is known at compile time and at most
-    :data:`~polyonnx.frontend.control.UNROLL_LIMIT` (or absent, when the condition ends the
-    loop), else run by the entry point (:func:`~polyonnx.frontend.control.run_time_loop`)."""
+    """Loop node ``n`` unrolled when its trip count is known at compile time and small
+    (:func:`~polyonnx.frontend.control.runs_at_run_time`; or absent, when the condition ends
+    the loop), else run by the entry point (:func:`~polyonnx.frontend.control.run_time_loop`)."""
     trip_name, cond = n.input(0), n.input(1)
     carried = list(n.inputs[2:])
     trip: int | None = None
@@ -431,7 +431,9 @@ def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling
         trip = None if trip >= 1 << 62 else max(trip, 0)  # INT64_MAX: no trip count
     if cond in known and not bool(np.asarray(known[cond]).all()):
         trip = 0
-    elif (trip_name and trip_name not in known) or (trip or 0) > UNROLL_LIMIT:
+    elif (trip_name and trip_name not in known) or (
+        trip is not None and runs_at_run_time(trip, n.attr("body"))
+    ):
         nodes, inits = run_time_loop(
             n.name, n.attr("body"), n.outputs, n.guard, trip_name, cond, carried
         )

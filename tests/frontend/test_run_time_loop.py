@@ -147,6 +147,40 @@ def test_a_known_trip_count_beyond_the_unrolling_limit_runs_as_a_loop():
     _check(m, [{"x": x, "a0": np.array([4, 0, -1], np.float32)}])
 
 
+@pytest.mark.parametrize(("trip", "looped"), [(5, False), (100, True)])
+def test_a_known_trip_count_unrolls_a_small_loop_only(trip: int, looped: bool):
+    m = _model(
+        [oh.make_node("Loop", ["n", "", "a0"], ["a"], body=_accumulating_body())],
+        [_info("x", T.FLOAT, [3]), _info("a0", T.FLOAT, [3])],
+        [_info("a", T.FLOAT, [3])],
+        [nh.from_array(np.array(trip, np.int64), "n")],
+    )
+    assert _runs_as_a_loop(m) == looped
+    x = np.array([1e-2, -2e-2, 0], np.float32)
+    _check(m, [{"x": x, "a0": np.array([4, 0, -1], np.float32)}])
+
+
+def test_scan_outputs_keep_a_longer_known_loop_unrolled():
+    body = _body(
+        [
+            oh.make_node("Add", ["acc", "one"], ["acc_out"]),
+            oh.make_node("Identity", ["acc_out"], ["scan"]),
+            oh.make_node("Identity", ["cond"], ["cond_out"]),
+        ],
+        [("acc", T.FLOAT, [2])],
+        [_info("scan", T.FLOAT, [2])],
+        [nh.from_array(np.array(1, np.float32), "one")],
+    )
+    m = _model(
+        [oh.make_node("Loop", ["n", "", "a0"], ["a", "s"], body=body)],
+        [_info("a0", T.FLOAT, [2])],
+        [_info("a", T.FLOAT, [2]), _info("s", T.FLOAT, [100, 2])],
+        [nh.from_array(np.array(100, np.int64), "n")],
+    )
+    assert not _runs_as_a_loop(m)
+    _check(m, [{"a0": np.array([0, -1], np.float32)}])
+
+
 # --------------------------------------------------------------------- what the body does
 
 
