@@ -71,7 +71,7 @@ VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
         )
     },
     "Slice": (1, 2, 3, 4),
-    "Loop": (0, 1),  # the trip count and first condition: loops are unrolled
+    "Loop": (0, 1),  # the trip count and first condition: a known one may unroll
     "Dropout": (1, 2),  # ratio and training_mode decide whether it is the identity
     "Pad": (1, 3),
     "Range": (0, 1, 2),

@@ -3,7 +3,9 @@
 ``i32 @<prefix>_run(ptr inputs, ptr outputs, ptr weights, ptr workspace)`` calls the kernels in
 order with pointers resolved from the memory plan; ``inputs``/``outputs`` are arrays of data
 pointers in the model's input/output order. It returns 0, or ``(kernel_index + 1) << 8 | status``
-of the first kernel that failed a run-time check.
+of the first kernel that failed a run-time check. A kernel of an If's branch runs only when
+its guard holds; the kernels of a run-time loop's body run in a loop
+(:mod:`polyonnx.codegen.control_flow`).
 
 For a shared library (``aot=True``) the module also exports the C API described in the header
 that :mod:`polyonnx.codegen.aot` writes: ``polyonnx_run(inputs, outputs)`` (weights embedded,
@@ -23,6 +25,7 @@ from llvmlite import ir
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.config import CodegenConfig
+from polyonnx.codegen.control_flow import ControlFlow
 from polyonnx.codegen.emit import emit_kernel
 from polyonnx.codegen.llvm_types import I1, I8, I32, I64, PTR
 from polyonnx.krnl.ir import Kernel
@@ -112,18 +115,17 @@ def build_module(
         with b.if_then(failed, likely=False):
             b.ret(b.or_(rc, ir.Constant(I32, (ki + 1) << 8)))
 
+    # Kernels of a run-time loop's body run in its loop; a kernel of an If's branch runs
+    # when its conditions hold.
+    flow = ControlFlow(b, run, program.loops, address)
     for ki, ((kernel, _), fn) in enumerate(zip(kernels, order, strict=True)):
-        guard = program.guards.get(kernel.name, ())
-        if not guard:
+        conditions = flow.move_to(program.guards.get(kernel.name, ()))
+        if not conditions:
             call(ki, kernel, fn)
             continue
-        # A kernel of an If's branch runs when its conditions (bools, one byte) hold.
-        holds: ir.Value = ir.Constant(I1, 1)
-        for cond, flag in guard:
-            value = b.icmp_unsigned("!=", b.load(address(cond), typ=I8), ir.Constant(I8, 0))
-            holds = b.and_(holds, value if flag else b.not_(value))
-        with b.if_then(holds):
+        with b.if_then(flow.holds(conditions)):
             call(ki, kernel, fn)
+    flow.move_to(())
     b.ret(ir.Constant(I32, 0))
 
     if aot:

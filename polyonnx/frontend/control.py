@@ -1,5 +1,6 @@
 """Control flow: an ``If`` node becomes the nodes of its branches, guarded by its condition;
-``Loop`` and ``Scan`` bodies are unrolled (:class:`LoopUnrolling`, :func:`expand_scan`).
+``Scan`` bodies are unrolled (:func:`expand_scan`); a ``Loop`` is unrolled
+(:class:`LoopUnrolling`) or run by the entry point (:func:`run_time_loop`).
 
 The branches' nodes join the graph (their values renamed ``<If node>/then/<name>`` and
 ``<If node>/else/<name>``, so names stay unique), so every stage after the frontend sees plain
@@ -14,6 +15,26 @@ nodes and compiles each branch through the normal pipeline. How the condition de
   buffer is never read for the result), so both branches must give the same shape and type.
 
 Values of the enclosing graph that a branch reads (outer-scope values) keep their names.
+
+A Loop is unrolled when its trip count is known at compile time and small (at most
+:data:`UNROLL_LIMIT` = 256 iterations and :data:`UNROLL_NODES` = 256 unrolled nodes; see
+:func:`runs_at_run_time`): each iteration's nodes join the graph, and a condition known only
+at run time guards them. Otherwise the entry point runs it (:func:`run_time_loop`,
+:mod:`polyonnx.graph.loops`): a trip count known only at run time or beyond the limits, or a
+condition known only at run time without a trip count (a while loop; iterations whose
+condition is known at compile time are unrolled first and the loop runs from the first
+that is not). The body's nodes join the graph once, guarded by the loop's running condition
+(which holds inside the loop), between a ``LoopEnter`` that copies the initial values into
+the loop-carried buffers and a ``LoopExit`` that copies each iteration's results back; the
+body reads the iteration number and condition from buffers the entry point writes. Its
+kernels go through the normal pipeline. Refused: a loop-carried value whose type or static
+shape an iteration changes, and scan outputs of a run-time loop (their length would be known
+only at run time).
+
+Why a budget of unrolled nodes: iterations unrolled alike share schedules and functions,
+but the frontend, the graph passes and the entry point still pay per node (a 4-node body
+unrolled 256 times compiled in 11 s, as a loop in 0.35 s, and ran no faster), while a
+small loop unrolled loses the loop's copies and may fuse across iterations.
 
 Example:
     >>> from onnx import helper, TensorProto
@@ -36,8 +57,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from polyonnx.errors import ModelError, UnsupportedOpError
-
-Guard = tuple[tuple[str, bool], ...]
+from polyonnx.frontend.sequences import SEQUENCE_OPS
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Node, Value
+from polyonnx.graph.loops import LOOP_ENTER, LOOP_EXIT, Guard, is_loop_op, loop_name
 
 
 @dataclass(frozen=True)
@@ -166,8 +188,26 @@ def _rename_reads(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
             o.name = visible[o.name]
 
 
-#: Loop and Scan bodies are unrolled up to this many iterations; longer loops are refused.
+#: Loop and Scan bodies are unrolled up to this many iterations; longer Scans are refused,
+#: longer Loops run at run time.
 UNROLL_LIMIT = 256
+
+#: A Loop with a known trip count unrolls to at most this many nodes (iterations times body
+#: nodes); a longer one runs at run time unless it needs every iteration at compile time
+#: (:func:`runs_at_run_time`).
+UNROLL_NODES = 256
+
+
+def runs_at_run_time(trip: int, body: onnx.GraphProto) -> bool:
+    """Whether a Loop of ``trip`` iterations (known at compile time) runs at run time rather
+    than unrolled: beyond :data:`UNROLL_LIMIT` iterations, or :data:`UNROLL_NODES` unrolled
+    nodes when its body has no scan outputs and no sequence op (those need every iteration
+    at compile time). Unrolling costs compile time per node (a 4-node body unrolled 256
+    times: 11 s, as a loop 0.35 s) and bought no speed in what was measured."""
+    scans = len(body.output) > len(body.input) - 1
+    lists = any(n.op_type in SEQUENCE_OPS for n in body.node)
+    too_many = trip * len(body.node) > UNROLL_NODES and not (scans or lists)
+    return trip > UNROLL_LIMIT or too_many
 
 
 def _scalar(name: str, value: object, dtype: type) -> onnx.TensorProto:
@@ -239,19 +279,14 @@ class LoopUnrolling:
             running_value = True
         if self.t == self.trip or running_value is False:
             return (*self._finish(), True)
-        if running_value is None and (self.trip is None or any(self.scans)):
-            what = "scan outputs" if any(self.scans) else "no maximum trip count"
+        if running_value is None and any(self.scans):
             raise UnsupportedOpError(
                 "Loop",
                 node=self.name,
-                detail=f"its condition is known only at run time and it has {what}",
+                detail="its condition is known only at run time and it has scan outputs",
             )
-        if self.t >= UNROLL_LIMIT:
-            raise UnsupportedOpError(
-                "Loop",
-                node=self.name,
-                detail=f"more than {UNROLL_LIMIT} iterations (loops are unrolled)",
-            )
+        if (running_value is None and self.trip is None) or self.t >= UNROLL_LIMIT:
+            return (*self._run_the_rest(), True)
         prefix = f"{self.name}/{self.t}/"
         items: list = [_scalar(prefix + "iter", self.t, np.int64)]
         cond_in = self.running or prefix + "true"
@@ -289,6 +324,22 @@ class LoopUnrolling:
         more, consts = _split(items)
         return [(n, self.guard) for n in more] + out, [*consts, *inits], False
 
+    def _run_the_rest(self) -> tuple[list[tuple[onnx.NodeProto, Guard]], list[onnx.TensorProto]]:
+        """The iterations from this one on, run by the entry point (:func:`run_time_loop`)."""
+        assert self.finals is not None
+        trip = [] if self.trip is None else [_scalar(f"{self.name}/trip", self.trip, np.int64)]
+        nodes, inits = run_time_loop(
+            self.name,
+            self.body,
+            self.outputs,
+            self.guard,
+            trip[0].name if trip else "",
+            self.running,
+            self.finals,
+            self.t,
+        )
+        return nodes, [*trip, *inits]
+
     def _finish(self) -> tuple[list[tuple[onnx.NodeProto, Guard]], list[onnx.TensorProto]]:
         assert self.finals is not None and self.scans is not None
         n_carried = len(self.finals)
@@ -304,6 +355,95 @@ class LoopUnrolling:
             items += _stack(parts, 0, o, self.opset)
         nodes, consts = _split(items)
         return [(n, self.guard) for n in nodes], consts
+
+
+def run_time_loop(
+    name: str,
+    body: onnx.GraphProto,
+    outputs: Sequence[str],
+    guard: Guard,
+    trip: str,
+    cond: str,
+    initial: Sequence[str],
+    start: int = 0,
+) -> tuple[list[tuple[onnx.NodeProto, Guard]], list[onnx.TensorProto]]:
+    """The nodes of Loop node ``name`` run by the entry point (see
+    :mod:`polyonnx.graph.loops`): ``trip`` and ``cond`` name its trip count and condition
+    ("" : none), ``initial`` the loop-carried values' initial values, ``start`` the first
+    iteration's number (iterations before it were unrolled). The body's values are renamed
+    ``<name>/loop/<value>``; its loop-carried values must keep one static shape."""
+    if len(body.output) != 1 + len(initial):
+        raise UnsupportedOpError(
+            "Loop",
+            node=name,
+            detail=f"scan outputs {list(outputs[len(initial) :])} of a loop run at run time "
+            f"(its trip count or condition is known only at run time, or it runs more than "
+            f"{UNROLL_LIMIT} times): their length would be known only at run time",
+        )
+    prefix = f"{name}/loop/"
+    state = [prefix + i.name for i in body.input]
+    nodes, inits, results = inline(body, prefix, state)
+    inside = (*guard, (state[1], True))
+    enter = helper.make_node(
+        LOOP_ENTER,
+        [trip, cond, *initial],
+        state,
+        name=f"{name}/enter",
+        domain=INTERNAL_DOMAIN,
+        start=start,
+    )
+    leave = helper.make_node(
+        LOOP_EXIT,
+        [state[1], *results, *state[2:]],
+        list(outputs),
+        name=f"{name}/exit",
+        domain=INTERNAL_DOMAIN,
+    )
+    return [(enter, guard), *((n, inside) for n in nodes), (leave, inside)], inits
+
+
+def loop_state_types(node: Node, values: Mapping[str, Value]) -> list[Value]:
+    """The types of the outputs of a LoopEnter or LoopExit ``node``
+    (:func:`run_time_loop`): the iteration number (int64) and condition (bool) as scalars,
+    the loop-carried values as their initial values. A loop-carried value whose type an
+    iteration changes is refused, naming it."""
+    loop = loop_name(node)
+    if is_loop_op(node, LOOP_ENTER):
+        for k, (what, dtype) in enumerate((("trip count", "int64"), ("condition", "bool"))):
+            v = values.get(node.input(k))
+            if v is not None and (v.dtype != dtype or int(np.prod(v.dims)) != 1):
+                raise ModelError(
+                    f"Loop node {loop!r}: its {what} {v.name!r} must be a one-element "
+                    f"{dtype} tensor, is {v}"
+                )
+        state = [Value(node.outputs[0], "int64", ()), Value(node.outputs[1], "bool", ())]
+        initial = node.inputs[2:]
+        return state + [
+            Value(o, values[i].dtype, values[i].dims)
+            for o, i in zip(node.outputs[2:], initial, strict=True)
+        ]
+    n = (len(node.inputs) - 2) // 2
+    cond_out, results, carried = node.inputs[1], node.inputs[2 : 2 + n], node.inputs[2 + n :]
+    if values[cond_out].dtype != "bool" or int(np.prod(values[cond_out].dims)) != 1:
+        raise ModelError(
+            f"Loop node {loop!r}: its body's condition output must be a one-element bool "
+            f"tensor, is {values[cond_out]}"
+        )
+    for r, c in zip(results, carried, strict=True):
+        before, after = values[c], values[r]
+        if (before.dtype, before.shape) != (after.dtype, after.shape):
+            raise UnsupportedOpError(
+                "Loop",
+                node=loop,
+                detail=f"loop-carried value {c.removeprefix(f'{loop}/loop/')!r} is "
+                f"{before.dtype}{list(before.shape)} before an iteration and "
+                f"{after.dtype}{list(after.shape)} after it; a loop run at run time needs "
+                "one static shape",
+            )
+    return [
+        Value(o, values[c].dtype, values[c].dims)
+        for o, c in zip(node.outputs, carried, strict=True)
+    ]
 
 
 def expand_scan(

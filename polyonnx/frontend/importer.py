@@ -26,7 +26,15 @@ from onnx import helper, numpy_helper, shape_inference
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.contrib import expand_contrib
-from polyonnx.frontend.control import Expansion, Guard, LoopUnrolling, expand_if, expand_scan
+from polyonnx.frontend.control import (
+    Expansion,
+    LoopUnrolling,
+    expand_if,
+    expand_scan,
+    loop_state_types,
+    run_time_loop,
+    runs_at_run_time,
+)
 from polyonnx.frontend.functions import expand_functions
 from polyonnx.frontend.gradient import expand_gradients, gradient_output_types
 from polyonnx.frontend.load import (
@@ -45,6 +53,7 @@ from polyonnx.graph.dynamic import (
     refuse_dynamic_inputs,
 )
 from polyonnx.graph.ir import Graph, Node, Value, topological_order
+from polyonnx.graph.loops import Guard, is_loop_op
 from polyonnx.graph.passes.fold import evaluate_node, to_attribute
 from polyonnx.graph.shapes import infer_outputs, run_time_shape_input
 from polyonnx.graph.validate import validate_node
@@ -351,6 +360,9 @@ def _type_outputs(
     ``merges_branches``: ``n`` merges the branches of an If, which must agree."""
     if merges_branches:
         _check_branches_agree(n, values)
+    if is_loop_op(n):
+        values.update((v.name, v) for v in loop_state_types(n, values))
+        return
     check_inputs(n, values, opset)
     if n.op_type in DYNAMIC_OPS and not n.domain and any(o and o not in values for o in n.outputs):
         _type_dynamic(n, values, constants, opset)
@@ -413,27 +425,27 @@ def _expand_control(
     return _expand(n, values, known) if n.op_type == "If" else _scan(n, values, opset)
 
 
-def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling:
-    """The unrolling of Loop node ``n``: its trip count must be known at compile time (or
-    absent, when the condition ends the loop)."""
+def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling | Expansion:
+    """Loop node ``n`` unrolled when its trip count is known at compile time and small
+    (:func:`~polyonnx.frontend.control.runs_at_run_time`; or absent, when the condition ends
+    the loop), else run by the entry point (:func:`~polyonnx.frontend.control.run_time_loop`)."""
     trip_name, cond = n.input(0), n.input(1)
+    carried = list(n.inputs[2:])
     trip: int | None = None
-    if trip_name:
-        if trip_name not in known:
-            raise UnsupportedOpError(
-                "Loop", opset, n.name, f"trip count {trip_name!r} is known only at run time"
-            )
+    if trip_name in known:
         trip = int(np.asarray(known[trip_name]).reshape(-1)[0])
         trip = None if trip >= 1 << 62 else max(trip, 0)  # INT64_MAX: no trip count
-    running = ""
-    if cond and cond in known:
-        if not bool(np.asarray(known[cond]).all()):
-            trip = 0
-    elif cond:
-        running = cond
-    return LoopUnrolling(
-        n.name, n.attr("body"), n.outputs, n.guard, trip, list(n.inputs[2:]), running, opset
-    )
+    if cond in known and not bool(np.asarray(known[cond]).all()):
+        trip = 0
+    elif (trip_name and trip_name not in known) or (
+        trip is not None and runs_at_run_time(trip, n.attr("body"))
+    ):
+        nodes, inits = run_time_loop(
+            n.name, n.attr("body"), n.outputs, n.guard, trip_name, cond, carried
+        )
+        return Expansion(tuple(nodes), tuple(inits))
+    running = cond if cond and cond not in known else ""
+    return LoopUnrolling(n.name, n.attr("body"), n.outputs, n.guard, trip, carried, running, opset)
 
 
 def _scan(n: Node, values: Mapping[str, Value], opset: int) -> Expansion:

@@ -146,6 +146,8 @@ def plan_memory(program: Program) -> MemoryPlan:
             rng[1] = k
             size[root] = max(size.get(root, 0), b.nbytes)
 
+    _extend_over_loops(program, live, size)
+
     # Bordered buffers first, each shape and border in a zone of its own.
     zeroed = 0
     for roots in zones.values():
@@ -153,6 +155,38 @@ def plan_memory(program: Program) -> MemoryPlan:
     bordered = {r for roots in zones.values() for r in roots}
     workspace = _pack([r for r in live if r not in bordered], live, size, zeroed, slots)
     return MemoryPlan(slots, weights_size, workspace, zeroed)
+
+
+def _extend_over_loops(program: Program, live: dict[str, list[int]], size: dict[str, int]) -> None:
+    """Live ranges that a run-time loop's iterations stretch (:mod:`polyonnx.graph.loops`):
+    a buffer the loop's kernels share with kernels outside it (an outer value read, a
+    loop-carried value) and the iteration number and condition the entry point writes live
+    through the whole loop; the trip count and condition are read when it starts, the
+    body's condition output when each iteration ends."""
+
+    def stretch(root: str, start: int, end: int) -> None:
+        live[root] = [min(live[root][0], start), max(live[root][1], end)]
+
+    for loop in program.loops:
+        inside = [
+            k
+            for k, kernel in enumerate(program.kernels)
+            if (loop.running, True) in program.guards.get(kernel.name, ())
+        ]
+        if not inside:
+            continue
+        first, last = inside[0], inside[-1]
+        for root, (a, b) in list(live.items()):
+            if a <= last and b >= first and not first <= a <= b <= last:
+                stretch(root, first, last)  # shared with kernels outside the loop
+        for value, nbytes in ((loop.iteration, 8), (loop.running, 1)):
+            # (Written every iteration even when no kernel reads it: a loop inside may.)
+            live.setdefault(program.root(value), [first, last])
+            size.setdefault(program.root(value), nbytes)
+            stretch(program.root(value), first, last)
+        for value, at in ((loop.trip, first), (loop.condition, first), (loop.next_condition, last)):
+            if value and program.root(value) in live:
+                stretch(program.root(value), at, at)
 
 
 def _pack(

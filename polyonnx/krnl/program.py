@@ -21,9 +21,12 @@ import numpy as np
 
 from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.loops import Guard, RunTimeLoop, enclosing, is_loop_op, run_time_loops
 from polyonnx.graph.strings import storage
 from polyonnx.krnl import ir
 from polyonnx.krnl.borders import zero_borders
+from polyonnx.krnl.copy import copy_kernel
+from polyonnx.krnl.loops import loop_boundary, loop_kernels, read_across_loops
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, lower_nodes
 from polyonnx.krnl.passes import KernelContext, run_passes
 from polyonnx.krnl.placement import concat_placements
@@ -63,6 +66,10 @@ class Program:
     guards: Mapping[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
     """Kernel name -> its guard (the nodes' :attr:`~polyonnx.graph.ir.Node.guard`, an If's
     branch): the entry point calls the kernel only when each bool value equals its flag."""
+
+    loops: tuple[RunTimeLoop, ...] = ()
+    """The loops the entry point runs (:mod:`polyonnx.graph.loops`): a kernel whose guard
+    holds a loop's ``(running, True)`` is in its body."""
 
     def root(self, name: str) -> str:
         return self.storage.get(name, name)
@@ -236,30 +243,12 @@ def _live_out(
     )
 
 
-def _copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
-    """``dst = src`` elementwise (same element count, both row-major)."""
-    its = [f"i{d}" for d in range(len(dst.shape))]
-    idx = tuple(ir.Aff.var(i) for i in its)
-    # Source and destination may differ in shape (a view): index the source by the flat offset.
-    src_buf = ir.Buffer(
-        src.name + "__flat", src.dtype, (int(np.prod(dst.dims, dtype=np.int64)),), "input"
-    )
-    flat = ir.Aff()
-    stride = 1
-    for i, extent in reversed(list(zip(its, dst.shape, strict=True))):
-        flat = flat + ir.Aff.var(i) * stride
-        stride *= int(extent)
-    nest: ir.Node = ir.Stmt(
-        "S0", ir.Access(dst.name, idx), ir.Load(src_buf.name, (flat,), src.dtype)
-    )
-    for i, extent in reversed(list(zip(its, dst.shape, strict=True))):
-        nest = ir.Loop(i, 0, int(extent), (nest,))
-    return ir.Kernel(
-        _identifier(name),
-        (src_buf, ir.Buffer(dst.name, dst.dtype, tuple(map(int, dst.shape)), "output")),
-        (nest,),
-        (),
-    )
+def _share_storage(views: Sequence[Node], storage: dict[str, str]) -> None:
+    """Each output of a group of view nodes shares its input's storage (into ``storage``)."""
+    for n in views:
+        for o in n.outputs:
+            if o:
+                storage[o] = storage.get(n.inputs[0], n.inputs[0])
 
 
 def build_program(
@@ -273,11 +262,12 @@ def build_program(
     Last, each graph output gets memory of its own (a copy kernel where it has none).
     """
     computed = {o for group in groups if not _views_only(group) for n in group for o in n.outputs}
-    borders = zero_borders(graph, computed - {""})
-    placements, in_place = concat_placements(graph, computed - {""}, set(borders))
+    computed -= {"", *loop_boundary(graph)}
+    borders = zero_borders(graph, computed)
+    placements, in_place = concat_placements(graph, computed, set(borders))
     # Placed values and their roots keep their own memory: no output takes theirs.
     placed = {*placements, *(p.root for p in placements.values())}
-    last = _last_readers(graph, groups, {*borders, *placed})
+    last = _last_readers(graph, groups, {*borders, *placed, *read_across_loops(graph)})
     graph_outputs = frozenset(v.name for v in graph.outputs)
     consumers = graph.consumers()
     storage: dict[str, str] = {}
@@ -287,13 +277,16 @@ def build_program(
     guards: dict[str, tuple[tuple[str, bool], ...]] = {}
     for gi, group in enumerate(groups):
         if _views_only(group):
-            for n in group:
-                for o in n.outputs:
-                    if o:
-                        storage[o] = storage.get(n.inputs[0], n.inputs[0])
+            _share_storage(group, storage)
             continue
         if len(group) == 1 and group[0].name in in_place:
             continue  # its inputs were written into their slices of its output
+        if is_loop_op(group[0]):
+            made = loop_kernels(f"k{gi}_{group[0].op_type}", group[0], graph, storage)
+            storage.update(made.storage)
+            kernels += made.kernels
+            guards.update(made.guards)
+            continue
         context = KernelContext(
             live_out=_live_out(group, graph_outputs, consumers),
             dying=frozenset(v for n in group for v in n.inputs if last.get(v) == gi),
@@ -313,10 +306,11 @@ def build_program(
         if built.kernel.statements():  # zero-size outputs lower to nothing
             kernels.append(built.kernel)
     kernels, storage, constants, output_buffers = _own_output_memory(
-        graph, kernels, storage, constants, dynamic
+        graph, kernels, storage, constants, dynamic, guards
     )
 
-    used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
+    loops = tuple(run_time_loops(graph.nodes).values())
+    used = _used(kernels, storage, loops)
     # An output with no elements needs no kernel.
     missing = [
         o.name
@@ -341,7 +335,17 @@ def build_program(
         borders={b.buffer: b for b in borders.values()},
         output_buffers=output_buffers,
         guards=guards,
+        loops=loops,
     )
+
+
+def _used(
+    kernels: Sequence[ir.Kernel], storage: Mapping[str, str], loops: Sequence[RunTimeLoop]
+) -> set[str]:
+    """The root values the kernels access or the entry point's loops read (a constant trip
+    count too)."""
+    used = {storage.get(b.name, b.name) for k in kernels for b in k.buffers}
+    return used | {storage.get(v, v) for loop in loops for v in loop.reads}
 
 
 def _own_output_memory(
@@ -350,11 +354,13 @@ def _own_output_memory(
     storage: Mapping[str, str],
     constants: Mapping[str, np.ndarray],
     dynamic: Mapping[str, DynamicOutput],
+    guards: Mapping[str, Guard],
 ) -> tuple[list[ir.Kernel], dict[str, str], dict[str, np.ndarray], tuple[str, ...]]:
     """``kernels``, ``storage`` and ``constants`` with a copy kernel for each graph output that
     would share an input's, a constant's or another output's storage: a graph output must own
     its memory (the caller's buffer). Last, the buffer bound to each output slot (see
-    :attr:`Program.output_buffers`)."""
+    :attr:`Program.output_buffers`). ``guards``: the kernels' (a copy goes after the run-time
+    loop whose kernels it would split)."""
     kernels, storage, constants = list(kernels), dict(storage), dict(constants)
     input_names = {v.name for v in graph.inputs}
     buffers = [v.name for v in graph.outputs]
@@ -388,7 +394,9 @@ def _own_output_memory(
             if out.name in input_names or out.name in roots_taken:
                 buffers[j] = _fresh_name(f"{out.name}__output{j}", graph.values)
             dst = Value(buffers[j], out.dtype, out.shape)
-            k = _copy_kernel(f"k_copy_{buffers[j]}", Value(root, src.dtype, src.shape), dst)
+            k = copy_kernel(
+                _identifier(f"k_copy_{buffers[j]}"), Value(root, src.dtype, src.shape), dst
+            )
             # Kernels already built may read the output under its own name: the copy runs as
             # soon as its source exists (from the start for inputs and constants), before them.
             at = 1 + max(
@@ -400,13 +408,25 @@ def _own_output_memory(
                 ),
                 default=-1,
             )
-            kernels.insert(at, k)
+            kernels.insert(_after_loops(at, kernels, guards, graph), k)
             storage[buffers[j]] = buffers[j]
             storage[k.buffers[0].name] = root
             roots_taken.add(buffers[j])
         else:
             roots_taken.add(root)
     return kernels, storage, constants, tuple(buffers)
+
+
+def _after_loops(
+    at: int, kernels: Sequence[ir.Kernel], guards: Mapping[str, Guard], graph: Graph
+) -> int:
+    """Position ``at``, or past the end of the run-time loops the kernel before it runs in:
+    a kernel inserted there must not split a loop's kernels."""
+    loops = run_time_loops(graph.nodes)
+    around = set(enclosing(guards.get(kernels[at - 1].name, ()), loops)) if at else set()
+    while at < len(kernels) and around & set(enclosing(guards.get(kernels[at].name, ()), loops)):
+        at += 1
+    return at
 
 
 def _fresh_name(name: str, taken: Mapping[str, object]) -> str:

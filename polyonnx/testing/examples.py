@@ -2,7 +2,7 @@
 
 The kernels are hand-built krnl kernels (no ONNX, no isl); :func:`conv_model` is a small ONNX
 model, Conv -> BatchNormalization -> Relu with seeded weights, that compiles in about a second;
-:func:`lstm_model` a bidirectional LSTM.
+:func:`lstm_model` a bidirectional LSTM; :func:`run_time_loop_model` a Loop run at run time.
 
 Example:
     >>> print(matmul(2, 3, 4))
@@ -223,3 +223,33 @@ def lstm_model(
         weights,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+
+
+def run_time_loop_model() -> onnx.ModelProto:
+    """A ``Loop`` named ``lp`` whose trip count is the input ``n: int64[]``: ``acc = acc * 0.5
+    + x`` from ``acc0``, ``x``, ``acc0`` and the output ``acc`` all ``float32[3]`` (opset
+    17). polyonnx runs it as a loop of the entry point (:mod:`polyonnx.graph.loops`)."""
+    f3 = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [3]) for v in ("acc", "acc_out")]
+    flags = [helper.make_tensor_value_info(v, TensorProto.BOOL, []) for v in ("cond", "cond_out")]
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["acc", "half"], ["h"]),
+            helper.make_node("Add", ["h", "x"], ["acc_out"]),
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), flags[0], f3[0]],
+        [flags[1], f3[1]],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "half")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "acc0"], ["acc"], "lp", body=body)],
+        "loop",
+        [
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("acc0", TensorProto.FLOAT, [3]),
+        ],
+        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

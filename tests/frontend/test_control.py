@@ -1,4 +1,5 @@
-"""If (guarded branches, control flow in the entry point), Loop and Scan (unrolled) vs ORT."""
+"""If (guarded branches, control flow in the entry point), Loop and Scan (unrolled) vs ORT;
+loops run at run time: test_run_time_loop.py."""
 
 from __future__ import annotations
 
@@ -269,23 +270,6 @@ def test_a_loop_ended_by_a_condition_computed_at_run_time(limit: float):
         np.testing.assert_allclose(
             sess.run(None, feeds)[0], onnxruntime_outputs(m, feeds)[0], rtol=1e-6
         )
-
-
-def test_a_loop_whose_trip_count_is_known_only_at_run_time_is_refused():
-    m = _model(
-        [oh.make_node("Loop", ["n", "", "a0"], ["a", "s"], body=_loop_body(False), name="lp")],
-        [
-            oh.make_tensor_value_info("x", T.FLOAT, [3]),
-            oh.make_tensor_value_info("a0", T.FLOAT, [3]),
-            oh.make_tensor_value_info("n", T.INT64, []),
-        ],
-        [
-            oh.make_tensor_value_info("a", T.FLOAT, [3]),
-            oh.make_tensor_value_info("s", T.FLOAT, [None, 3]),
-        ],
-    )
-    with pytest.raises(UnsupportedOpError, match="'lp'.*trip count 'n' is known only at run"):
-        polyonnx.InferenceSession(m)
 
 
 def test_a_scan_forward_and_reversed():

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
-from polyonnx.graph.ir import Graph, Node
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node
 from polyonnx.graph.passes.fold import NONDETERMINISTIC
 
 
@@ -77,6 +77,8 @@ def _mergeable(n: Node, key: tuple) -> bool:
     """Whether ``n`` may be merged: deterministic, no subgraph, attributes that compare by
     value (a tensor attribute does not hash: such nodes stay)."""
     if n.op_type in NONDETERMINISTIC or any(isinstance(v, onnx.GraphProto) for _, v in n.attrs):
+        return False
+    if n.domain == INTERNAL_DOMAIN:  # (a run-time loop's enter and exit mark its region)
         return False
     try:
         hash(key)

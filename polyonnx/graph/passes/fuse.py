@@ -32,6 +32,7 @@ import networkx as nx
 
 from polyonnx.errors import ModelError
 from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node
+from polyonnx.graph.loops import LOOP_EXIT, is_loop_op, run_time_loops
 
 #: Elementwise ops (one output, shaped like the broadcast of the inputs) that may join a group.
 ELEMENTWISE = frozenset(
@@ -128,10 +129,32 @@ def fuse(graph: Graph) -> list[Group]:
         members[target].append(n)
         dag.add_edges_from((h, target) for h in preds if h != target)
         group_of.update((o, target) for o in n.outputs if o)
+    _keep_loops_whole(graph, members, group_of, dag)
     if not nx.is_directed_acyclic_graph(dag):
         raise ModelError(f"graph {graph.name!r}: fusion produced cyclic groups")
     order = nx.lexicographical_topological_sort(dag, key=lambda k: k)
     return [Group(members[k][0].name, tuple(members[k])) for k in order]
+
+
+def _keep_loops_whole(
+    graph: Graph, members: list[list[Node]], group_of: dict[str, int], dag: nx.DiGraph
+) -> None:
+    """Edges that keep each run-time loop's groups (:mod:`polyonnx.graph.loops`) together
+    in the order: the entry point runs them as one loop, so every other group goes before
+    its LoopEnter (those the loop reads, directly or not) or after its LoopExit."""
+    for running in run_time_loops(graph.nodes):
+        enter = group_of[running]
+        region = {k for k, group in enumerate(members) if (running, True) in group[0].guard}
+        leave = next(
+            k
+            for k in region
+            if is_loop_op(members[k][0], LOOP_EXIT) and members[k][0].inputs[0] == running
+        )
+        before = set().union(*(nx.ancestors(dag, k) for k in region)) - region - {enter}
+        dag.add_edges_from((k, enter) for k in before)
+        dag.add_edges_from((enter, k) for k in region)
+        dag.add_edges_from((k, leave) for k in region - {leave})
+        dag.add_edges_from((leave, k) for k in set(dag) - region - before - {enter})
 
 
 def _join_candidates(
