@@ -5,8 +5,9 @@ a constant equal to an earlier one (type, shape, bytes) is read as that one.
 Exporters and graph rewrites repeat work: the same Shape/Gather chain per layer, one
 DequantizeLinear of a shared input per quantized MatMul (:mod:`~polyonnx.graph.passes.qlinear`
 writes one per op). Inputs are compared after renaming, so chains of repeats collapse too. Ops
-whose results differ per run (RandomNormal ...) and ops with subgraphs are never merged; a node
-whose output is a graph output keeps it.
+whose results differ per run (RandomNormal ...), ops with subgraphs and polyonnx's own (a
+run-time loop's enter and exit) are never merged; a node whose output is a graph output keeps
+it.
 
 Example:
     >>> from polyonnx.graph.ir import Graph, Node, Value
