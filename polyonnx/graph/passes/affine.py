@@ -84,7 +84,7 @@ def _batchnorm_affine(n: Node, graph: Graph, consts: Mapping[str, np.ndarray]) -
         return None
     # One statistic per channel, or (spatial=0, before opset 9) per activation.
     per_activation = not int(n.attr("spatial", 1))
-    shape = tuple(x.shape[1:]) if per_activation else (x.shape[1],)
+    shape = x.dims[1:] if per_activation else x.dims[1:2]
     scale, bias, mean, var = (consts[i].astype(np.float64) for i in n.inputs[1:5])
     if any(a.shape != shape for a in (scale, bias, mean, var)):
         return None
