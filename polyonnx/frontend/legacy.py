@@ -1,9 +1,10 @@
 """Node forms of old opsets that ONNX no longer defines, or that its version converter
 upgrades unfaithfully, rewritten so that later stages see standard ops that mean the same.
 
-* ``ImageScaler`` (an experimental op ONNX dropped; tiny-YOLOv2 and other zoo models of
-  opsets 7-9 start with it): ``y = scale * x + bias[c]`` becomes ``Mul`` then ``Add`` of
-  Constant nodes, which every opset defines and onnxruntime runs alike.
+* The experimental ops ONNX dropped and onnxruntime still runs (``ImageScaler``, which
+  tiny-YOLOv2 and other zoo models of opsets 7-9 start with, ``Scale``, ``Affine``,
+  ``ScaledTanh``, ``ParametricSoftplus``, ``Crop``) become the standard ops they are made
+  of: ImageScaler's ``y = scale * x + bias[c]`` is ``Mul`` then ``Add`` of Constant nodes.
 * ``Hardmax`` before opset 13 works on its input coerced to 2-D, which the converter forgets
   (:func:`flatten_hardmax`).
 * Binary ops before opset 7 broadcast only when told (``broadcast=1``), aligning B with A
@@ -21,9 +22,13 @@ Example:
     >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2])
     >>> n = helper.make_node("ImageScaler", ["x"], ["y"], scale=0.5, bias=[1.0, 2.0, 3.0])
     >>> g = helper.make_graph([n], "g", [x], [x])
-    >>> replace_experimental(g)
-    >>> [n.op_type for n in g.node]
-    ['Constant', 'Mul', 'Constant', 'Add']
+    >>> replace_experimental(g, 8)
+    >>> for n in g.node:
+    ...     print(n.op_type, list(n.input), list(n.output))
+    Constant [] ['y__ImageScaler_0']
+    Mul ['x', 'y__ImageScaler_0'] ['y__ImageScaler_3']
+    Constant [] ['y__ImageScaler_2']
+    Add ['y__ImageScaler_3', 'y__ImageScaler_2'] ['y']
 """
 
 from __future__ import annotations
@@ -39,27 +44,100 @@ from onnx import helper, numpy_helper, version_converter
 from polyonnx.errors import ModelError, UnsupportedOpError
 
 
-def replace_experimental(graph: onnx.GraphProto) -> None:
-    """Each default-domain ``ImageScaler`` node of ``graph`` (and of its subgraphs) becomes
-    ``Add(Mul(x, scale), bias)`` with ``bias`` shaped ``[C, 1, 1]``."""
+def replace_experimental(graph: onnx.GraphProto, opset: int) -> None:
+    """Each default-domain node of an experimental op ONNX dropped (in ``graph`` and its
+    subgraphs) becomes the standard ops computing the same at ``opset`` (see
+    :data:`_EXPERIMENTAL`)."""
+    for op_type, steps in _EXPERIMENTAL.items():
 
-    def rewrite(n: onnx.NodeProto) -> list[onnx.NodeProto]:
-        if len(n.input) != 1 or len(n.output) != 1:
-            raise ModelError(
-                f"ImageScaler node {n.name!r} has {len(n.input)} inputs and {len(n.output)} "
-                "outputs; it takes one image and gives one"
-            )
-        x, y, tag = n.input[0], n.output[0], f"{n.output[0]}__image_scaler"
-        scale = np.float32(_attr(n, "scale", 1.0))
-        bias = np.asarray(_attr(n, "bias", []), np.float32)
-        return [
-            _constant(f"{tag}_scale", scale),
-            helper.make_node("Mul", [x, f"{tag}_scale"], [f"{tag}_scaled"], f"{n.name}_scale"),
-            _constant(f"{tag}_bias", bias.reshape(-1, 1, 1)),
-            helper.make_node("Add", [f"{tag}_scaled", f"{tag}_bias"], [y], n.name),
-        ]
+        def rewrite(n: onnx.NodeProto, steps: _Steps = steps) -> list[onnx.NodeProto]:
+            if len(n.input) != 1 or len(n.output) != 1:
+                raise ModelError(
+                    f"{n.op_type} node {n.name!r} has {len(n.input)} inputs and "
+                    f"{len(n.output)} outputs; it takes one tensor and gives one"
+                )
+            chain = _Chain(n)
+            steps(chain, n, opset)
+            return chain.nodes
 
-    _rewrite(graph, "ImageScaler", rewrite)
+        _rewrite(graph, op_type, rewrite)
+
+
+class _Chain:
+    """The nodes computing one node's output from its input step by step: each step reads
+    the previous one's output; the last writes the node's own output under its name."""
+
+    def __init__(self, node: onnx.NodeProto) -> None:
+        self.node = node
+        self.nodes: list[onnx.NodeProto] = []
+        self._last: onnx.NodeProto | None = None
+
+    def _fresh(self) -> str:
+        return f"{self.node.output[0]}__{self.node.op_type}_{len(self.nodes)}"
+
+    def const(self, value: Any, dtype: Any = np.float32) -> str:
+        name = self._fresh()
+        self.nodes.append(_constant(name, np.asarray(value, dtype)))
+        return name
+
+    def then(self, op_type: str, *operands: str, **attrs: Any) -> _Chain:
+        value = self.node.input[0]
+        if self._last is not None:  # (it wrote the node's output: it now feeds this step)
+            self._last.output[0] = value = self._fresh()
+            self._last.name = f"{self.node.name}_{len(self.nodes)}"
+        self._last = helper.make_node(
+            op_type, [value, *operands], [self.node.output[0]], self.node.name, **attrs
+        )
+        self.nodes.append(self._last)
+        return self
+
+
+_Steps = Callable[[_Chain, onnx.NodeProto, int], object]
+
+
+def _crop(c: _Chain, n: onnx.NodeProto, opset: int) -> None:
+    """Crop's ``border`` is [left, top, right, bottom]; ``scale`` (height, width), when
+    given, fixes the size from the top-left corner instead."""
+    border = list(_attr(n, "border", []))
+    if len(border) != 4:
+        raise ModelError(f"Crop node {n.name!r}: 'border' must hold 4 values, got {border}")
+    left, top, right, bottom = border
+    scale = list(_attr(n, "scale", []))
+    ends = (
+        [top + scale[0], left + scale[1]]
+        if scale
+        else [-bottom if bottom else _END, -right if right else _END]
+    )
+    if opset < 10:
+        c.then("Slice", axes=[2, 3], starts=[top, left], ends=ends)
+        return
+    c.then("Slice", *(c.const(v, np.int64) for v in ([top, left], ends, [2, 3])))
+
+
+_END = 2**63 - 1
+
+#: The experimental ops (ONNX's schemas before opset 10; onnxruntime runs them) and the
+#: standard steps each is made of.
+_EXPERIMENTAL: dict[str, _Steps] = {
+    "ImageScaler": lambda c, n, _: c.then("Mul", c.const(_attr(n, "scale", 1.0))).then(
+        "Add", c.const(np.reshape(_attr(n, "bias", []), (-1, 1, 1)))
+    ),
+    "Scale": lambda c, n, _: c.then("Mul", c.const(_attr(n, "scale", 1.0))),
+    "Affine": lambda c, n, _: c.then("Mul", c.const(_attr(n, "alpha", 1.0))).then(
+        "Add", c.const(_attr(n, "beta", 0.0))
+    ),
+    "ScaledTanh": lambda c, n, _: (
+        c.then("Mul", c.const(_attr(n, "beta", 1.0)))
+        .then("Tanh")
+        .then("Mul", c.const(_attr(n, "alpha", 1.0)))
+    ),
+    "ParametricSoftplus": lambda c, n, _: (
+        c.then("Mul", c.const(_attr(n, "beta", 1.0)))
+        .then("Softplus")
+        .then("Mul", c.const(_attr(n, "alpha", 1.0)))
+    ),
+    "Crop": _crop,
+}
 
 
 def flatten_hardmax(graph: onnx.GraphProto) -> None:
@@ -162,7 +240,7 @@ def _attr(n: onnx.NodeProto, name: str, default: Any) -> Any:
     return next((helper.get_attribute_value(a) for a in n.attribute if a.name == name), default)
 
 
-def _constant(name: str, value: np.ndarray | np.floating) -> onnx.NodeProto:
+def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
     return helper.make_node(
         "Constant", [], [name], name, value=numpy_helper.from_array(np.asarray(value), name)
     )

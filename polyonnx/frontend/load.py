@@ -89,7 +89,7 @@ def load_model(
         slim = inliner.inline_local_functions(slim)
     if 5 <= default_opset(slim) < 13:
         flatten_hardmax(slim.graph)
-    replace_experimental(slim.graph)
+    replace_experimental(slim.graph, default_opset(slim))
     if default_opset(slim) < 7:
         explicit_broadcasts(slim)
     resized = resize_outputs(slim.graph, default_opset(slim))

@@ -113,3 +113,21 @@ def test_resize_10_nearest_that_shrinks_and_enlarges_is_refused():
     model = _model([node], {"x": [1, 2, 5, 7]}, 10, {"s": np.array([1, 1, 0.6, 1.5], np.float32)})
     with pytest.raises(polyonnx.UnsupportedOpError, match=r"'mixed'.*shrinks some axes"):
         polyonnx.InferenceSession(model)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("Scale", {"scale": 2.5}),
+        ("Affine", {"alpha": 2.0, "beta": -1.0}),
+        ("ScaledTanh", {"alpha": 2.0, "beta": 0.5}),
+        ("ParametricSoftplus", {"alpha": 2.0, "beta": 0.5}),
+        ("Crop", {"border": [1, 2, 0, 1]}),
+        ("Crop", {"border": [1, 0, 3, 1], "scale": [2, 3]}),
+    ],
+)
+def test_experimental_ops_run_as_onnxruntime_runs_them(op, attrs):
+    model = _model([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": [2, 3, 5, 6]}, 8)
+    x = _rand(2, 3, 5, 6)
+    got = polyonnx.InferenceSession(model).run(None, {"x": x})
+    assert_close(got, onnxruntime_outputs(model, {"x": x}))
