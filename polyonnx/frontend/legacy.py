@@ -11,6 +11,11 @@ upgrades unfaithfully, rewritten so that later stages see standard ops that mean
   from ``axis`` on (from the end without it); ONNX's converter appends B's missing axes
   whatever ``axis`` says (a [C] bias added at axis 1 of [N, C, H, W] became [C, 1, 1, 1]).
   :func:`explicit_broadcasts` unsqueezes B to end where A ends, as numpy's rule then reads it.
+* Before opset 22 ONNX's shape inference keeps a last ``ceil_mode`` pooling window that
+  starts in the end padding; onnxruntime (and ONNX from 22) drops it, and so do polyonnx's
+  loops. :func:`drop_windows_in_padding` trims such end pads to where the last kept window
+  ends, which changes no value (the trimmed padding is read by no kept window) and makes
+  inference count what runs.
 * ``Upsample`` and ``Resize`` before opset 11 map output to input coordinates asymmetrically
   (``x_in = x_out / scale``) and round nearest taps down when enlarging, up when shrinking
   (onnxruntime's reading); ONNX's converter writes the Resize-11 it makes of them without
@@ -246,6 +251,61 @@ def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
     )
 
 
+_POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
+
+
+def drop_windows_in_padding(model: onnx.ModelProto) -> None:
+    """Each ``ceil_mode`` pool of ``model``'s main graph whose last window would start in the
+    end padding gets that end pad trimmed (see the module docstring), and the graph's
+    ``value_info`` is cleared."""
+    graph = model.graph
+    pools = [
+        n
+        for n in graph.node
+        if n.op_type in _POOLS
+        and not n.domain
+        and _attr(n, "ceil_mode", 0)
+        and _attr(n, "auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+    ]
+    if not pools:
+        return
+    shapes = _shapes(model)
+    for n in pools:
+        kernel = list(_attr(n, "kernel_shape", []))
+        rank = len(kernel)
+        spatial = shapes.get(n.input[0], [])[2:]
+        if len(spatial) != rank or None in spatial:
+            continue
+        strides = list(_attr(n, "strides", [1] * rank))
+        dilations = list(_attr(n, "dilations", [1] * rank))
+        pads = list(_attr(n, "pads", [0] * 2 * rank))
+        trimmed = list(pads)
+        for k, size in enumerate(int(d) for d in spatial if d is not None):
+            span = (kernel[k] - 1) * dilations[k] + 1
+            begin, end, stride = pads[k], pads[rank + k], strides[k]
+            out = -(-(size + begin + end - span) // stride) + 1
+            if out > 1 and (out - 1) * stride >= size + begin:  # the last window starts late
+                trimmed[rank + k] = max(min(end, (out - 2) * stride + span - size - begin), 0)
+        if trimmed != pads:
+            _set(n, "pads", trimmed)
+            # (What inference wrote before, the converter's or the exporter's, counted the
+            # dropped window, here and downstream.)
+            del graph.value_info[:]
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """The shapes ONNX's shape inference gives values (None: a dimension it leaves open)."""
+    graph = onnx.shape_inference.infer_shapes(model).graph
+    shapes: dict[str, list[int | None]] = {}
+    for vi in (*graph.input, *graph.value_info):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            shapes[vi.name] = [
+                d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim
+            ]
+    return shapes
+
+
 def resize_outputs(graph: onnx.GraphProto, opset: int) -> frozenset[str]:
     """The outputs of the Upsample and Resize nodes of ``graph`` when ``opset`` is before 11
     (their output names survive the version converter)."""
@@ -294,7 +354,7 @@ def _nearest_mode(n: onnx.NodeProto, scales: np.ndarray | None) -> str:
     return "ceil" if shrinks else "floor"
 
 
-def _set(n: onnx.NodeProto, name: str, value: str) -> None:
+def _set(n: onnx.NodeProto, name: str, value: Any) -> None:
     for a in list(n.attribute):
         if a.name == name:
             n.attribute.remove(a)

@@ -20,6 +20,7 @@ from onnx import inliner, shape_inference, version_converter
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.frontend.legacy import (
+    drop_windows_in_padding,
     explicit_broadcasts,
     flatten_hardmax,
     keep_resize_semantics,
@@ -93,8 +94,15 @@ def load_model(
     if default_opset(slim) < 7:
         explicit_broadcasts(slim)
     resized = resize_outputs(slim.graph, default_opset(slim))
+    declared = [(vi.name, vi.type.SerializeToString()) for vi in slim.graph.output]
     slim = _convert(slim, target_opset, where)
+    # (The converter types the outputs by its own inference: those types are no claim of the
+    # model's, to be checked against polyonnx's.)
+    for vi, (name, t) in zip(slim.graph.output, declared, strict=True):
+        if vi.name == name:
+            vi.type.ParseFromString(t)
     keep_resize_semantics(slim.graph, resized if default_opset(slim) >= 11 else frozenset())
+    drop_windows_in_padding(slim)
     try:
         slim = infer_checked(slim, infer_shapes, where)
     except (onnx.shape_inference.InferenceError, RuntimeError, MemoryError) as e:
