@@ -76,33 +76,14 @@ def load_model(
     try:
         slim, added = _without_weights(proto)  # (reads the model's names: bad UTF-8 raises)
         _default_domain_named_empty(slim)
-        unshaped = _without_shape(slim.graph)
-        for t in unshaped:  # (the checker wants the field; inference fills the outputs' below)
-            t.shape.SetInParent()
-        onnx.checker.check_model(_checkable(slim))
+        _check(slim)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None
-    for t in unshaped:
-        t.ClearField("shape")
     if slim.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
         _explicit_defaults(slim)
         slim = inliner.inline_local_functions(slim)
-    if 5 <= default_opset(slim) < 13:
-        flatten_hardmax(slim.graph)
-    replace_experimental(slim.graph, default_opset(slim))
-    if default_opset(slim) < 7:
-        explicit_broadcasts(slim)
-    resized = resize_outputs(slim.graph, default_opset(slim))
-    declared = [(vi.name, vi.type.SerializeToString()) for vi in slim.graph.output]
-    slim = _convert(slim, target_opset, where)
-    # (The converter types the outputs by its own inference: those types are no claim of the
-    # model's, to be checked against polyonnx's.)
-    for vi, (name, t) in zip(slim.graph.output, declared, strict=True):
-        if vi.name == name:
-            vi.type.ParseFromString(t)
-    keep_resize_semantics(slim.graph, resized if default_opset(slim) >= 11 else frozenset())
-    drop_windows_in_padding(slim)
+    slim = _upgrade(slim, target_opset, where)
     try:
         slim = infer_checked(slim, infer_shapes, where)
     except (onnx.shape_inference.InferenceError, RuntimeError, MemoryError) as e:
@@ -110,6 +91,47 @@ def load_model(
     _with_weights(proto, slim, added)
     proto.metadata_props.add(key=LOADED_MARK, value="1")
     return proto
+
+
+def _check(model: onnx.ModelProto) -> None:
+    """ONNX's checker on ``model``. It wants a type on every graph output and a shape field
+    on every tensor type; onnxruntime runs models without them (inference types the
+    outputs), so they are stood in for while the checker runs."""
+    untyped = [vi for vi in model.graph.output if not vi.type.WhichOneof("value")]
+    for vi in untyped:
+        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    unshaped = _without_shape(model.graph)
+    for t in unshaped:
+        t.shape.SetInParent()
+    try:
+        onnx.checker.check_model(_checkable(model))
+    finally:
+        for t in unshaped:
+            t.ClearField("shape")
+        for vi in untyped:
+            vi.ClearField("type")
+
+
+def _upgrade(model: onnx.ModelProto, target_opset: int | None, where: str) -> onnx.ModelProto:
+    """``model`` converted to ``target_opset`` (or the default), its old node forms that the
+    version converter loses rewritten before and after (:mod:`polyonnx.frontend.legacy`)."""
+    opset = default_opset(model)
+    if 5 <= opset < 13:
+        flatten_hardmax(model.graph)
+    replace_experimental(model.graph, opset)
+    if opset < 7:
+        explicit_broadcasts(model)
+    resized = resize_outputs(model.graph, opset)
+    declared = [(vi.name, vi.type.SerializeToString()) for vi in model.graph.output]
+    model = _convert(model, target_opset, where)
+    # (The converter types the outputs by its own inference: those types are no claim of the
+    # model's, to be checked against polyonnx's.)
+    for vi, (name, t) in zip(model.graph.output, declared, strict=True):
+        if vi.name == name:
+            vi.type.ParseFromString(t)
+    keep_resize_semantics(model.graph, resized if default_opset(model) >= 11 else frozenset())
+    drop_windows_in_padding(model)
+    return model
 
 
 #: 1-D values larger than this make ONNX's data propagation (which polyonnx wants for shape

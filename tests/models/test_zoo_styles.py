@@ -544,7 +544,7 @@ def _quirky_model() -> onnx.ModelProto:
     """A small conv net with the converters' quirks: an unused initializer not listed as an
     input, an initializer also listed as a graph input (a default the caller may override),
     nodes without names and two nodes with one name, value_info whose dim_param names
-    disagree with the input's, outputs declared with ``dim_value: 0`` or no shape, the
+    disagree with the input's, outputs declared with ``dim_value: 0`` or with no type, the
     default opset imported twice and an unused ``ai.onnx.ml`` import."""
     g = _Graph()
     w = g.weights(4, 3, 3, 3)
@@ -562,7 +562,7 @@ def _quirky_model() -> onnx.ModelProto:
         [graph_input("x", ["N", 3, 5, 5]), graph_input(w, [4, 3, 3, 3])],
         [
             helper.make_tensor_value_info(y1, F, [0, 0, 0, 0]),
-            helper.make_tensor_value_info(y2, F, None),
+            helper.make_empty_tensor_value_info(y2),
         ],
         g.inits,
         value_info=[helper.make_tensor_value_info(x, F, ["batch_size", 4, 5, 5])],
