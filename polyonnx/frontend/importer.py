@@ -383,6 +383,10 @@ def _type_outputs(
             )
         for v in typed or infer_outputs(n, values):
             values.setdefault(v.name, v)
+        if typed and n.op_type == "BatchNormalization" and not n.domain:
+            # (ONNX before opset 14 types Y alone; the statistics mean training mode.)
+            for v in infer_outputs(n, values):
+                values.setdefault(v.name, v)
     for o in n.outputs:
         if o and o not in values:
             raise ShapeError(

@@ -19,6 +19,15 @@ from google.protobuf.message import DecodeError, Message
 from onnx import inliner, shape_inference, version_converter
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
+from polyonnx.frontend.legacy import (
+    drop_windows_in_padding,
+    explicit_broadcasts,
+    flatten_hardmax,
+    keep_resize_semantics,
+    replace_experimental,
+    resize_outputs,
+    subgraphs,
+)
 from polyonnx.frontend.value_types import check_inputs, infer_checked
 
 #: Opset that models older than it are upgraded to by default: opset 13 moved axes of
@@ -67,21 +76,14 @@ def load_model(
     try:
         slim, added = _without_weights(proto)  # (reads the model's names: bad UTF-8 raises)
         _default_domain_named_empty(slim)
-        unshaped = _without_shape(slim.graph)
-        for t in unshaped:  # (the checker wants the field; inference fills the outputs' below)
-            t.shape.SetInParent()
-        onnx.checker.check_model(_checkable(slim))
+        _check(slim)
     except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # bad UTF-8 in a name
         raise ModelError(f"{where}: the ONNX checker rejected the model: {_one_line(e)}") from None
-    for t in unshaped:
-        t.ClearField("shape")
     if slim.functions:
         # Model-local functions are inlined so that every later stage sees plain ONNX ops.
         _explicit_defaults(slim)
         slim = inliner.inline_local_functions(slim)
-    if 5 <= default_opset(slim) < 13:
-        _flatten_hardmax(slim.graph)
-    slim = _convert(slim, target_opset, where)
+    slim = _upgrade(slim, target_opset, where)
     try:
         slim = infer_checked(slim, infer_shapes, where)
     except (onnx.shape_inference.InferenceError, RuntimeError, MemoryError) as e:
@@ -89,6 +91,47 @@ def load_model(
     _with_weights(proto, slim, added)
     proto.metadata_props.add(key=LOADED_MARK, value="1")
     return proto
+
+
+def _check(model: onnx.ModelProto) -> None:
+    """ONNX's checker on ``model``. It wants a type on every graph output and a shape field
+    on every tensor type; onnxruntime runs models without them (inference types the
+    outputs), so they are stood in for while the checker runs."""
+    untyped = [vi for vi in model.graph.output if not vi.type.WhichOneof("value")]
+    for vi in untyped:
+        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    unshaped = _without_shape(model.graph)
+    for t in unshaped:
+        t.shape.SetInParent()
+    try:
+        onnx.checker.check_model(_checkable(model))
+    finally:
+        for t in unshaped:
+            t.ClearField("shape")
+        for vi in untyped:
+            vi.ClearField("type")
+
+
+def _upgrade(model: onnx.ModelProto, target_opset: int | None, where: str) -> onnx.ModelProto:
+    """``model`` converted to ``target_opset`` (or the default), its old node forms that the
+    version converter loses rewritten before and after (:mod:`polyonnx.frontend.legacy`)."""
+    opset = default_opset(model)
+    if 5 <= opset < 13:
+        flatten_hardmax(model.graph)
+    replace_experimental(model.graph, opset)
+    if opset < 7:
+        explicit_broadcasts(model)
+    resized = resize_outputs(model.graph, opset)
+    declared = [(vi.name, vi.type.SerializeToString()) for vi in model.graph.output]
+    model = _convert(model, target_opset, where)
+    # (The converter types the outputs by its own inference: those types are no claim of the
+    # model's, to be checked against polyonnx's.)
+    for vi, (name, t) in zip(model.graph.output, declared, strict=True):
+        if vi.name == name:
+            vi.type.ParseFromString(t)
+    keep_resize_semantics(model.graph, resized if default_opset(model) >= 11 else frozenset())
+    drop_windows_in_padding(model)
+    return model
 
 
 #: 1-D values larger than this make ONNX's data propagation (which polyonnx wants for shape
@@ -363,7 +406,7 @@ def _default_domain_named_empty(model: onnx.ModelProto) -> None:
         for n in nodes:
             if n.domain == "ai.onnx":
                 n.domain = ""
-            for g in _bodies(n):
+            for g in subgraphs(n):
                 rename(g.node)
 
     rename(model.graph.node)
@@ -395,13 +438,13 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
             return False
 
     def found(nodes: Iterable[onnx.NodeProto]) -> bool:
-        return any(deprecated(n) or any(found(g.node) for g in _bodies(n)) for n in nodes)
+        return any(deprecated(n) or any(found(g.node) for g in subgraphs(n)) for n in nodes)
 
     def replace(nodes: Iterable[onnx.NodeProto]) -> None:
         for n in nodes:
             if deprecated(n):
                 n.CopyFrom(onnx.helper.make_node("Identity", n.input[:1], n.output[:1], n.name))
-            for g in _bodies(n):
+            for g in subgraphs(n):
                 replace(g.node)
 
     if not found(model.graph.node):
@@ -410,14 +453,6 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     replace(copy.graph.node)
     return copy
-
-
-def _bodies(n: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs among ``n``'s attributes (If, Loop and Scan bodies)."""
-    for a in n.attribute:
-        if a.HasField("g"):
-            yield a.g
-        yield from a.graphs
 
 
 def _explicit_defaults(model: onnx.ModelProto) -> None:
@@ -434,7 +469,7 @@ def _explicit_defaults(model: onnx.ModelProto) -> None:
 
     def fill(nodes: Iterable[onnx.NodeProto]) -> None:
         for n in nodes:
-            for g in _bodies(n):
+            for g in subgraphs(n):
                 fill(g.node)
             given = {a.name for a in n.attribute}
             for d in defaults.get((n.domain, n.op_type, n.overload), ()):
@@ -446,38 +481,13 @@ def _explicit_defaults(model: onnx.ModelProto) -> None:
         fill(f.node)
 
 
-def _flatten_hardmax(graph: onnx.GraphProto) -> None:
-    """Hardmax before opset 13 works on its input coerced to 2-D at ``axis`` (default 1), and
-    ONNX's version converter upgrades it without changing it (so a later opset would take the
-    maximum along ``axis`` alone): each becomes ``Reshape(Hardmax(Flatten(x, axis), axis=1),
-    Shape(x))``, which means the same at every opset."""
-    nodes: list[onnx.NodeProto] = []
-    for n in graph.node:
-        for g in _bodies(n):
-            _flatten_hardmax(g)
-        if n.op_type != "Hardmax" or n.domain not in ("", "ai.onnx"):
-            nodes.append(n)
-            continue
-        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
-        x, y = n.input[0], n.output[0]
-        tag = f"{y}__hardmax"
-        nodes += [
-            onnx.helper.make_node("Flatten", [x], [f"{tag}_2d"], axis=axis),
-            onnx.helper.make_node("Hardmax", [f"{tag}_2d"], [f"{tag}_max"], n.name, axis=1),
-            onnx.helper.make_node("Shape", [x], [f"{tag}_shape"]),
-            onnx.helper.make_node("Reshape", [f"{tag}_max", f"{tag}_shape"], [y]),
-        ]
-    del graph.node[:]
-    graph.node.extend(nodes)
-
-
 def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.ModelProto:
     opset = default_opset(model)
     if target is None:
         if opset >= DEFAULT_MIN_OPSET:
             return model
         try:
-            converted = version_converter.convert_version(model, DEFAULT_MIN_OPSET)
+            converted = _stepwise(model, opset, DEFAULT_MIN_OPSET)
         except Exception:  # the converter raises assorted C++ errors
             # Old ops that the converter cannot upgrade may still have a lowering at their own
             # opset; the lowering registry decides later.
@@ -499,6 +509,21 @@ def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.Mod
             "outputs (ONNX's version converter cannot upgrade some op faithfully)"
         )
     return converted
+
+
+def _stepwise(model: onnx.ModelProto, opset: int, target: int) -> onnx.ModelProto:
+    """``model`` converted to ``target`` in one go or, when that fails, one opset at a time
+    with shape inference between: the converter's broadcasting adapters (6 -> 7) need the
+    shapes of their inputs, which ops it upgraded on the way (BatchNormalization-1) leave
+    unknown until inference runs again at the newer opset."""
+    try:
+        return version_converter.convert_version(model, target)
+    except Exception:  # the converter raises assorted C++ errors
+        if target - opset < 2:
+            raise
+    for step in range(opset + 1, target + 1):
+        model = shape_inference.infer_shapes(version_converter.convert_version(model, step))
+    return model
 
 
 def _keeps_interface(model: onnx.ModelProto, converted: onnx.ModelProto) -> bool:

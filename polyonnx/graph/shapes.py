@@ -35,6 +35,7 @@ SAME_AS_INPUT = frozenset(
         "Clip",
         "Cos",
         "Cosh",
+        "BatchNormalization",
         "Dropout",
         "Elu",
         "Erf",
@@ -180,4 +181,6 @@ def infer_outputs(node: Node, values: Mapping[str, Value]) -> tuple[Value, ...]:
     out = [Value(node.outputs[0], dtype, shape)]
     if node.op_type == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
         out.append(Value(node.outputs[1], "bool", shape))
+    if node.op_type == "BatchNormalization":  # (training statistics: ONNX before 14 types none)
+        out += [Value(o, dtype, ins[1].shape) for o in node.outputs[1:] if o and len(ins) > 1]
     return tuple(out)

@@ -443,18 +443,21 @@ def _matmul(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
 
 def _per_channel(*inputs: int) -> Callable[[Node, list[tuple[int, ...] | None]], None]:
     """Inputs ``inputs`` (BatchNormalization's scale, bias, mean and variance, say) are vectors
-    of one value per channel of X (its axis 1)."""
+    of one value per channel of X (its axis 1); with ``spatial=0`` (BatchNormalization before
+    opset 9) they hold one value per activation, shaped like X without its batch axis."""
 
     def check(node: Node, shapes: list[tuple[int, ...] | None]) -> None:
         if not shapes or shapes[0] is None or len(shapes[0]) < 2:
             return
-        channels = shapes[0][1]
+        per_activation = not int(node.attr("spatial", 1))
+        want = shapes[0][1:] if per_activation else shapes[0][1:2]
+        what = "activation" if per_activation else "channel"
         for k in inputs:
             shape = shapes[k] if k < len(shapes) else None
-            if shape is not None and shape != (channels,):
+            if shape is not None and shape != want:
                 raise ShapeError(
                     f"node {node.name!r} ({node.op_type}): input {k} {node.inputs[k]!r} has "
-                    f"shape {list(shape)}; it must be [{channels}], one value per channel "
+                    f"shape {list(shape)}; it must be {list(want)}, one value per {what} "
                     f"of X {list(shapes[0])}"
                 )
 

@@ -380,6 +380,13 @@ class InferenceSession:
         ):
             names = [a.name for a in self._inputs]
             unknown = sorted(set(input_feed) - set(names))
+            fixed = [n for n in unknown if self._proto and _is_initializer(self._proto, n)]
+            if fixed:
+                raise InputError(
+                    f"input(s) {fixed} are initializers, compiled into the model as constants "
+                    f"(listed among the graph's inputs too, but not overridable here); the "
+                    f"model's inputs are {names}"
+                )
             if unknown:
                 raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
             raise InputError(f"missing input(s) {[n for n in names if n not in input_feed]}")
@@ -417,6 +424,10 @@ class InferenceSession:
                 except PolyonnxError as e:
                     raise InputError(f"cannot run with input shapes {shapes}: {e}") from e
         return exe
+
+
+def _is_initializer(proto: onnx.ModelProto, name: str) -> bool:
+    return any(t.name == name for t in proto.graph.initializer)
 
 
 def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[NodeArg, ...]]:

@@ -338,6 +338,15 @@ def test_an_output_written_without_a_shape_gets_the_inferred_one():
     assert not model.graph.output[0].type.tensor_type.HasField("shape")  # (a copy was loaded)
 
 
+def test_an_output_written_without_a_type_gets_the_inferred_one():
+    # make_empty_tensor_value_info(name) (some converters' outputs): onnxruntime runs it.
+    model = _relu_model()
+    model.graph.output[0].ClearField("type")
+    out = load_model(model).graph.output[0].type.tensor_type
+    assert out.elem_type == onnx.TensorProto.FLOAT
+    assert [d.dim_value for d in out.shape.dim] == [2, 3]
+
+
 def test_prelu_before_opset_7_takes_a_slope_per_channel():
     # PyTorch exported a multi-parameter PReLU as a [C] slope of an [N, C, L] input at opset 6.
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])

@@ -95,6 +95,15 @@ def test_node_outputs_get_the_computed_type():
     np.testing.assert_array_equal(y, want)
 
 
+def test_a_declared_zero_extent_states_nothing():
+    # Keras/MXNet/CoreML converters wrote dim_value 0 for "unknown" (onnxruntime runs them).
+    sess = polyonnx.InferenceSession(_global_max_pool([0, 0, 0, 0]))
+    assert sess.get_outputs()[0].shape == [4, 5, 1, 1]
+    [y] = sess.run(None, {"x": np.zeros((2, 5, 2, 1), np.float32)})
+    want = np.concatenate([np.ones((2, 5, 1, 1), np.float32), np.zeros((2, 5, 1, 1), np.float32)])
+    np.testing.assert_array_equal(y, want)
+
+
 def test_declared_symbolic_names_are_kept():
     sess = polyonnx.InferenceSession(
         model(

@@ -125,3 +125,33 @@ def test_a_batchnorm_with_statistics_computed_at_run_time_keeps_its_lowering():
     del inits["bn_v"]
     model = _model([bn], inits, {"x": (1, 4, 3), "bn_v": (4,)}, "y")
     assert _ops(model) == ["BatchNormalization"]
+
+
+def _per_activation_bn(conv: bool, run_time_variance: bool) -> onnx.ModelProto:
+    """BatchNormalization-7 with ``spatial=0``: statistics shaped [C, H, W], after a Conv or
+    not, the variance a constant or a graph input."""
+    inits = {k: _const(3, 4, 5, low=0.5, high=1.5) for k in ("s", "b", "m", "v")}
+    inits["w"] = _const(3, 2, 3, 3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t"], pads=[1, 1, 1, 1])] if conv else []
+    bn_x = "t" if conv else "x"
+    nodes.append(
+        helper.make_node("BatchNormalization", [bn_x, "s", "b", "m", "v"], ["y"], spatial=0)
+    )
+    inputs = {"x": (2, 2 if conv else 3, 4, 5)}
+    if run_time_variance:
+        inputs["v"] = tuple(inits.pop("v").shape)
+    model = _model(nodes, inits, inputs, "y")
+    model.opset_import[0].version = 7
+    model.ir_version = 4
+    return model
+
+
+@pytest.mark.parametrize("conv", [False, True])
+@pytest.mark.parametrize("run_time_variance", [False, True])
+def test_a_batchnorm_per_activation_matches(conv: bool, run_time_variance: bool) -> None:
+    # (Per-activation statistics are neither per-channel constants nor foldable into the
+    # Conv's weights; read per channel they were refused, or wrong.)
+    model = _per_activation_bn(conv, run_time_variance)
+    tail = ["BatchNormalization"] if run_time_variance else ["Mul", "Add"]
+    assert _ops(model)[-len(tail) :] == tail
+    _check_native(model)

@@ -76,20 +76,23 @@ def batchnorm_to_affine(graph: Graph) -> Graph:
 def _batchnorm_affine(n: Node, graph: Graph, consts: Mapping[str, np.ndarray]) -> _Affine | None:
     if n.op_type != "BatchNormalization" or n.domain or n.guard:
         return None
-    if int(n.attr("training_mode", 0)) or not int(n.attr("spatial", 1)):
+    if int(n.attr("training_mode", 0)):
         return None
     if any(n.outputs[1:]) or any(i not in consts for i in n.inputs[1:5]):
         return None
     x = graph.value(n.inputs[0])
     if x.dtype not in ("float32", "float64") or len(x.shape) < 2:
         return None
+    # One statistic per channel, or (spatial=0, before opset 9) per activation.
+    per_activation = not int(n.attr("spatial", 1))
+    shape = x.dims[1:] if per_activation else x.dims[1:2]
     scale, bias, mean, var = (consts[i].astype(np.float64) for i in n.inputs[1:5])
-    if any(a.shape != (scale.shape[0],) for a in (bias, mean, var)):
+    if any(a.shape != shape for a in (scale, bias, mean, var)):
         return None
     s = scale / np.sqrt(var + float(n.attr("epsilon", 1e-5)))
     t = bias - mean * s
-    per_channel = (s.shape[0],) + (1,) * (len(x.shape) - 2)
-    return _Affine(x.name, s.reshape(per_channel), t.reshape(per_channel))
+    broadcast = shape + (1,) * (len(x.shape) - 1 - len(shape))
+    return _Affine(x.name, s.reshape(broadcast), t.reshape(broadcast))
 
 
 def merge_affine(graph: Graph) -> Graph:

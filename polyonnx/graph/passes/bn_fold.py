@@ -72,6 +72,8 @@ def _foldable_conv(
     """The Conv that ``bn`` can be folded into, or None."""
     if bn.op_type != "BatchNormalization" or bn.domain or bn.attr("training_mode", 0):
         return None
+    if not int(bn.attr("spatial", 1)):
+        return None  # statistics per activation, not per output channel
     if any(o for o in bn.outputs[1:]) or any(i not in consts for i in bn.inputs[1:5]):
         return None
     conv = producers.get(bn.inputs[0])

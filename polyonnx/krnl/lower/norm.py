@@ -47,16 +47,16 @@ def _channel_iters(node: Node, shape: tuple[int, ...]) -> list[tuple[str, int]]:
 
 @register("BatchNormalization")
 def lower_batch_norm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """``Y = (X - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + B[c]`` (inference mode)."""
+    """``Y = (X - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + B[c]`` (inference mode);
+    with ``spatial=0`` (before opset 9) the statistics are per activation, indexed by every
+    axis but the batch's."""
     x, scale, bias, mean, variance = node.inputs[:5]
     dtype = require_float(node, ctx, x)
     if int(node.attr("training_mode", 0)) or any(node.outputs[1:]):
         raise unsupported(node, ctx, "training mode (running statistics outputs)")
-    if not int(node.attr("spatial", 1)):
-        raise unsupported(node, ctx, "spatial=0 (per-activation statistics)")
     iters = _channel_iters(node, ctx.shape(x))
     index = tuple(var(n) for n, _ in iters)
-    c = (var("c"),)
+    c = index[1:] if not int(node.attr("spatial", 1)) else (var("c"),)
     epsilon = float(node.attr("epsilon", 1e-5))
     inv_std = load(ctx, scale, c) / ir.unary("sqrt", load(ctx, variance, c) + epsilon)
     value = (load(ctx, x, index) - load(ctx, mean, c)) * inv_std + load(ctx, bias, c)

@@ -227,3 +227,24 @@ def test_elementwise_dtype_checks() -> None:
     graph, node = one_node("Relu", [("x", np.zeros(3, np.int32))])
     with pytest.raises(UnsupportedOpError, match="Sigmoid.*int32; supported: float16"):
         lower(graph, dataclasses.replace(node, op_type="Sigmoid"))
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_batch_norm_with_statistics_outputs_is_training_mode(opset: int) -> None:
+    # Before opset 14, five outputs mean training mode (onnxruntime normalises by the batch's
+    # statistics); ONNX's inference types only Y, which read "no static shape" before.
+    params = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in "sbmv"]
+    node = helper.make_node(
+        "BatchNormalization", ["x", *"sbmv"], ["y", "rm", "rv", "sm", "sv"], name="bn"
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        params,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 4
+    with pytest.raises(UnsupportedOpError, match=r"'bn'\): training mode"):
+        polyonnx.compile(model)
