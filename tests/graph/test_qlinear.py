@@ -90,23 +90,36 @@ def test_the_chain_becomes_float_kernels_with_fused_requantization() -> None:
     assert anchors.count("Conv") == 2 and "MatMul" in anchors
 
 
+def _sessions(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch, threads: int) -> list:
+    """(ops, session) of ``model`` summing in float32, in float64 (float32's bound lowered to
+    0) and in int32 (both bounds 0: the integer lowering)."""
+    options = polyonnx.Options(num_threads=threads, cache=False)
+    out = []
+    bounds = [(qlinear.EXACT, qlinear.EXACT_FLOAT64), (0, qlinear.EXACT_FLOAT64), (0, 0)]
+    for float32, float64 in bounds:
+        monkeypatch.setattr(qlinear, "EXACT", float32)
+        monkeypatch.setattr(qlinear, "EXACT_FLOAT64", float64)
+        out.append((_ops(model), polyonnx.InferenceSession(model, options=options)))
+    return out
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_float_results_are_the_integer_lowerings_bit_for_bit(
+def test_float32_float64_and_int32_sums_agree_bit_for_bit(
     monkeypatch: pytest.MonkeyPatch, threads: int
 ) -> None:
     model = _chain()
-    options = polyonnx.Options(num_threads=threads, cache=False)
-    feeds = [{"x": _ints(np.uint8, 1, 3, 8, 8)} for _ in range(3)]
-    fast = polyonnx.InferenceSession(model, options=options)
-    got = [fast.run(None, f)[0] for f in feeds]
-    monkeypatch.setattr(qlinear, "EXACT", 0)  # no bound is below 0: the integer lowering
-    assert "QLinearConv" in _ops(model)
-    integer = polyonnx.InferenceSession(model, options=options)
-    for f, g in zip(feeds, got, strict=True):
-        np.testing.assert_array_equal(g, integer.run(None, f)[0])
+    (f32_ops, f32), (f64_ops, f64), (int_ops, integer) = _sessions(model, monkeypatch, threads)
+    assert "QLinearConv" not in f32_ops and "Cast" not in f32_ops
+    assert "QLinearConv" not in f64_ops and "Cast" in f64_ops
+    assert "QLinearConv" in int_ops
+    for _ in range(3):
+        feeds = {"x": _ints(np.uint8, 1, 3, 8, 8)}
+        want = integer.run(None, feeds)[0]
+        np.testing.assert_array_equal(f32.run(None, feeds)[0], want)
+        np.testing.assert_array_equal(f64.run(None, feeds)[0], want)
 
 
-def test_a_sum_float32_could_round_keeps_the_integer_lowering() -> None:
+def test_a_sum_float32_could_round_is_summed_in_float64() -> None:
     inits = {
         "s": np.float32(0.1),
         "z": np.uint8(0),
@@ -125,7 +138,8 @@ def test_a_sum_float32_could_round_keeps_the_integer_lowering() -> None:
         [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    assert _ops(model) == ["QLinearConv"]
+    g = optimize(import_model(model))
+    assert [g.value(n.outputs[0]).dtype for n in g.nodes if n.op_type == "Conv"] == ["float64"]
     x = {"x": np.full((1, 64, 4, 4), 255, np.uint8)}
     [y] = polyonnx.InferenceSession(model).run(None, x)
     assert y.dtype == np.uint8 and (y == 0).all()  # (negative sums saturate at 0)
@@ -167,7 +181,8 @@ def test_dynamic_quantization_sums_in_float_bit_for_bit(
     ops = _ops(model)
     assert "Cast" not in ops and ("Conv" if conv else "MatMul") in ops
     x = {"x": RNG.standard_normal([1, 6, 5, 5] if conv else [3, 24]).astype(np.float32)}
-    [got] = polyonnx.InferenceSession(model).run(None, x)
-    monkeypatch.setattr(qlinear, "EXACT", 0)
-    assert ("ConvInteger" if conv else "MatMulInteger") in _ops(model)
-    np.testing.assert_array_equal(got, polyonnx.InferenceSession(model).run(None, x)[0])
+    sessions = _sessions(model, monkeypatch, threads=1)
+    assert ("ConvInteger" if conv else "MatMulInteger") in sessions[2][0]
+    results = [session.run(None, x)[0] for _, session in sessions]
+    for got in results[:2]:
+        np.testing.assert_array_equal(got, results[2])

@@ -19,7 +19,10 @@ bit for bit the integer lowering's result (:mod:`polyonnx.krnl.lower.qconv`), wi
 convolution's blocked layout, register tiles and fused epilogue instead of an int32 loop nest.
 The ``QuantizeLinear -> DequantizeLinear`` pair between two such ops then becomes float ops in
 the first one's epilogue (:mod:`polyonnx.graph.passes.fake_quant`). An op whose bound reaches
-2^24 (large integer weights over a long window) keeps the integer lowering.
+2^24 (large integer weights over a long window) sums in float64 instead, which holds every
+integer below 2^53: half the vector lanes, still far faster than int32 loops, and the one
+conversion of the exact sum to float32 rounds it as the integer lowering's ``float32(acc)``
+does, so the result is the same bit for bit.
 
 ConvInteger and MatMulInteger (dynamic quantization: their x zero point often comes from a
 DynamicQuantizeLinear at run time, so the bound takes the whole range of x's type) output the
@@ -44,14 +47,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto
 
 from polyonnx.graph.ir import Graph, Node, Value, fresh_name
 
-#: float32 holds every integer of smaller magnitude exactly.
+#: float32 (float64) holds every integer of smaller magnitude exactly.
 EXACT = 1 << 24
+EXACT_FLOAT64 = 1 << 53
 _INTEGERS = ("int8", "uint8")
 
 
@@ -67,6 +72,7 @@ class _Plan:
     bias: np.ndarray | None
     multiplier: np.ndarray | None
     y_zero: str
+    dtype: str  # of the sum: float32, or float64 past float32's bound
 
 
 def qlinear_as_float(graph: Graph) -> Graph:
@@ -87,9 +93,10 @@ def qlinear_as_float(graph: Graph) -> Graph:
         if plan is None:
             nodes.append(n)
             continue
-        nodes.extend(_float_nodes(n, plan, values, consts, taken))
+        written, float_sum = _float_nodes(n, plan, values, consts, taken)
+        nodes.extend(written)
         if plan.multiplier is None:
-            sums[n.outputs[0]] = nodes[-1].inputs[0]
+            sums[n.outputs[0]] = float_sum
     return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
 
 
@@ -130,15 +137,18 @@ def _plan(n: Node, graph: Graph) -> _Plan | None:
     bias = np.asarray(c[r["b"]]).astype(np.int64).reshape(-1) if r["b"] else np.zeros(1)
     x_zero = c.get(xz) if xz else np.zeros(1, np.int64)
     bound = np.abs(centred).reshape(channels, -1).sum(axis=1) * _reach(x_dtype, x_zero)
-    if (bound + np.abs(bias)).max(initial=0) >= EXACT:
+    largest = (bound + np.abs(bias)).max(initial=0)
+    if largest >= EXACT_FLOAT64:
         return None
+    dtype = np.float32 if largest < EXACT else np.float64
     return _Plan(
         r["x"],
         xz,
-        np.moveaxis(centred, 0, channel_axis).astype(np.float32),
-        bias.astype(np.float32) if r["b"] else None,
+        np.moveaxis(centred, 0, channel_axis).astype(dtype),
+        bias.astype(dtype) if r["b"] else None,
         multiplier,
         r["yz"],
+        np.dtype(dtype).name,
     )
 
 
@@ -180,8 +190,8 @@ def _float_nodes(
     values: dict[str, Value],
     consts: dict[str, np.ndarray],
     taken: set[str],
-) -> list[Node]:
-    """DequantizeLinear (scale 1), Conv or MatMul, Mul by the multiplier, QuantizeLinear."""
+) -> tuple[list[Node], str]:
+    """The nodes replacing ``n`` (see the module docstring), and the float32 value of the sum."""
     y = values[n.outputs[0]]
 
     def constant(label: str, array: np.ndarray) -> str:
@@ -190,39 +200,49 @@ def _float_nodes(
         values[name] = Value(name, str(array.dtype), array.shape)
         return name
 
-    def value(label: str, shape: tuple[int | str, ...]) -> str:
-        name = fresh_name(f"{n.name}_{label}", taken)
-        values[name] = Value(name, "float32", shape)
-        return name
+    def node(label: str, op: str, inputs: list[str], shape: tuple, dtype: str, **attrs: Any) -> str:
+        out = fresh_name(f"{n.name}_{label}", taken)
+        values[out] = Value(out, dtype, shape)
+        nodes.append(
+            Node(fresh_name(f"{n.name}_{label}", taken), op, inputs, [out], attrs, "", n.guard)
+        )
+        return out
 
-    def node(
-        label: str, op: str, inputs: list[str], out: str, attrs: Mapping | None = None
-    ) -> Node:
-        name = fresh_name(f"{n.name}_{label}", taken)
-        return Node(name, op, inputs, [out], attrs or {}, "", n.guard)
-
-    one = constant("one", np.array(1.0, np.float32))
-    centred = value("centred", values[plan.x].shape)
-    acc = value("acc", y.shape)
+    nodes: list[Node] = []
+    x_shape, x_zero = values[plan.x].shape, [plan.x_zero] if plan.x_zero else []
+    if plan.dtype == "float32":  # (x - x_zero_point, exact in float32)
+        one = constant("one", np.array(1.0, np.float32))
+        centred = node("centre", "DequantizeLinear", [plan.x, one, *x_zero], x_shape, "float32")
+    else:
+        centred = node("widen", "Cast", [plan.x], x_shape, plan.dtype, to=TensorProto.DOUBLE)
+        if x_zero:
+            zero = node(
+                "widen_zero",
+                "Cast",
+                x_zero,
+                values[plan.x_zero].shape,
+                plan.dtype,
+                to=TensorProto.DOUBLE,
+            )
+            centred = node("centre", "Sub", [centred, zero], x_shape, plan.dtype)
     operands = [centred, constant("weights", plan.weights)]
     if n.op_type in ("QLinearConv", "ConvInteger"):
         if plan.bias is not None:
             operands.append(constant("bias", plan.bias))
-        product = node("conv", "Conv", operands, acc, dict(n.attrs))
+        acc = node("conv", "Conv", operands, y.shape, plan.dtype, **dict(n.attrs))
     else:
-        product = node("matmul", "MatMul", operands, acc)
-    x_zero = [plan.x_zero] if plan.x_zero else []
-    nodes = [node("centre", "DequantizeLinear", [plan.x, one, *x_zero], centred), product]
+        acc = node("matmul", "MatMul", operands, y.shape, plan.dtype)
+    acc32 = acc
+    if plan.dtype != "float32":  # (rounded once, as the integer lowering's float32(acc))
+        acc32 = node("narrow", "Cast", [acc], y.shape, "float32", to=TensorProto.FLOAT)
     if plan.multiplier is None:  # the exact sum, as the op's int32
-        cast = Node(n.name, "Cast", [acc], n.outputs, {"to": TensorProto.INT32}, "", n.guard)
-        return [*nodes, cast]
+        nodes.append(Node(n.name, "Cast", [acc], n.outputs, {"to": TensorProto.INT32}, "", n.guard))
+        return nodes, acc32
     multiplier = plan.multiplier
     if n.op_type == "QLinearConv":  # (per output channel: along axis 1 of the output)
         multiplier = multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
-    scaled = value("scaled", y.shape)
+    scaled = node("rescale", "Mul", [acc32, constant("multiplier", multiplier)], y.shape, "float32")
+    one = constant("unit", np.array(1.0, np.float32))
     y_zero = [plan.y_zero] if plan.y_zero else []
-    return [
-        *nodes,
-        node("rescale", "Mul", [acc, constant("multiplier", multiplier)], scaled),
-        Node(n.name, "QuantizeLinear", [scaled, one, *y_zero], n.outputs, guard=n.guard),
-    ]
+    nodes.append(Node(n.name, "QuantizeLinear", [scaled, one, *y_zero], n.outputs, guard=n.guard))
+    return nodes, acc32
