@@ -10,13 +10,14 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+from onnxruntime.quantization import QuantFormat, quantize_static
 
 import polyonnx
 from polyonnx.errors import UnsupportedOpError
 from polyonnx.frontend.contrib import expand_contrib
 from polyonnx.testing import onnxruntime_outputs
 from tests.models.builder import GraphBuilder
+from tests.models.test_quantized_models import CalibrationReader, model_feeds
 
 SHAPE = (1, 3, 16, 16)
 
@@ -50,18 +51,6 @@ def _float_model() -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model)
 
 
-def _feeds(seed: int) -> dict[str, np.ndarray]:
-    return {"x": np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)}
-
-
-class _Reader(CalibrationDataReader):
-    def __init__(self) -> None:
-        self._feeds = iter([_feeds(seed) for seed in range(4)])
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._feeds, None)
-
-
 CONTRIB = {
     "QLinearAdd",
     "QLinearMul",
@@ -78,14 +67,19 @@ CONTRIB = {
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_a_qoperator_model_matches_onnxruntime(tmp_path: Path, per_channel: bool) -> None:
     src, dst = tmp_path / "float.onnx", tmp_path / "quant.onnx"
-    onnx.save(_float_model(), src)
+    float_model = _float_model()
+    onnx.save(float_model, src)
     quantize_static(
-        src, dst, _Reader(), quant_format=QuantFormat.QOperator, per_channel=per_channel
+        src,
+        dst,
+        CalibrationReader(float_model),
+        quant_format=QuantFormat.QOperator,
+        per_channel=per_channel,
     )
     model = onnx.load(dst)
     assert {n.op_type for n in model.graph.node if n.domain == "com.microsoft"} >= CONTRIB
     assert all(n.domain != "com.microsoft" for n in expand_contrib(model).graph.node)
-    feeds = _feeds(7)
+    feeds = model_feeds(model, 7)
     [want] = onnxruntime_outputs(model, feeds)
     for threads in (1, 2):
         options = polyonnx.Options(num_threads=threads)

@@ -136,18 +136,18 @@ def transformer(seed: int = 2) -> onnx.ModelProto:
 MODELS = {"cnn": cnn, "mlp": mlp, "transformer": transformer}
 
 
-def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+def model_feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
     [x] = model.graph.input
     shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
     return {x.name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
 
 
-class _Reader(CalibrationDataReader):
+class CalibrationReader(CalibrationDataReader):
     """A few random inputs for the calibrator."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self._feeds: Iterator[dict[str, np.ndarray]] = iter(
-            [_feeds(model, seed) for seed in range(100, 104)]
+            [model_feeds(model, seed) for seed in range(100, 104)]
         )
 
     def get_next(self) -> dict[str, np.ndarray] | None:
@@ -164,7 +164,7 @@ def quantized(
     if dynamic:
         quantize_dynamic(src, dst, **options)
     else:
-        quantize_static(src, dst, _Reader(model), **options)
+        quantize_static(src, dst, CalibrationReader(model), **options)
     return onnx.load(dst)
 
 
@@ -203,7 +203,7 @@ def check(model: onnx.ModelProto, seed: int = 7) -> None:
     outputs closely against the spec's node-by-node semantics (onnxruntime unoptimized), and
     the output against onnxruntime's optimized run within a few quantization steps."""
     exposed = expose_integers(model)
-    feeds = _feeds(model, seed)
+    feeds = model_feeds(model, seed)
     got = polyonnx.InferenceSession(exposed).run(None, feeds)
     want = onnxruntime_outputs(exposed, feeds, optimize=False)
     names = [o.name for o in exposed.graph.output]
@@ -328,7 +328,7 @@ def test_contrib_ops_match_onnxruntime(tmp_path: Path, name: str, activations: Q
         tmp_path, name, quant_format=QuantFormat.QOperator, activation_type=activations
     )
     assert any(n.domain == "com.microsoft" for n in model.graph.node)
-    feeds = _feeds(model, 7)
+    feeds = model_feeds(model, 7)
     [want] = onnxruntime_outputs(model, feeds)[:1]
     [got] = polyonnx.InferenceSession(model).run(None, feeds)[:1]
     step = _output_step(model)

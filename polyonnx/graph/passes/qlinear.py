@@ -63,8 +63,8 @@ _INTEGERS = ("int8", "uint8")
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """A quantized op as float: its integer input and zero point, the centred weights (and
-    bias) as float32, the requantization multiplier and the output's zero point (None and ""
-    for ConvInteger and MatMulInteger, whose output is the int32 sum itself)."""
+    bias) in the sum's type, the requantization multiplier and the output's zero point (None
+    and "" for ConvInteger and MatMulInteger, whose output is the int32 sum itself)."""
 
     x: str
     x_zero: str
@@ -210,8 +210,8 @@ def _float_nodes(
 
     nodes: list[Node] = []
     x_shape, x_zero = values[plan.x].shape, [plan.x_zero] if plan.x_zero else []
+    one = constant("one", np.array(1.0, np.float32))  # (the unit scale of both quantizers)
     if plan.dtype == "float32":  # (x - x_zero_point, exact in float32)
-        one = constant("one", np.array(1.0, np.float32))
         centred = node("centre", "DequantizeLinear", [plan.x, one, *x_zero], x_shape, "float32")
     else:
         centred = node("widen", "Cast", [plan.x], x_shape, plan.dtype, to=TensorProto.DOUBLE)
@@ -242,7 +242,6 @@ def _float_nodes(
     if n.op_type == "QLinearConv":  # (per output channel: along axis 1 of the output)
         multiplier = multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
     scaled = node("rescale", "Mul", [acc32, constant("multiplier", multiplier)], y.shape, "float32")
-    one = constant("unit", np.array(1.0, np.float32))
     y_zero = [plan.y_zero] if plan.y_zero else []
     nodes.append(Node(n.name, "QuantizeLinear", [scaled, one, *y_zero], n.outputs, guard=n.guard))
     return nodes, acc32
