@@ -32,6 +32,7 @@ from polyonnx.testing.feeds import random_feeds
 from polyonnx.testing.reference import (
     import_onnxruntime,
     onnx_reference_outputs,
+    onnxruntime_int8_exact,
     onnxruntime_outputs,
     onnxruntime_session,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "import_onnxruntime",
     "max_errors",
     "onnx_reference_outputs",
+    "onnxruntime_int8_exact",
     "onnxruntime_outputs",
     "onnxruntime_session",
     "random_feeds",

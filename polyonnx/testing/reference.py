@@ -83,6 +83,25 @@ def onnxruntime_outputs(
     return session.run(None, dict(feeds))
 
 
+def onnxruntime_int8_exact() -> bool:
+    """Whether onnxruntime's integer kernels (QLinearConv, QLinearMatMul, MatMulInteger,
+    ConvInteger and the fused kernels its optimizer makes of DequantizeLinear -> op ->
+    QuantizeLinear) give the spec's exact sums on this CPU.
+
+    On x86 without VNNI (AVX2, AVX-512 without VNNI: e.g. AMD Zen 3) onnxruntime multiplies
+    uint8 by int8 with ``vpmaddubsw``, which saturates each pair of products at int16, its
+    documented "saturation issue" (weights of 7 bits, ``reduce_range``, avoid it); its answer
+    is then not the spec's, which polyonnx computes. Other architectures' dot-product
+    instructions are exact.
+    """
+    from polyonnx.codegen.target import host_cpu
+
+    triple, _, features = host_cpu()
+    if not triple.startswith(("x86_64", "i386", "i686")):
+        return True
+    return "+avx512vnni" in features.split(",") or "+avxvnni" in features.split(",")
+
+
 def onnx_reference_outputs(model: ModelLike, feeds: Mapping[str, Any]) -> list[np.ndarray]:
     """``model``'s outputs for ``feeds`` from ``onnx.reference`` (the ONNX spec's Python
     implementation: slow, but it knows the newest opsets)."""

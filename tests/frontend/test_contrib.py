@@ -150,10 +150,13 @@ def test_qgemm_scales_its_bias_by_alpha_as_onnxruntime(
     alpha: float, quantized_output: bool
 ) -> None:
     rng = np.random.default_rng(2)
+    # 7-bit weights: onnxruntime's uint8 x int8 kernel without VNNI (AVX2: vpmaddubsw)
+    # saturates a pair of products at int16, so with full-range weights its answer depends
+    # on the CPU. |a*b + a*b| <= 255 * 64 * 2 < 2^15 is exact everywhere.
     inits = {
         "sa": np.float32(0.02),
         "za": np.uint8(128),
-        "b": rng.integers(-127, 128, (8, 5)).astype(np.int8),
+        "b": rng.integers(-64, 65, (8, 5)).astype(np.int8),
         "sb": np.float32(0.01),
         "zb": np.int8(0),
         "c": rng.integers(-2000, 2000, 5).astype(np.int32),

@@ -231,6 +231,9 @@ def test_squeeze_excitation_block(channels: int, threads: int) -> None:
     assert len(convs) == 4 and len(ops) - len(layout_changes) == 6, ops
     if channels == 64:
         # The pool, the gate and its Mul stay blocked: only the output and the pooled channels
-        # (into the 8-channel conv no block divides) change layout.
-        sizes = [max(math.prod(b.shape) for b in k.buffers) for k in layout_changes]
+        # (into the 8-channel conv no block divides) change layout. Whether the first conv
+        # reads the model's input blocked is the target's choice (AVX2 blocks it, AVX-512
+        # reads it plain), so that conversion is not counted.
+        inner = [k for k in layout_changes if k.buffers[0].name != "x"]
+        sizes = [max(math.prod(b.shape) for b in k.buffers) for k in inner]
         assert sizes == [channels, 32 * 9 * 9], ops
