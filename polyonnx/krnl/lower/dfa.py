@@ -30,14 +30,18 @@ Example:
 from __future__ import annotations
 
 import bisect
+import importlib
 import re
-import re._constants as sre
-import re._parser as sre_parse
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from typing import Any
 
 import numpy as np
+
+# re's own parser and its opcodes (private modules, without type stubs).
+sre_parse: Any = importlib.import_module("re._parser")
+sre: Any = importlib.import_module("re._constants")
 
 #: One past the largest code point.
 END_CP = 0x110000
@@ -65,8 +69,6 @@ _WORD_EDGE, _NOT_WORD_EDGE = "word_edge", "not_word_edge"
 _UNSUPPORTED = {
     sre.GROUPREF: "a backreference",
     sre.GROUPREF_EXISTS: "a conditional group",
-    sre.ASSERT: "a lookaround assertion",
-    sre.ASSERT_NOT: "a negative lookaround assertion",
     sre.ATOMIC_GROUP: "an atomic group",
     sre.POSSESSIVE_REPEAT: "a possessive repeat",
 }
@@ -173,19 +175,19 @@ def _escape(cp: int) -> str:
     return f"\\U{cp:08x}"
 
 
-def _item_text(op: object, av: object) -> str:
+def _item_text(op: Any, av: Any) -> str:
     """One item of a parsed character class, written back as pattern text."""
     if op is sre.LITERAL:
-        return _escape(int(av))  # type: ignore[call-overload]
+        return _escape(int(av))
     if op is sre.RANGE:
-        lo, hi = av  # type: ignore[misc]
+        lo, hi = av
         return f"{_escape(lo)}-{_escape(hi)}"
     if op is sre.CATEGORY:
-        return _CATEGORY_TEXT[av]  # type: ignore[index]
+        return _CATEGORY_TEXT[av]
     raise UnsupportedPattern(f"the class item {op} {av}")
 
 
-def _class_set(items: Sequence[tuple[object, object]], flags: int) -> Intervals:
+def _class_set(items: Sequence[tuple[Any, Any]], flags: int) -> Intervals:
     """The code points a parsed character class ``[...]`` matches."""
     negate = bool(items) and items[0][0] is sre.NEGATE
     body = items[1:] if negate else items
@@ -197,9 +199,9 @@ def _class_set(items: Sequence[tuple[object, object]], flags: int) -> Intervals:
         if op is sre.CATEGORY:
             parts.append(_scanned(_item_text(op, av), flags & _FLAGS))
         elif op is sre.LITERAL:
-            parts.append(((int(av), int(av) + 1),))  # type: ignore[call-overload]
+            parts.append(((int(av), int(av) + 1),))
         elif op is sre.RANGE:
-            lo, hi = av  # type: ignore[misc]
+            lo, hi = av
             parts.append(((lo, hi + 1),))
         else:
             raise UnsupportedPattern(f"the class item {op} {av}")
@@ -207,12 +209,12 @@ def _class_set(items: Sequence[tuple[object, object]], flags: int) -> Intervals:
     return _complement(s) if negate else s
 
 
-def _atom_set(op: object, av: object, flags: int) -> Intervals:
+def _atom_set(op: Any, av: Any, flags: int) -> Intervals:
     """The code points one parsed single-character atom matches."""
     if op is sre.ANY:
         return _full() if flags & sre.SRE_FLAG_DOTALL else _complement(((10, 11),))
     if op is sre.IN:
-        return _class_set(av, flags)  # type: ignore[arg-type]
+        return _class_set(av, flags)
     s = _class_set([(sre.LITERAL, av)], flags)
     return _complement(s) if op is sre.NOT_LITERAL else s
 
@@ -224,78 +226,86 @@ def _full() -> Intervals:
 # --------------------------------------------------------------------------- the NFA
 
 
+#: An assertion: what it asserts, and whether its words are ASCII-only.
+_Assertion = tuple[str, bool]
+
+
 @dataclass
 class _Nfa:
-    """Thompson NFA: per state, its edges ``(kind, label, target)``; ``kind`` is ``"eps"``,
-    ``"set"`` (label: index into ``sets``) or ``"at"`` (label: an assertion)."""
+    """Thompson NFA: per state, its empty edges (``eps``: targets), its reading edges
+    (``reads``: the index of a set in ``sets``, target) and its assertions (``checks``)."""
 
-    edges: list[list[tuple[str, object, int]]]
-    sets: dict[Intervals, int]
+    eps: list[list[int]] = field(default_factory=list)
+    reads: list[list[tuple[int, int]]] = field(default_factory=list)
+    checks: list[list[tuple[_Assertion, int]]] = field(default_factory=list)
+    sets: dict[Intervals, int] = field(default_factory=dict)
 
     def state(self) -> int:
-        if len(self.edges) >= MAX_NFA:
+        if len(self.eps) >= MAX_NFA:
             raise UnsupportedPattern(f"its NFA passes {MAX_NFA} states (large repeat counts)")
-        self.edges.append([])
-        return len(self.edges) - 1
+        for edges in (self.eps, self.reads, self.checks):
+            edges.append([])
+        return len(self.eps) - 1
 
-    def edge(self, a: int, kind: str, label: object, b: int) -> None:
-        self.edges[a].append((kind, label, b))
-
-    def build(self, items: Iterable[tuple[object, object]], flags: int) -> tuple[int, int]:
+    def build(self, items: Iterable[tuple[Any, Any]], flags: int) -> tuple[int, int]:
         """The fragment ``(entry, exit)`` matching the parsed sequence ``items``."""
         entry = at = self.state()
         for op, av in items:
             first, last = self.atom(op, av, flags)
-            self.edge(at, "eps", None, first)
+            self.eps[at].append(first)
             at = last
         return entry, at
 
-    def atom(self, op: object, av: object, flags: int) -> tuple[int, int]:
+    def atom(self, op: Any, av: Any, flags: int) -> tuple[int, int]:
         if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
             s = _atom_set(op, av, flags)
             a, b = self.state(), self.state()
-            self.edge(a, "set", self.sets.setdefault(s, len(self.sets)), b)
+            self.reads[a].append((self.sets.setdefault(s, len(self.sets)), b))
             return a, b
         if op is sre.SUBPATTERN:
-            _, add, remove, body = av  # type: ignore[misc]
+            _, add, remove, body = av
             return self.build(body, (flags | add) & ~remove)
         if op is sre.BRANCH:
             a, b = self.state(), self.state()
-            for alt in av[1]:  # type: ignore[index]
+            for alt in av[1]:
                 first, last = self.build(alt, flags)
-                self.edge(a, "eps", None, first)
-                self.edge(last, "eps", None, b)
+                self.eps[a].append(first)
+                self.eps[last].append(b)
             return a, b
         if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):  # (laziness changes no full match)
-            return self.repeat(*av, flags)  # type: ignore[misc]
+            least, most, body = av
+            return self.repeat(least, most, body, flags)
         if op is sre.AT:
             a, b = self.state(), self.state()
-            self.edge(a, "at", _assertion(av, flags), b)
+            self.checks[a].append((_assertion(av, flags), b))
             return a, b
-        raise UnsupportedPattern(_UNSUPPORTED.get(op, f"the construct {op}"))  # type: ignore[call-overload]
+        if op in (sre.ASSERT, sre.ASSERT_NOT):
+            negative = "negative " if op is sre.ASSERT_NOT else ""
+            raise UnsupportedPattern(f"a {negative}{'lookahead' if av[0] == 1 else 'lookbehind'}")
+        raise UnsupportedPattern(_UNSUPPORTED.get(op, f"the construct {op}"))
 
-    def repeat(self, least: int, most: int, body: object, flags: int) -> tuple[int, int]:
+    def repeat(self, least: int, most: int, body: Any, flags: int) -> tuple[int, int]:
         entry = at = self.state()
         for _ in range(least):
-            first, last = self.build(body, flags)  # type: ignore[arg-type]
-            self.edge(at, "eps", None, first)
+            first, last = self.build(body, flags)
+            self.eps[at].append(first)
             at = last
         if most == sre.MAXREPEAT:  # a loop: body, any number of times
-            first, last = self.build(body, flags)  # type: ignore[arg-type]
-            self.edge(at, "eps", None, first)
-            self.edge(last, "eps", None, at)
+            first, last = self.build(body, flags)
+            self.eps[at].append(first)
+            self.eps[last].append(at)
             return entry, at
         exit_ = self.state()
         for _ in range(most - least):  # each further copy optional
-            self.edge(at, "eps", None, exit_)
-            first, last = self.build(body, flags)  # type: ignore[arg-type]
-            self.edge(at, "eps", None, first)
+            self.eps[at].append(exit_)
+            first, last = self.build(body, flags)
+            self.eps[at].append(first)
             at = last
-        self.edge(at, "eps", None, exit_)
+        self.eps[at].append(exit_)
         return entry, exit_
 
 
-def _assertion(code: object, flags: int) -> tuple[str, bool]:
+def _assertion(code: Any, flags: int) -> _Assertion:
     """(what, whether words are ASCII-only) of a parsed ``AT`` code under ``flags``."""
     multi = bool(flags & sre.SRE_FLAG_MULTILINE)
     ascii_ = bool(flags & sre.SRE_FLAG_ASCII)
@@ -306,7 +316,7 @@ def _assertion(code: object, flags: int) -> tuple[str, bool]:
         sre.AT_END_STRING: _END_TEXT,
         sre.AT_BOUNDARY: _WORD_EDGE,
         sre.AT_NON_BOUNDARY: _NOT_WORD_EDGE,
-    }.get(code)  # type: ignore[call-overload]
+    }.get(code)
     if what is None:
         raise UnsupportedPattern(f"the assertion {code}")
     return what, ascii_
@@ -339,7 +349,10 @@ def _inside(s: Intervals, cp: int) -> bool:
 def _alphabet(sets: Sequence[Intervals], newline: bool, words: tuple[bool, bool]) -> _Alphabet:
     """The classes of ``sets``; ``newline``: "\n" alone in its class; ``words``: the word
     characters (Unicode, ASCII) apart from the others (as the assertions need)."""
-    word_sets = [_scanned(r"\w", flag) if need else () for need, flag in zip(words, (0, 256))]
+    word_sets = [
+        _scanned(r"\w", flag) if need else ()
+        for need, flag in zip(words, (0, sre.SRE_FLAG_ASCII), strict=True)
+    ]
     cuts = [*sets, ((10, 11),) if newline else (), *word_sets]
     starts = sorted({0, 1, *(p for s in cuts for iv in s for p in iv)} - {END_CP})
     ids: dict[tuple[bool, ...], int] = {}
@@ -397,18 +410,14 @@ class _Context:
         seen = set(todo)
         while todo:
             state, left = todo.pop()
-            for kind, label, target in self.nfa.edges[state]:
-                if kind == "set":
-                    continue
-                more = left
-                if kind == "at":
-                    what, ascii_ = label  # type: ignore[misc]
-                    if not self.holds(what, ascii_, before, nxt):
-                        # "$" before a final "\n": the string must end after it.
-                        if what != _END or nxt != self.alphabet.newline:
-                            continue
-                        more = 1 if left is None else min(left, 1)
-                item = (target, more)
+            reached = [(t, left) for t in self.nfa.eps[state]]
+            for (what, ascii_), target in self.nfa.checks[state]:
+                if self.holds(what, ascii_, before, nxt):
+                    reached.append((target, left))
+                elif what == _END and nxt == self.alphabet.newline:
+                    # "$" before a "\n": only if the string ends right after it.
+                    reached.append((target, 1 if left is None else min(left, 1)))
+            for item in reached:
                 if item not in seen:
                     seen.add(item)
                     todo.append(item)
@@ -417,8 +426,8 @@ class _Context:
     def step(self, items: Iterable[_Item], before: _Before, c: int) -> frozenset[_Item]:
         out = set()
         for state, left in self.closure(items, before, c):
-            for kind, label, target in self.nfa.edges[state]:
-                if kind == "set" and c in self.alphabet.members[label]:  # type: ignore[index]
+            for label, target in self.nfa.reads[state]:
+                if c in self.alphabet.members[label]:
                     out.add((target, None if left is None else left - 1))
         return frozenset(out)
 
@@ -475,6 +484,7 @@ def _minimized(delta: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.nd
     return renumber[block[delta[reps]]], accept[reps]
 
 
+@lru_cache(maxsize=64)
 def compile_pattern(pattern: str) -> Dfa:
     """The DFA of ``re.fullmatch(pattern, ·)`` (see the module docstring). BadPattern if the
     pattern does not parse, UnsupportedPattern for what a DFA cannot do.
@@ -488,15 +498,15 @@ def compile_pattern(pattern: str) -> Dfa:
     except (re.error, RecursionError, OverflowError) as e:
         raise BadPattern(str(e)) from None
     flags = parsed.state.flags
-    nfa = _Nfa([], {})
+    nfa = _Nfa()
     start, final = nfa.build(parsed.data, flags)
-    asserted = {label for edges in nfa.edges for kind, label, _ in edges if kind == "at"}
-    words = tuple(
+    asserted = {label for checks in nfa.checks for label, _ in checks}
+    unicode_words, ascii_words = (
         any(what in (_WORD_EDGE, _NOT_WORD_EDGE) and a == ascii_ for what, a in asserted)
         for ascii_ in (False, True)
     )
     newline = any(what in (_END, _BEGIN_LINE, _END_LINE) for what, _ in asserted)
-    alphabet = _alphabet(list(nfa.sets), newline, words)  # type: ignore[arg-type]
+    alphabet = _alphabet(list(nfa.sets), newline, (unicode_words, ascii_words))
     looks_back = any(what not in (_END, _END_LINE, _END_TEXT) for what, _ in asserted)
     delta, accept = _subsets(_Context(alphabet, nfa, final), start, looks_back)
     delta, accept = _minimized(delta, accept)
@@ -505,4 +515,7 @@ def compile_pattern(pattern: str) -> Dfa:
     bounds[: len(alphabet.starts)] = alphabet.starts
     klass = np.zeros(size, dtype=np.int32)
     klass[: len(alphabet.klass)] = alphabet.klass
-    return Dfa(bounds, klass, delta.astype(np.int32), accept)
+    tables = (bounds, klass, delta.astype(np.int32), accept)
+    for t in tables:
+        t.flags.writeable = False  # (shared by every caller of this cached function)
+    return Dfa(*tables)

@@ -89,4 +89,6 @@ def lower_regex_full_match(node: Node, ctx: LowerContext) -> Lowered:
         (tables["delta"], dfa.delta),
         (tables["accept"], dfa.accept),
     )
+    if not all(shape):  # (no strings, no loops: the scheduler is given no empty nests)
+        return Lowered(())
     return Lowered(nest(iters, body), (state, lo), constants=constants)

@@ -126,9 +126,7 @@ def _delimiter_scan(s: _Split, delimiter: str, maxsplit: int | None) -> tuple[ir
     last = ir.Const(s.width - 1, I64)
     same = _and(
         ir.Binary("lt", w + l, ir.Const(s.width, I64)),
-        ir.Binary(
-            "eq", s.cp(ir.minimum(w + l, last)), ir.Load(table, (var("l"),), CODE_POINT)
-        ),
+        ir.Binary("eq", s.cp(ir.minimum(w + l, last)), ir.Load(table, (var("l"),), CODE_POINT)),
     )
     take = [ir.Binary("ne", s.ld("eq"), ZERO), ir.Binary("ge", w, s.ld("nxt"))]
     if maxsplit is not None:
@@ -239,10 +237,7 @@ def lower_string_split(node: Node, ctx: LowerContext) -> Lowered:
     delimiter = str_attr(node, "delimiter", "")
     limit = node.attr("maxsplit")
     maxsplit = None if limit is None or int(limit) < 0 else int(limit)  # (< 0: as Python)
-    if delimiter:
-        bound = width // len(delimiter) + 1
-    else:
-        bound = (width + 1) // 2
+    bound = width // len(delimiter) + 1 if delimiter else (width + 1) // 2
     if maxsplit is not None:
         bound = min(bound, maxsplit + 1)
     static = not y or ctx.is_static(y)
@@ -262,13 +257,17 @@ def lower_string_split(node: Node, ctx: LowerContext) -> Lowered:
     s = _Split(node, x, tuple(var(n) for n, _ in iters), width, bound, buffers)
     if z:  # (the counts are written where Z is)
         s.buffers["z"] = ir.Buffer(z, I64, shape)
+    tables: tuple[tuple[str, np.ndarray], ...] = ()
     if delimiter:
         scan = _delimiter_scan(s, delimiter, maxsplit)
         tables = ((f"{node.name}__delimiter", np.array([ord(c) for c in delimiter], np.uint32)),)
     else:
-        scan, tables = _whitespace_scan(s, maxsplit), ()
+        scan = _whitespace_scan(s, maxsplit)
     body = (*_length(s), *scan, *(_pieces(s, y) if y else ()))
     nests = nest(iters, body)
+    if not all(shape):  # no strings: one empty nest that names Y (the scheduler plans no more)
+        clear = ir.Stmt("S", ir.Access(y, (*s.elem, var("k"), var("j"))), CLEAR)
+        nests = nest([*iters, ("k", bound), ("j", width)], (clear,)) if y else ()
     temps = tuple(b for what, b in s.buffers.items() if b.name != z)
     if static:
         return Lowered(nests, temps, constants=tables)
@@ -276,7 +275,7 @@ def lower_string_split(node: Node, ctx: LowerContext) -> Lowered:
     c_at, c_ld = ir.Access(count.name, (0,)), ir.Load(count.name, (ir.Aff.lift(0),), I64)
     most = (
         ir.Stmt("S", c_at, ZERO),
-        *nest(iters, (ir.Stmt("S", c_at, ir.maximum(c_ld, s.ld("z"))),)),
+        *(nest(iters, (ir.Stmt("S", c_at, ir.maximum(c_ld, s.ld("z"))),)) if all(shape) else ()),
     )
     counts = ("",) * len(shape) + (count.name, "")
     return Lowered(
