@@ -54,6 +54,9 @@ def is_dynamic(node: Node, known: Mapping[str, np.ndarray]) -> bool:
         return False
     if node.op_type == "StringNormalizer":
         return True
+    if node.op_type == "StringSplit" and node.inputs[0] in known:
+        # (onnx.reference, which types a known input's split, cannot split a scalar.)
+        return np.ndim(known[node.inputs[0]]) == 0
     if node.op_type == "TopK":
         return len(node.inputs) > 1 and bool(node.inputs[1]) and node.inputs[1] not in known
     return not all(i in known for i in node.inputs if i)

@@ -113,6 +113,15 @@ def test_a_constant_input_gives_a_static_extent() -> None:
     assert y.tolist() == [["a", "b", "c"], ["d", "", ""]] and z.tolist() == [3, 1]
 
 
+def test_a_constant_scalar_input_is_split_at_run_time() -> None:
+    value = helper.make_tensor("v", S, [], [b"a,b"])
+    c = helper.make_node("Constant", [], ["c"], value=value)
+    node = helper.make_node("StringSplit", ["c"], ["y", "z"], name="ss", delimiter=",")
+    m = model([c, node], [], [tensor("y", [None], S), tensor("z", [], I64)], opset=20)
+    y, z = polyonnx.InferenceSession(m).run(None, {})
+    assert y.tolist() == ["a", "b"] and int(z) == 2
+
+
 def test_the_counts_feed_other_nodes() -> None:
     node = helper.make_node("StringSplit", ["x"], ["y", "z"], name="ss")
     cast = helper.make_node("Cast", ["z"], ["f"], to=TensorProto.FLOAT)
