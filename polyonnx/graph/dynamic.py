@@ -1,10 +1,10 @@
 """Values whose extent depends on input data: their graph-level types.
 
-NonZero, Compress, Unique, NonMaxSuppression, StringNormalizer (with stopwords) and TopK
-(with a K computed at run time) size some output dimension by the data they read. Such a
-dimension is typed with a symbolic name, ``f"{node}_count"`` (e.g. ``Value("idx", "int64",
-(2, "nz_count"))``); the lowering writes a buffer of the maximal shape plus the real extent,
-and the runtime returns the valid part.
+NonZero, Compress, Unique, NonMaxSuppression, StringNormalizer (with stopwords), StringSplit
+(the number of substrings) and TopK (with a K computed at run time) size some output
+dimension by the data they read. Such a dimension is typed with a symbolic name,
+``f"{node}_count"`` (e.g. ``Value("idx", "int64", (2, "nz_count"))``); the lowering writes a
+buffer of the maximal shape plus the real extent, and the runtime returns the valid part.
 
 These values are accepted only as graph outputs: a node that reads one is refused with
 :class:`~polyonnx.errors.UnsupportedOpError` (polyonnx compiles static shapes inside the graph).
@@ -29,7 +29,15 @@ from polyonnx.graph.ir import Graph, Node, Value
 
 #: Ops whose outputs may have a data-dependent extent.
 DYNAMIC_OPS = frozenset(
-    {"NonZero", "Compress", "Unique", "TopK", "NonMaxSuppression", "StringNormalizer"}
+    {
+        "NonZero",
+        "Compress",
+        "Unique",
+        "TopK",
+        "NonMaxSuppression",
+        "StringNormalizer",
+        "StringSplit",
+    }
 )
 
 
@@ -46,6 +54,9 @@ def is_dynamic(node: Node, known: Mapping[str, np.ndarray]) -> bool:
         return False
     if node.op_type == "StringNormalizer":
         return True
+    if node.op_type == "StringSplit" and node.inputs[0] in known:
+        # (onnx.reference, which types a known input's split, cannot split a scalar.)
+        return np.ndim(known[node.inputs[0]]) == 0
     if node.op_type == "TopK":
         return len(node.inputs) > 1 and bool(node.inputs[1]) and node.inputs[1] not in known
     return not all(i in known for i in node.inputs if i)
@@ -82,6 +93,9 @@ def dynamic_outputs(node: Node, values: Mapping[str, Value], opset: int) -> tupl
     if node.op_type == "StringNormalizer":  # [C] or [1, C]: stopwords removed along C
         kept = along(xs, len(xs) - 1) if node.attr("stopwords", ()) and xs else xs
         return (Value(outs[0], x.dtype, kept),)
+    if node.op_type == "StringSplit":  # the substrings along a new last axis, and their counts
+        split: list[tuple[str, tuple[int | str, ...]]] = [(x.dtype, (*xs, cnt)), ("int64", xs)]
+        return tuple(Value(o, t, s) for o, (t, s) in zip(outs, split, strict=False) if o)
     if node.op_type == "Compress":
         axis = axis_of(len(xs), None)
         return (Value(outs[0], x.dtype, (cnt,) if axis is None else along(xs, axis)),)

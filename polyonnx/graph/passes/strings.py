@@ -32,9 +32,10 @@ WIDTH_RULES: dict[str, Callable[[Sequence[int]], int]] = {
     "StringNormalizer": lambda widths: widths[0],  # a code point maps to one code point
     "Identity": lambda widths: widths[0],
     "StringConcat": sum,
+    "StringSplit": lambda widths: widths[0],  # substrings of the input
 }
 #: The ops that read strings and compute something else.
-STRING_READERS = frozenset({"Equal"})
+STRING_READERS = frozenset({"Equal", "RegexFullMatch"})
 
 
 def type_strings(graph: Graph, widths: Mapping[str, int]) -> Graph:
