@@ -74,7 +74,10 @@ def code_table(strings: Sequence[str], width: int) -> np.ndarray:
     return table
 
 
-def check_post_transform(node: Node, ctx: LowerContext, kind: str) -> str:
+def post_transform_attr(node: Node, ctx: LowerContext) -> str:
+    """The ``post_transform`` attribute of an older classifier or regressor (a string);
+    UnsupportedOpError naming it for another value."""
+    kind = str_attr(node, "post_transform", "NONE")
     if kind not in POST_TRANSFORMS:
         raise unsupported(node, ctx, f"attribute 'post_transform' = {kind!r}")
     return kind

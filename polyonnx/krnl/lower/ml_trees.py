@@ -37,12 +37,12 @@ from polyonnx.graph.strings import CODE_POINT, string_width
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import bad_attr, nest, unsupported, var
 from polyonnx.krnl.lower.ml_common import (
-    check_post_transform,
     choice_attr,
     code_table,
     float_values,
     int_values,
     post_transform,
+    post_transform_attr,
     register_ml,
     string_values,
 )
@@ -473,16 +473,7 @@ def lower_tree_ensemble_regressor(node: Node, ctx: LowerContext) -> Lowered:
     y = node.outputs[0]
     n_targets = int(node.attr("n_targets", 1))
     aggregate = choice_attr(node, "aggregate_function", "SUM", AGGREGATES)
-    transform = check_post_transform(
-        node,
-        ctx,
-        choice_attr(
-            node,
-            "post_transform",
-            "NONE",
-            ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"),
-        ),
-    )
+    transform = post_transform_attr(node, ctx)
     forest = _forest_v3(node, "target", n_targets, aggregate)
     dtype = ctx.dtype(y)
     rows = ctx.shape(x)[0]
@@ -513,16 +504,7 @@ def lower_tree_ensemble_classifier(node: Node, ctx: LowerContext) -> Lowered:
     )
     if classes < 2:
         raise unsupported(node, ctx, f"{classes} class label(s) (at least 2)")
-    transform = check_post_transform(
-        node,
-        ctx,
-        choice_attr(
-            node,
-            "post_transform",
-            "NONE",
-            ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"),
-        ),
-    )
+    transform = post_transform_attr(node, ctx)
     forest = _forest_v3(node, "class", classes, "SUM")
     rows = ctx.shape(x)[0]
     z = node.outputs[1] if len(node.outputs) > 1 and node.outputs[1] else f"{node.name}__z"

@@ -156,22 +156,21 @@ def test_classifier_matches_onnxruntime(labels: str, transform: str) -> None:
         **names,
         **attrs,
     )
-    elem = TensorProto.INT64 if labels == "int" else TensorProto.STRING
-    m = _model(
-        node,
-        [
-            helper.make_tensor_value_info("label", elem, None),
-            helper.make_tensor_value_info("scores", TensorProto.FLOAT, None),
-        ],
-    )
+    m = _classifier(node, TensorProto.INT64 if labels == "int" else TensorProto.STRING)
     x = _inputs(4)
-    got_labels, got_scores = polyonnx.InferenceSession(m).run(None, {"x": x})
-    ort_labels, ort_scores = onnxruntime_outputs(m, {"x": x})
-    np.testing.assert_allclose(got_scores, ort_scores, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(got_labels, ort_labels)
-    ref_labels, ref_scores = onnx_reference_outputs(m, {"x": x})
-    np.testing.assert_allclose(got_scores, ref_scores, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(got_labels, ref_labels)
+    got = polyonnx.InferenceSession(m).run(None, {"x": x})
+    _same_labels_and_scores(got, onnxruntime_outputs(m, {"x": x}))
+    _same_labels_and_scores(got, onnx_reference_outputs(m, {"x": x}))
+
+
+def _classifier(node: onnx.NodeProto, labels: int) -> onnx.ModelProto:
+    outputs = [("label", labels), ("scores", TensorProto.FLOAT)]
+    return _model(node, [helper.make_tensor_value_info(n, e, None) for n, e in outputs])
+
+
+def _same_labels_and_scores(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[0], want[0])
 
 
 @pytest.mark.parametrize("transform", ["NONE", "LOGISTIC"])
@@ -188,23 +187,13 @@ def test_binary_classifier_as_skl2onnx_writes_it(transform: str) -> None:
         classlabels_int64s=[0, 1],
         **attrs,
     )
-    m = _model(
-        node,
-        [
-            helper.make_tensor_value_info("label", TensorProto.INT64, None),
-            helper.make_tensor_value_info("scores", TensorProto.FLOAT, None),
-        ],
-    )
+    m = _classifier(node, TensorProto.INT64)
     x = _inputs(6)
-    got_labels, got_scores = polyonnx.InferenceSession(m).run(None, {"x": x})
-    ref_labels, ref_scores = onnx_reference_outputs(m, {"x": x})
-    np.testing.assert_allclose(got_scores, ref_scores, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(got_labels, ref_labels)
+    got = polyonnx.InferenceSession(m).run(None, {"x": x})
+    _same_labels_and_scores(got, onnx_reference_outputs(m, {"x": x}))
     if transform == "LOGISTIC":  # (onnxruntime agrees there; with NONE it writes [-p, p]
         # when some weight is negative)
-        ort_labels, ort_scores = onnxruntime_outputs(m, {"x": x})
-        np.testing.assert_allclose(got_scores, ort_scores, rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(got_labels, ort_labels)
+        _same_labels_and_scores(got, onnxruntime_outputs(m, {"x": x}))
 
 
 def _v5_from(attrs: dict) -> dict[str, object]:
