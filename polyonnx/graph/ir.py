@@ -45,6 +45,9 @@ code, which Cast's lowering decodes and encodes bit by bit."""
 INTERNAL_DOMAIN = "polyonnx"
 """The domain of the operators polyonnx's graph passes introduce (never in a user's model)."""
 
+ML_DOMAIN = "ai.onnx.ml"
+"""The domain of ONNX-ML, the operators of classical machine learning (scikit-learn's)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Value:

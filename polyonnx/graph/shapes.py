@@ -18,7 +18,8 @@ from collections.abc import Collection, Mapping
 import numpy as np
 
 from polyonnx.errors import ShapeError
-from polyonnx.graph.ir import Node, Value
+from polyonnx.graph.ir import ML_DOMAIN, Node, Value
+from polyonnx.graph.ml_shapes import ml_outputs
 
 #: Ops whose single output has the type and shape of their first input.
 SAME_AS_INPUT = frozenset(
@@ -160,6 +161,8 @@ def infer_outputs(node: Node, values: Mapping[str, Value]) -> tuple[Value, ...]:
             f"node {node.name!r} ({node.op_type}): cannot infer the shape of "
             f"{', '.join(node.outputs)} because an input shape is unknown"
         )
+    if node.domain == ML_DOMAIN:
+        return ml_outputs(node, ins)
     first = ins[0]
     if node.op_type in SAME_AS_INPUT:
         dtype, shape = first.dtype, first.shape

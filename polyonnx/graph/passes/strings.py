@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.graph.ir import Graph, Value
+from polyonnx.graph.ir import ML_DOMAIN, Graph, Node, Value
 from polyonnx.graph.strings import UNSIZED, fixed_width, string_dtype, string_width
 
 #: The ops that compute strings: the width of their string output from their inputs' widths.
@@ -36,6 +36,42 @@ WIDTH_RULES: dict[str, Callable[[Sequence[int]], int]] = {
 }
 #: The ops that read strings and compute something else.
 STRING_READERS = frozenset({"Equal", "RegexFullMatch"})
+
+
+def _attribute_strings(node: Node, names: Sequence[str]) -> list[str]:
+    """The strings of ``node``'s attributes ``names`` (string, strings or string tensor)."""
+    found: list[str] = []
+    for name in names:
+        v = node.attr(name)
+        items = v.reshape(-1).tolist() if isinstance(v, np.ndarray) else v
+        for s in (items,) if isinstance(items, str | bytes) else items or ():
+            if isinstance(s, bytes):
+                s = s.decode("utf-8")
+            if isinstance(s, str):
+                found.append(s)
+    return found
+
+
+def _label_encoder_width(node: Node, widths: Sequence[int]) -> int:
+    strings = _attribute_strings(
+        node, ("values_strings", "values_tensor", "default_tensor", "classes_strings")
+    )
+    # (The spec's default_string when the node gives none.)
+    strings += _attribute_strings(node, ("default_string",)) or ["_Unused"]
+    return max(map(len, strings), default=1)
+
+
+#: The ONNX-ML ops that read or write strings: the width of their string output (one of the
+#: strings of their attributes, or of their input) from the node and its inputs' widths.
+ML_WIDTH_RULES: dict[str, Callable[[Node, Sequence[int]], int]] = {
+    "LabelEncoder": _label_encoder_width,
+    "ArrayFeatureExtractor": lambda node, widths: widths[0],
+    "OneHotEncoder": lambda node, widths: 1,  # (writes no string)
+    **dict.fromkeys(
+        ("TreeEnsembleClassifier", "LinearClassifier"),
+        lambda node, widths: max(map(len, _attribute_strings(node, ("classlabels_strings",)))),
+    ),
+}
 
 
 def type_strings(graph: Graph, widths: Mapping[str, int]) -> Graph:
@@ -55,21 +91,10 @@ def type_strings(graph: Graph, widths: Mapping[str, int]) -> Graph:
             values[v.name] = dataclasses.replace(v, dtype=string_dtype(_input_width(v, widths)))
     for n in graph.nodes:
         read = [string_width(values[i].dtype) for i in n.inputs if i]
-        known = [w for w in read if w is not None]
         writes = [o for o in n.outputs if o and values[o].dtype == UNSIZED]
-        if not known and not writes:
+        if not any(w is not None for w in read) and not writes:
             continue
-        if n.op_type in STRING_READERS and not writes and not n.domain:
-            continue
-        if n.op_type not in WIDTH_RULES or n.domain or None in read:
-            raise UnsupportedOpError(
-                n.op_type,
-                graph.opset,
-                n.name,
-                "string tensors (polyonnx computes strings with "
-                f"{', '.join(sorted({*WIDTH_RULES, *STRING_READERS}))} only)",
-            )
-        width = string_dtype(WIDTH_RULES[n.op_type](known))
+        width = _output_width(n, read, bool(writes), graph.opset)
         for o in writes:
             values[o] = dataclasses.replace(values[o], dtype=width)
     return dataclasses.replace(
@@ -79,6 +104,25 @@ def type_strings(graph: Graph, widths: Mapping[str, int]) -> Graph:
         values=values,
         constants=constants,
     )
+
+
+def _output_width(n: Node, read: Sequence[int | None], writes: bool, opset: int) -> str:
+    """The dtype of node ``n``'s string outputs (``read``: its inputs' widths, None for an
+    input that holds no strings); UnsupportedOpError when ``n`` cannot compute on strings."""
+    known = [w for w in read if w is not None]
+    if n.domain == ML_DOMAIN and n.op_type in ML_WIDTH_RULES:
+        return string_dtype(max(ML_WIDTH_RULES[n.op_type](n, known), 1))
+    if n.op_type in STRING_READERS and not writes and not n.domain:
+        return ""
+    if n.op_type not in WIDTH_RULES or n.domain or None in read:
+        raise UnsupportedOpError(
+            f"{n.domain}.{n.op_type}" if n.domain else n.op_type,
+            None if n.domain else opset,
+            n.name,
+            "string tensors (polyonnx computes strings with "
+            f"{', '.join(sorted({*WIDTH_RULES, *STRING_READERS, *ML_WIDTH_RULES}))} only)",
+        )
+    return string_dtype(WIDTH_RULES[n.op_type](known))
 
 
 def _sized_constant(name: str, c: np.ndarray) -> np.ndarray:

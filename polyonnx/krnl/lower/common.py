@@ -11,7 +11,7 @@ import numpy as np
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
-from polyonnx.krnl.lower.registry import LowerContext
+from polyonnx.krnl.lower.registry import LowerContext, op_name, op_opset
 
 Aff = ir.Aff
 
@@ -96,7 +96,7 @@ def opset(ctx: LowerContext) -> int:
 
 
 def unsupported(node: Node, ctx: LowerContext, detail: str) -> UnsupportedOpError:
-    return UnsupportedOpError(node.op_type, opset(ctx), node.name, detail)
+    return UnsupportedOpError(op_name(node), op_opset(node, ctx), node.name, detail)
 
 
 def bad_attr(node: Node, attr: str, detail: str) -> ModelError:

@@ -145,6 +145,17 @@ def _key(op_type: str, domain: str) -> str:
     return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
 
 
+def op_name(node: Node) -> str:
+    """The op as messages name it: ``Relu``, or with its domain, ``ai.onnx.ml.Scaler``."""
+    return _key(node.op_type, node.domain)
+
+
+def op_opset(node: Node, ctx: LowerContext) -> int | None:
+    """The opset messages give for ``node``: the graph's, which is the default domain's
+    (None for an op of another domain)."""
+    return None if node.domain else ctx.graph.opset
+
+
 def find(op_type: str, opset: int, domain: str = "") -> Lowering | None:
     """The lowering for ``op_type`` valid at ``opset``, or None."""
     best = None
@@ -162,7 +173,9 @@ def lower_node(node: Node, ctx: LowerContext) -> Lowered:
     """
     fn = find(node.op_type, ctx.graph.opset, node.domain)
     if fn is None:
-        raise UnsupportedOpError(node.op_type, ctx.graph.opset, node.name, "no lowering registered")
+        raise UnsupportedOpError(
+            op_name(node), op_opset(node, ctx), node.name, "no lowering registered"
+        )
     out = fn(node, ctx)
     return out if isinstance(out, Lowered) else Lowered(tuple(out))
 
