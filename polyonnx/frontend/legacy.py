@@ -279,6 +279,10 @@ def drop_windows_in_padding(model: onnx.ModelProto) -> None:
         strides = list(_attr(n, "strides", [1] * rank))
         dilations = list(_attr(n, "dilations", [1] * rank))
         pads = list(_attr(n, "pads", [0] * 2 * rank))
+        if (len(strides), len(dilations), len(pads)) != (rank, rank, 2 * rank) or (
+            min(strides + dilations, default=1) < 1
+        ):
+            continue  # (invalid: refused by name when the graph is validated)
         trimmed = list(pads)
         for k, size in enumerate(int(d) for d in spatial if d is not None):
             span = (kernel[k] - 1) * dilations[k] + 1

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
+from polyonnx.errors import PolyonnxError
 from polyonnx.testing import assert_close, onnxruntime_outputs
 
 F = TensorProto.FLOAT
@@ -161,3 +162,20 @@ def test_ceil_mode_window_starting_in_the_end_padding_is_dropped(op, attrs, opse
     x = _rand(1, 2, 4, 5)
     got = polyonnx.InferenceSession(model).run(None, {"x": x})
     assert_close(got, onnxruntime_outputs(model, {"x": x}))
+
+
+@pytest.mark.parametrize(
+    "attrs, wrong",
+    [
+        ({"strides": [0, 1]}, "strides"),
+        ({"dilations": [1, -1]}, "dilations"),
+        ({"strides": [1, 1, 1]}, "strides"),
+    ],
+)
+def test_a_ceil_mode_pool_with_invalid_windows_is_refused_by_name(attrs, wrong):
+    # (The padding trim reads the window before the graph is validated: it must leave an
+    # invalid one to the validator, not divide by a zero stride.)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], ceil_mode=1, **attrs)
+    model = _model([node], {"x": [1, 2, 4, 5]}, 17)
+    with pytest.raises(PolyonnxError, match=wrong):
+        polyonnx.InferenceSession(model)
