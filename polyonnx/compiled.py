@@ -58,7 +58,8 @@ class Compiled:
     @functools.cached_property
     def symbols(self) -> tuple[str, ...]:
         """Each kernel's function name (:func:`polyonnx.codegen.module.kernel_symbol`)."""
-        return tuple(kernel_symbol(k, ast, self.config) for k, ast in self.asts)
+        config = self.config
+        return tuple(kernel_symbol(k, ast, config) for k, ast in self.asts)
 
     def module(self, *, aot: bool = False, triple: str = "") -> ir.Module:
         """The whole model in one LLVM module (what ``--emit llvm|asm|obj`` shows)."""

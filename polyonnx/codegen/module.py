@@ -32,7 +32,7 @@ from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.memory import ALIGN, MemoryPlan
 from polyonnx.krnl.program import Program
 from polyonnx.krnl.window import Windowed, windowed
-from polyonnx.schedule.signature import canonical
+from polyonnx.schedule.signature import canonical_digest
 
 WEIGHTS_SYMBOL = "polyonnx_weights"
 
@@ -41,7 +41,8 @@ def kernel_symbol(kernel: Kernel, ast: tuple[la.LNode, ...], config: CodegenConf
     """The kernel's function name, derived from what decides its code: equal kernels (up to
     buffer names, as ResNet50 repeats most of its convolutions) with equal loops share one
     function, across models too, and its object code can be cached by name."""
-    text = "\n".join([str(canonical(_window(kernel, config).kernel)), *map(str, ast), config.key()])
+    window = _window(kernel, config).kernel
+    text = "\n".join([canonical_digest(window), *map(str, ast), config.key()])
     return "polyonnx_k_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

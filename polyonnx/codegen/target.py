@@ -59,8 +59,10 @@ def llvm_version() -> str:
     return ".".join(str(v) for v in llvm.llvm_version_info)
 
 
+@functools.cache
 def host_cpu() -> tuple[str, str, str]:
-    """(triple, cpu name, feature string) of this machine."""
+    """(triple, cpu name, feature string) of this machine (asked once: every kernel's
+    codegen configuration starts from it)."""
     init_llvm()
     return (
         llvm.get_process_triple(),

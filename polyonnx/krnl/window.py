@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, replace
 
 from polyonnx.krnl.ir import Aff, Kernel, Load, loop_box, move_buffers, walk
+from polyonnx.krnl.memo import identity_memo
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +46,13 @@ class Windowed:
     offsets: tuple[int, ...]
 
 
+@identity_memo
 def windowed(kernel: Kernel) -> Windowed:
     """``kernel`` with each buffer's accesses starting at the lowest index they can reach
     along the buffer's outermost axis of more than one element (counted on the box of the
     loop bounds; a buffer whose lowest index there is not positive, or with a computed index,
-    stays as it is)."""
+    stays as it is). Remembered per kernel object: the scheduler, the codegen symbols and
+    the entry point each ask (:mod:`polyonnx.krnl.memo`)."""
     low: dict[str, list[int] | None] = {}
     for loops, stmt in kernel.statements():
         box = loop_box(loops)

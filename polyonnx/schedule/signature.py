@@ -32,6 +32,7 @@ from polyonnx.krnl.ir import (
     rename_buffers,
     walk,
 )
+from polyonnx.krnl.memo import identity_memo
 
 
 def canonical(kernel: Kernel) -> Kernel:
@@ -44,9 +45,16 @@ def canonical(kernel: Kernel) -> Kernel:
     )
 
 
+@identity_memo
+def canonical_digest(kernel: Kernel) -> str:
+    """The SHA-256 (hex) of the printed :func:`canonical` kernel; remembered per kernel object
+    (:mod:`polyonnx.krnl.memo`): the scheduler and codegen both name kernels by it."""
+    return hashlib.sha256(str(canonical(kernel)).encode()).hexdigest()
+
+
 def kernel_signature(kernel: Kernel) -> str:
     """A stable 16-hex-digit hash of the kernel's structure (not of its names)."""
-    return hashlib.sha256(str(canonical(kernel)).encode()).hexdigest()[:16]
+    return canonical_digest(kernel)[:16]
 
 
 def _arith(e: Expr) -> int:
