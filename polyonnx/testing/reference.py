@@ -94,12 +94,11 @@ def onnxruntime_int8_exact() -> bool:
     is then not the spec's, which polyonnx computes. Other architectures' dot-product
     instructions are exact.
     """
+    from polyonnx.codegen.isa import is_x86
     from polyonnx.codegen.target import host_cpu
 
     triple, _, features = host_cpu()
-    if not triple.startswith(("x86_64", "i386", "i686")):
-        return True
-    return "+avx512vnni" in features.split(",") or "+avxvnni" in features.split(",")
+    return not is_x86(triple) or bool({"+avx512vnni", "+avxvnni"} & set(features.split(",")))
 
 
 def onnx_reference_outputs(model: ModelLike, feeds: Mapping[str, Any]) -> list[np.ndarray]:

@@ -92,11 +92,15 @@ def _forest_attrs(
     return a
 
 
-def _model(node: onnx.NodeProto, outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
+def _model(
+    node: onnx.NodeProto, outputs: list[onnx.ValueInfoProto], opsets: tuple[int, int] = (17, 3)
+) -> onnx.ModelProto:
+    """A model of ``node`` on input x[?, FEATURES], importing (default, ML) ``opsets``."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, FEATURES])
     g = helper.make_graph([node], "forest", [x], outputs)
+    default, ml = opsets
     return helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)]
+        g, opset_imports=[helper.make_opsetid("", default), helper.make_opsetid(ML, ml)]
     )
 
 
@@ -252,13 +256,7 @@ def test_tree_ensemble_5_matches_the_regressor(aggregate: int) -> None:
         aggregate_function=aggregate,
         **_v5_from(attrs),
     )
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, FEATURES])
-    g = helper.make_graph(
-        [node], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    )
-    m = helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(ML, 5)]
-    )
+    m = _model(node, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], (21, 5))
     xs = _inputs(8)
     (got,) = polyonnx.InferenceSession(m).run(None, {"x": xs})
     np.testing.assert_allclose(got, onnx_reference_outputs(m, {"x": xs})[0], rtol=1e-5, atol=1e-5)
