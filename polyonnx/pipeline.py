@@ -3,7 +3,8 @@
 Each stage is a function of the previous stage's result plus options, and every stage prints::
 
     onnx   load, check, upgrade opset, infer shapes           (frontend)
-    graph  import, fold, simplify, fold BN, DCE, blocked layout (graph passes)
+    graph  import, fold, simplify, fold BN, DCE, blocked layout, (graph passes)
+           MatMul panel widths
     krnl   fusion groups lowered to loop-nest kernels, then   (krnl)
            the krnl passes (``after``: stop after one)
     isl    domains, accesses, dependences, schedule trees     (schedule)
@@ -41,6 +42,7 @@ from polyonnx.graph.passes import optimize
 from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
+from polyonnx.graph.passes.panels import matmul_panels
 from polyonnx.graph.passes.pixels import flat_pixels
 from polyonnx.graph.passes.strings import type_strings
 from polyonnx.graph.passes.winograd import winograd_convs
@@ -75,9 +77,10 @@ def to_graph(
     graph = optimize(validate(graph, options.max_tensor_bytes))
     # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
     unguarded = not any(n.guard for n in graph.nodes)
-    blocks = options.channel_blocks and unguarded
-    tiling = target_tiling(options) if blocks else None
-    return choose_layouts(graph, tiling) if unguarded else graph
+    tiling = target_tiling(options)
+    if unguarded:
+        graph = choose_layouts(graph, tiling if options.channel_blocks else None)
+    return matmul_panels(graph, tiling.vector)
 
 
 def choose_layouts(graph: Graph, tiling: Tiling | None) -> Graph:

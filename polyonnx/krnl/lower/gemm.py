@@ -21,6 +21,7 @@ import numpy as np
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
+from polyonnx.graph.passes.panels import PANEL_ATTR
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     Aff,
@@ -126,15 +127,16 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered
         out_index.append(var("j"))
     k = var("k")
     rows = int(np.prod(y_shape[:-1]))  # rows of A (batches included) that each read all of B
+    panel = int(node.attr(PANEL_ATTR, PANEL))
     if (
         len(b_shape) == 2
         and not a_vector
         and dtype in ("float32", "float64")
-        and b_shape[1] >= 2 * PANEL
-        and k_extent >= PANEL
+        and b_shape[1] >= 2 * panel
+        and k_extent >= panel
         and (ctx.constant(b) is not None or rows >= PACK_MIN_ROWS)
     ):
-        return _panelled(node, ctx, dtype, iters, out_index, k_extent)
+        return _panelled(node, ctx, dtype, iters, out_index, k_extent, panel)
     a_index = (
         (k,)
         if a_vector
@@ -157,7 +159,8 @@ def lower_matmul(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered
 
 
 PANEL = 32
-"""Columns of B per packed panel: two AVX-512 (four AVX2) float32 vectors."""
+"""Columns of B per packed panel when the MatMul has no ``panel`` attribute; the pipeline
+sets the target's register-tile width (:mod:`polyonnx.graph.passes.panels`)."""
 
 PACK_MIN_ROWS = 32
 """Rows of A from which a B known only at run time is packed into panels. Packing costs two
@@ -174,8 +177,9 @@ def _panelled(
     iters: list[tuple[str, int]],
     out_index: list[Aff],
     k_extent: int,
+    panel: int,
 ) -> Lowered:
-    """``Y = A @ B`` for a 2-D ``B`` read through panels ``Bp[jt, k, jj] = B[k, PANEL*jt + jj]``:
+    """``Y = A @ B`` for a 2-D ``B`` read through panels ``Bp[jt, k, jj] = B[k, panel*jt + jj]``:
     the columns a register tile needs are contiguous for every ``k`` (a row of B is ``N``
     floats apart, and with ``N`` a power of two those rows fight for the same cache sets).
     A constant ``B`` is packed (zero-padded) at compile time, another by a first nest of the
@@ -184,46 +188,46 @@ def _panelled(
     """
     a, b, y = node.input(0), node.input(1), node.outputs[0]
     n_cols = ctx.shape(b)[1]
-    panels = -(-n_cols // PANEL)
+    panels = -(-n_cols // panel)
     packed = f"{b}__panels"
-    j = var("jt") * PANEL + var("jj")
+    j = var("jt") * panel + var("jj")
     weights = ctx.constant(b)
     nests: tuple[ir.Node, ...] = ()
     temps: list[ir.Buffer] = []
     constants: tuple[tuple[str, np.ndarray], ...] = ()
     if weights is not None:
-        padded = np.zeros((k_extent, panels * PANEL), weights.dtype)
+        padded = np.zeros((k_extent, panels * panel), weights.dtype)
         padded[:, :n_cols] = weights
         constants = (
             (
                 packed,
-                np.ascontiguousarray(padded.reshape(k_extent, panels, PANEL).transpose(1, 0, 2)),
+                np.ascontiguousarray(padded.reshape(k_extent, panels, panel).transpose(1, 0, 2)),
             ),
         )
     else:
-        temps.append(ir.Buffer(packed, dtype, (panels, k_extent, PANEL), "temp"))
+        temps.append(ir.Buffer(packed, dtype, (panels, k_extent, panel), "temp"))
         point = (var("jt"), var("k"), var("jj"))
         pack = ir.Stmt(
             "S",
             ir.Access(packed, point),
             load(ctx, b, (var("k"), j)),
-            (ir.lt(j, n_cols),) if n_cols % PANEL else (),
+            (ir.lt(j, n_cols),) if n_cols % panel else (),
         )
         # Row by row of B: each row is read once, whole, as it lies in memory.
-        nests = nest([("k", k_extent), ("jt", panels), ("jj", PANEL)], (pack,))
-        if n_cols % PANEL:
+        nests = nest([("k", k_extent), ("jt", panels), ("jj", panel)], (pack,))
+        if n_cols % panel:
             tail = ir.Stmt(
                 "S", ir.Access(packed, (Aff.lift(panels - 1), var("k"), var("jj"))), zero(dtype)
             )
             nests = (
                 *nests,
-                ir.Loop("k", 0, k_extent, (ir.Loop("jj", n_cols % PANEL, PANEL, (tail,)),)),
+                ir.Loop("k", 0, k_extent, (ir.Loop("jj", n_cols % panel, panel, (tail,)),)),
             )
     n_batch = len(iters) - 2
     batch = iters[:n_batch]
     acc = f"{node.name}__acc"
     temps.append(
-        ir.Buffer(acc, dtype, (*(e for _, e in batch), iters[n_batch][1], panels, PANEL), "temp")
+        ir.Buffer(acc, dtype, (*(e for _, e in batch), iters[n_batch][1], panels, panel), "temp")
     )
     acc_point = (*(var(n) for n, _ in batch), var("i"), var("jt"), var("jj"))
     a_index = (
@@ -235,12 +239,12 @@ def _panelled(
     init = ir.Stmt("S", ir.Access(acc, acc_point), zero(dtype))
     update = ir.Stmt("S", ir.Access(acc, acc_point), ir.Load(acc, acc_point, dtype) + product)
     body = nest(
-        [*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)],
+        [*batch, iters[n_batch], ("jt", panels), ("jj", panel)],
         (init, *nest([("k", k_extent)], (update,))),
     )
     out = ir.Access(y, tuple(j if isinstance(x, Aff) and x == var("j") else x for x in out_index))
     copy = ir.Stmt(
-        "S", out, ir.Load(acc, acc_point, dtype), (ir.lt(j, n_cols),) if n_cols % PANEL else ()
+        "S", out, ir.Load(acc, acc_point, dtype), (ir.lt(j, n_cols),) if n_cols % panel else ()
     )
-    final = nest([*batch, iters[n_batch], ("jt", panels), ("jj", PANEL)], (copy,))
+    final = nest([*batch, iters[n_batch], ("jt", panels), ("jj", panel)], (copy,))
     return Lowered((*nests, *body, *final), tuple(temps), constants)
