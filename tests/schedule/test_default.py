@@ -124,3 +124,11 @@ def test_a_copy_runs_in_parallel_when_it_moves_enough_memory():
     # 128K instances, far below MIN_PARALLEL_INSTANCES; 512 KiB written: in parallel.
     assert "// parallel" in _ast(_copy(128))
     assert "// parallel" not in _ast(_copy(32))  # 128 KiB: one thread
+
+
+def test_a_gemv_runs_in_parallel_when_it_streams_enough_weights():
+    # A batch-1 fully connected layer: under a million multiply-adds, but 2 MiB of weights
+    # streamed once per run; 1024 x 128 (512 KiB) stays on one thread.
+    tiling = Tiling.for_vector_bits(512, threads=2)
+    assert "// parallel" in _ast(matmul(1, 1024, 512), tiling=tiling)
+    assert "// parallel" not in _ast(matmul(1, 128, 1024), tiling=tiling)

@@ -29,6 +29,7 @@ from typing import cast
 import islpy as isl
 import numpy as np
 
+from polyonnx.krnl.ir import loads
 from polyonnx.schedule.legality import loops_that_may_carry
 from polyonnx.schedule.poly import PolyKernel
 from polyonnx.schedule.schedule import Schedule
@@ -49,6 +50,10 @@ it costs about what a second core saves on less work."""
 MIN_PARALLEL_BYTES = 256 * 1024
 """Bytes written above which a nest runs in parallel whatever its instance count: a copy is
 bound by memory traffic, which a second core shares."""
+MIN_PARALLEL_READ_BYTES = 1024 * 1024
+"""Bytes read above which a nest runs in parallel whatever its instance count: an operand
+that large comes from L3 or memory (a batch-1 fully connected layer's weights, read once per
+run in under a million multiply-adds), and each core adds its own bandwidth to the stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +85,13 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
         nodes = [get(s.tree, paths[n]) for n in names]
         assert all(isinstance(b, Band) for b in nodes)
         below = instances(s.poly, stmts(nodes[0]))
-        count, written = _instances(s.poly, below)
+        count, written, read = _instances(s.poly, below)
         runs = _runs(s, paths[names[0]])
-        if count < MIN_PARALLEL_INSTANCES * runs and written < MIN_PARALLEL_BYTES * runs:
+        if (
+            count < MIN_PARALLEL_INSTANCES * runs
+            and written < MIN_PARALLEL_BYTES * runs
+            and read < MIN_PARALLEL_READ_BYTES * runs
+        ):
             continue
         may = loops_that_may_carry(
             s.dependences, below, [cast(Band, b).sched for b in nodes], range(len(names))
@@ -109,15 +118,16 @@ def _runs(s: Schedule, path: tuple[int, ...]) -> int:
     return runs
 
 
-def _instances(poly: PolyKernel, domain: isl.UnionSet) -> tuple[int, int]:
-    """Statement instances of ``domain`` and the bytes they write (each buffer's at most
-    once: a reduction writes its output, not one element per instance), counted from the
-    krnl loops (guards ignored)."""
+def _instances(poly: PolyKernel, domain: isl.UnionSet) -> tuple[int, int, int]:
+    """Statement instances of ``domain``, the bytes they write and the bytes they read
+    besides what they write (each buffer's at most once: a reduction writes its output, not
+    one element per instance), counted from the krnl loops (guards ignored)."""
     total = 0
     names = set()
     domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
     buffers = {b.name: b for b in poly.kernel.buffers}
     written: dict[str, int] = {}
+    read: dict[str, int] = {}
     for name in names:
         info = poly.stmts[name]
         count = 1
@@ -126,4 +136,10 @@ def _instances(poly: PolyKernel, domain: isl.UnionSet) -> tuple[int, int]:
         total += count
         out = info.stmt.write.buffer
         written[out] = written.get(out, 0) + count * np.dtype(buffers[out].dtype).itemsize
-    return total, sum(min(n, buffers[b].nbytes) for b, n in written.items())
+        for b in {ld.buffer for ld in loads(info.stmt.body)} - {out}:
+            read[b] = read.get(b, 0) + count * np.dtype(buffers[b].dtype).itemsize
+
+    def once(by_buffer: dict[str, int]) -> int:
+        return sum(min(n, buffers[b].nbytes) for b, n in by_buffer.items())
+
+    return total, once(written), once(read)
