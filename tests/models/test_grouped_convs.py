@@ -112,6 +112,13 @@ CASES = {
     ),
     "depthwise_1d": (32, (50,), [ConvSpec(64, 1), ConvSpec(64, 5, 64, _pads(1, 2), "Relu")], True),
     "depthwise_3d": (32, (6, 7, 8), [ConvSpec(32, 1), ConvSpec(32, 3, 32, _pads(3, 1))], True),
+    # Channels that are not whole blocks: the last block zero-padded (72 in 80 or 96).
+    "depthwise_odd_channels": (
+        32,
+        (14, 14),
+        [ConvSpec(72, 1, act="Relu"), ConvSpec(72, 3, 72, _pads(2, 1), "Clip")],
+        True,
+    ),
     # NCHW: a batch of GEMMs over the pixels (ShuffleNet's grouped 1x1 convs).
     "grouped_1x1": (136, (7, 7), [ConvSpec(136, 1, 4, act="Relu")], False),
     "grouped_1x1_strided": (60, (14, 14), [ConvSpec(120, 1, 3, {"strides": [2, 2]})], False),
@@ -126,12 +133,6 @@ CASES = {
     ),
     "grouped_3_1d_strided": (21, (40,), [ConvSpec(9, 4, 3, {"strides": [3]}, "Relu")], False),
     "grouped_3d": (12, (5, 6, 7), [ConvSpec(18, 3, 3, _pads(3, 1))], False),
-    "depthwise_odd_channels": (
-        32,
-        (14, 14),
-        [ConvSpec(72, 1, act="Relu"), ConvSpec(72, 3, 72, _pads(2, 1), "Clip")],
-        False,
-    ),
 }
 
 

@@ -26,6 +26,18 @@ block-diagonal part; a depthwise conv's ``[C/block, 1, kernel..., block]``): the
 output channels is contiguous for each input channel and tap. The whole graph uses one block
 size, the smaller of two when that blocks more of the convolutions' work.
 
+**Padded blocks.** An ungrouped or depthwise conv whose channels are not whole blocks (72 in
+blocks of 16 or 32: MobileNets, EfficientNets) is blocked all the same when the last block,
+zero-padded, costs at most :data:`MAX_PAD_WASTE` times its channels' work: its twin has
+``ceil(C/block)`` blocks, and its weights, bias and per-channel constants are zero-padded, so
+a conv reading the padding multiplies it by zero weights. That is exact only if the padding
+lanes hold finite numbers (``0 * inf`` is NaN), so the pass knows the number in them: a conv
+or ``ToBlocked`` writes 0, pools keep their input's, and an element-wise op is evaluated on
+its inputs' padding (constants are padded with 0); an op whose padding would not be finite
+(``Log``, a division by a padded constant) or not known (a scalar computed at run time) does
+not follow a padded value. ``FromBlocked`` drops the padding; Concat and Split move only
+values of whole blocks.
+
 Example:
     >>> from polyonnx.frontend import import_model
     >>> from polyonnx.graph.passes import optimize
@@ -47,6 +59,31 @@ from polyonnx.graph.ir import INTERNAL_DOMAIN as DOMAIN
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.fuse import ELEMENTWISE
+
+MAX_PAD_WASTE = 1.5
+"""The padded channels a blocked conv may compute per real channel (72 channels in blocks of
+32: 96, 1.33x); beyond it the conv stays NCHW (16 channels in blocks of 32 would be 2x)."""
+
+
+def _padded(channels: int, block: int) -> int:
+    """``channels`` rounded up to whole blocks."""
+    return -(-channels // block) * block
+
+
+def _fits(channels: int, block: int) -> bool:
+    """Whether ``channels`` go in blocks of ``block``: whole ones, or the last one padded at
+    a cost of at most :data:`MAX_PAD_WASTE`."""
+    return channels % block == 0 or _padded(channels, block) <= MAX_PAD_WASTE * channels
+
+
+def _pad_channels(a: np.ndarray, axis: int, block: int) -> np.ndarray:
+    """``a`` zero-padded along ``axis`` to whole blocks."""
+    extra = _padded(a.shape[axis], block) - a.shape[axis]
+    if not extra:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, extra)
+    return np.pad(a, widths)
 
 
 def blocked_layout(graph: Graph, block: int, smallest: int | None = None) -> Graph:
@@ -84,6 +121,7 @@ class _Rewrite:
         self.nodes: list[Node] = []
         self.blocked: dict[str, str] = {}  # NCHW value -> its blocked twin
         self.plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)
+        self.pads: dict[str, float] = {}  # padded blocked twin -> the number in its padding
 
     def node(self, node: Node) -> None:
         """``node`` in the layout its inputs and kind call for."""
@@ -96,7 +134,7 @@ class _Rewrite:
                     node.name,
                     "MaxPoolBlocked",
                     (blocked[node.inputs[0]],),
-                    (self.twin_of(node.outputs[0]),),
+                    (self.twin_of(node.outputs[0], self.pads.get(blocked[node.inputs[0]])),),
                     node.attrs,
                     DOMAIN,
                 )
@@ -105,24 +143,65 @@ class _Rewrite:
             self.nodes.append(self.reduce_blocked(node))
         elif _moves_whole_blocks(graph, node, blocked, block):
             self.nodes.append(self.move_blocks(node))
-        elif _follows_blocked(graph, node, blocked):
+        elif _follows_blocked(graph, node, blocked) and math.isfinite(
+            pad := self.padding_after(node)
+        ):
             ins = tuple(self.blocked_operand(i, node) for i in node.inputs)
-            twin = self.twin_of(node.outputs[0])
+            twin = self.twin_of(node.outputs[0], pad)
             self.nodes.append(dataclasses.replace(node, inputs=ins, outputs=(twin,)))
         else:
             ins = tuple(self.to_plain(i) if i in blocked else i for i in node.inputs)
             self.nodes.append(dataclasses.replace(node, inputs=ins))
             self.plain.update(o for o in node.outputs if o)
 
-    def twin_of(self, name: str) -> str:
-        """The blocked twin of NCHW value ``name`` (declared, not yet produced)."""
+    def twin_of(self, name: str, pad: float | None = 0.0) -> str:
+        """The blocked twin of NCHW value ``name`` (declared, not yet produced), whose padding
+        (if its channels are not whole blocks) will hold ``pad``."""
         twin = f"{name}__blk"
         self.values[twin] = _blocked_value(self.values[name], twin, self.block)
         self.blocked[name] = twin
+        if self.padded(name):
+            assert pad is not None and math.isfinite(pad)  # (what padding_after checks)
+            self.pads[twin] = pad
         return twin
 
+    def padded(self, name: str) -> bool:
+        """Whether NCHW value ``name``'s channels are not whole blocks."""
+        shape = self.values[name].shape
+        return len(shape) > 1 and int(shape[1]) % self.block != 0
+
+    def padding_after(self, node: Node) -> float:
+        """The number element-wise ``node`` leaves in its blocked output's padding (0 when its
+        output has none); NaN when it is not known or not finite (then the node does not
+        follow into the blocked domain)."""
+        out = node.outputs[0]
+        if not self.padded(out):
+            return 0.0
+        shape = self.graph.value(out).shape
+        operands: list[np.ndarray | None] = []
+        for name in node.inputs:
+            if not name:
+                operands.append(None)
+                continue
+            kind = _operand_kind(self.graph, name, shape, self.blocked)
+            if kind == "blocked":
+                pad = self.pads.get(self.blocked[name], 0.0)  # (whole blocks: never read)
+            elif kind == "as_is" and name in self.graph.constants:
+                pad = float(self.graph.constants[name].reshape(-1)[0])
+            elif kind == "to_blocked" or (
+                kind == "repack" and _along_channels(shape, name, self.graph)
+            ):
+                pad = 0.0  # (zero-padded when repacked or converted)
+            else:  # a one-element value computed at run time, or a constant that broadcasts
+                return math.nan  # its values over the channels (and so into the padding)
+            dtype = self.graph.value(name).dtype
+            operands.append(np.array([pad], dtype))
+        value = _evaluate(node, operands)
+        return math.nan if value is None or not math.isfinite(value) else value
+
     def to_blocked(self, name: str) -> str:
-        """``name``'s blocked twin, converted here the first time it is needed."""
+        """``name``'s blocked twin, converted here the first time it is needed (its padding
+        zeroed)."""
         if name not in self.blocked:
             self.nodes.append(
                 Node(
@@ -155,8 +234,9 @@ class _Rewrite:
     def conv(self, node: Node) -> None:
         """An eligible Conv as a ConvBlocked on its repacked weights."""
         x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
-        # Too few input channels to block (an RGB image): read them as they are.
-        plain_input = int(self.graph.value(x).shape[1]) % self.block != 0
+        # Too few input channels to block (an RGB image): read them as they are; a value that
+        # is blocked already is read with its padding (times zero weights).
+        plain_input = self.padded(x) and x not in self.blocked
         depthwise = _is_depthwise(self.graph, node)
         packed = f"{w}__blocked{self.block}{'dw' if depthwise else ''}"
         if packed not in self.constants:
@@ -168,15 +248,20 @@ class _Rewrite:
             )
             self.values[packed] = Value(packed, "float32", self.constants[packed].shape)
         attrs = {k: v for k, v in node.attrs if k != "group" or int(v) != 1}
-        if not plain_input:
-            source = self.to_blocked(x)
-        else:
-            source = self.to_plain(x) if x in self.blocked else x
+        if depthwise:  # (one group per channel, padding included)
+            attrs["group"] = _padded(int(node.attr("group")), self.block)
+        source = x if plain_input else self.to_blocked(x)
+        bias = node.input(2)
+        if bias and self.padded(y):
+            bias = self.constant(
+                f"{bias}__padded{self.block}",
+                _pad_channels(self.graph.constants[bias], 0, self.block),
+            )
         self.nodes.append(
             Node(
                 node.name,
                 "ConvBlocked",
-                (source, packed, node.input(2)),
+                (source, packed, bias),
                 (self.twin_of(y),),
                 {**attrs, "block": self.block, "plain_input": int(plain_input)},
                 DOMAIN,
@@ -218,7 +303,8 @@ class _Rewrite:
         else:
             attrs["axes"] = axes
         reduce = _GLOBAL_POOLS[node.op_type]
-        return Node(node.name, reduce, inputs, (self.twin_of(node.outputs[0]),), attrs)
+        out = self.twin_of(node.outputs[0], self.pads.get(x))
+        return Node(node.name, reduce, inputs, (out,), attrs)
 
     def move_blocks(self, node: Node) -> Node:
         """A Concat or Split along the channels, or a Resize of the spatial axes, on blocked
@@ -242,31 +328,38 @@ class _Rewrite:
             ins[0] = self.blocked[ins[0]]
             if node.input(3):
                 sizes = graph.constants[ins[3]].astype(np.int64)
-                sizes = np.array([*sizes[:1], sizes[1] // block, *sizes[2:], block], np.int64)
+                blocks = -(-int(sizes[1]) // block)
+                sizes = np.array([*sizes[:1], blocks, *sizes[2:], block], np.int64)
                 ins[3] = self.constant(f"{node.name}__blocked_sizes", sizes)
             else:
                 scales = graph.constants[ins[2]].astype(np.float32)
                 scales = np.array([*scales, 1.0], np.float32)
                 ins[2] = self.constant(f"{node.name}__blocked_scales", scales)
-        outs = tuple(self.twin_of(o) for o in node.outputs)
+        # (Concat and Split move whole blocks only; a Resize keeps its input's padding.)
+        pad = self.pads.get(ins[0]) if node.op_type == "Resize" else None
+        outs = tuple(self.twin_of(o, pad) for o in node.outputs)
         return Node(node.name, node.op_type, tuple(ins), outs, attrs, node.domain)
 
 
 def _eligible(graph: Graph, node: Node, block: int, blocked_input: bool) -> bool:
     """Whether ``node`` is a Conv to run as ``ConvBlocked`` on blocks of ``block`` channels:
-    ungrouped with whole output blocks, grouped with whole input and output blocks per group
-    (its weights block-diagonal), or depthwise (one channel per group, whole blocks) when its
-    input is blocked already (``blocked_input``: it does too little work per element to pay
-    for a layout change)."""
+    ungrouped with output channels that fit blocks (:func:`_fits`), grouped with whole input
+    and output blocks per group (its weights block-diagonal), or depthwise (one channel per
+    group, channels that fit blocks) when its input is blocked already (``blocked_input``: it
+    does too little work per element to pay for a layout change). Padded outputs need a
+    constant bias (or none), padded with zeros."""
     if not _conv_shapes_static(graph, node):
         return False
     channels = int(graph.value(node.inputs[0]).shape[1])
     out_channels = int(graph.constants[node.inputs[1]].shape[0])
     group = int(node.attr("group", 1))
+    bias = node.input(2)
+    if out_channels % block and bias and bias not in graph.constants:
+        return False
     if group == 1:
-        return out_channels % block == 0
+        return _fits(out_channels, block)
     if _is_depthwise(graph, node):
-        return channels % block == 0 and blocked_input
+        return _fits(channels, block) and blocked_input
     return (channels // group) % block == 0 and (out_channels // group) % block == 0
 
 
@@ -299,10 +392,13 @@ def _graph_block(graph: Graph, block: int, smallest: int) -> int:
     ``block``: one block size for the whole graph, so every element-wise op between blocked
     values sees one layout."""
 
-    def covered(b: int) -> int:
+    def covered(b: int) -> float:
+        """The eligible convs' work, each scaled by its real share of its padded channels."""
         return sum(
             math.prod(graph.value(n.outputs[0]).dims)
             * int(np.prod(graph.constants[n.inputs[1]].shape[1:]))
+            * int(graph.value(n.outputs[0]).shape[1])
+            / _padded(int(graph.value(n.outputs[0]).shape[1]), b)
             for n in graph.nodes
             if _conv_shapes_static(graph, n)
             and graph.value(n.outputs[0]).is_static
@@ -407,6 +503,13 @@ def _operand_kind(
     return "to_blocked" if _per_channel(value.shape, shape) else None
 
 
+def _along_channels(shape: tuple[int | str, ...], name: str, graph: Graph) -> bool:
+    """Whether constant ``name``, broadcast to ``shape``, has its own values per channel
+    (so its repacked padding is its own zeros), not values shared by all channels."""
+    operand = graph.constants[name].shape
+    return len(operand) >= len(shape) - 1 and operand[1 - len(shape)] != 1
+
+
 def _broadcasts(operand: tuple[int | str, ...], shape: tuple[int | str, ...]) -> bool:
     """Whether ``operand`` broadcasts to ``shape`` (ONNX's rule: aligned right, each dim 1 or
     equal)."""
@@ -434,20 +537,24 @@ def _pack_operand(a: np.ndarray, rank: int, block: int) -> np.ndarray:
     blocked twin: ``[n, C, s...]`` -> ``[n, C/b, s..., b]`` (``[n, 1, s..., 1]`` for one
     channel)."""
     a = a.reshape((1,) * (rank - a.ndim) + a.shape)
-    n, c, *spatial = a.shape
-    if c == 1:
+    if a.shape[1] == 1:
+        n, _, *spatial = a.shape
         return a.reshape(n, 1, *spatial, 1)
+    a = _pad_channels(a, 1, block)
+    n, c, *spatial = a.shape
     split = a.reshape(n, c // block, block, *spatial)
     return np.ascontiguousarray(split.transpose(0, 1, *range(3, 3 + len(spatial)), 2))
 
 
 def _blocked_value(v: Value, name: str, block: int) -> Value:
     n, c, *spatial = v.shape
-    return Value(name, v.dtype, (n, int(c) // block, *spatial, block))
+    return Value(name, v.dtype, (n, -(-int(c) // block), *spatial, block))
 
 
 def _pack_depthwise(w: np.ndarray, block: int) -> np.ndarray:
-    """``[C, 1, k...]`` -> ``[C/b, 1, k..., b]``: a block of channels contiguous per tap."""
+    """``[C, 1, k...]`` -> ``[C/b, 1, k..., b]``: a block of channels contiguous per tap (the
+    channels zero-padded to whole blocks)."""
+    w = _pad_channels(w, 0, block)
     c, _, *kernel = w.shape
     split = w.reshape(c // block, block, 1, *kernel)  # axes: cb, c, 1, kernel...
     return np.ascontiguousarray(split.transpose(0, 2, *range(3, 3 + len(kernel)), 1))
@@ -455,7 +562,10 @@ def _pack_depthwise(w: np.ndarray, block: int) -> np.ndarray:
 
 def _pack_weights(w: np.ndarray, block: int, plain_input: bool) -> np.ndarray:
     """``[OC, IC, k...]`` -> ``[OC/b, IC/b, k..., b_in, b_out]``, or with ``plain_input``
-    ``[OC/b, IC, k..., b_out]``."""
+    ``[OC/b, IC, k..., b_out]`` (the channels zero-padded to whole blocks)."""
+    w = _pad_channels(w, 0, block)
+    if not plain_input:
+        w = _pad_channels(w, 1, block)
     oc, ic, *kernel = w.shape
     r = len(kernel)
     if plain_input:
@@ -464,3 +574,20 @@ def _pack_weights(w: np.ndarray, block: int, plain_input: bool) -> np.ndarray:
     split = w.reshape(oc // block, block, ic // block, block, *kernel)
     # axes: 0 ob, 1 o, 2 ib, 3 i, 4.. kernel
     return np.ascontiguousarray(split.transpose(0, 2, *range(4, 4 + r), 3, 1))
+
+
+def _evaluate(node: Node, operands: list[np.ndarray | None]) -> float | None:
+    """Element-wise ``node`` on one-element ``operands`` (None: an input left out), by the
+    ONNX reference implementation; None when it cannot say."""
+    from onnx import helper, reference
+
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(operands)]
+    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in node.attrs}
+    try:
+        proto = helper.make_node(node.op_type, names, ["y"], **attrs)
+        feeds = {n: a for n, a in zip(names, operands, strict=True) if a is not None}
+        with np.errstate(all="ignore"):  # (an infinite or NaN padding is an answer: refused)
+            (out,) = reference.ReferenceEvaluator(proto).run(None, feeds)
+        return float(np.asarray(out, np.float64).reshape(-1)[0])
+    except Exception:  # (an op or attribute the reference refuses: the node stays plain)
+        return None

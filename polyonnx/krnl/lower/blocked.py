@@ -31,6 +31,7 @@ from polyonnx.graph.ir import INTERNAL_DOMAIN as DOMAIN
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
+    Aff,
     check_out_spatial,
     ints_attr,
     load,
@@ -195,13 +196,14 @@ def lower_max_pool_blocked(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
 
 @register("ToBlocked", domain=DOMAIN)
 def lower_to_blocked(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """``Y[n, cb, s..., c] = X[n, cb*b + c, s...]``."""
+    """``Y[n, cb, s..., c] = X[n, cb*b + c, s...]``, and 0 in the padding of a last block
+    that the channels do not fill."""
     return _reorder(node, ctx, to_blocked=True)
 
 
 @register("FromBlocked", domain=DOMAIN)
 def lower_from_blocked(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """``Y[n, cb*b + c, s...] = X[n, cb, s..., c]``."""
+    """``Y[n, cb*b + c, s...] = X[n, cb, s..., c]`` (a last block's padding left out)."""
     return _reorder(node, ctx, to_blocked=False)
 
 
@@ -210,14 +212,23 @@ def _reorder(node: Node, ctx: LowerContext, to_blocked: bool) -> tuple[ir.Node, 
     block = int(node.attr("block"))
     plain = ctx.shape(x) if to_blocked else ctx.shape(y)
     n_batch, channels, spatial = plain[0], plain[1], plain[2:]
+    blocks, ragged = -(-channels // block), channels % block
     s_names = [f"s{k}" for k in range(len(spatial))]
     blocked_index = (var("n"), var("cb"), *(var(s) for s in s_names), var("c"))
-    plain_index = (var("n"), var("cb") * block + var("c"), *(var(s) for s in s_names))
+    channel = var("cb") * block + var("c")
+    plain_index = (var("n"), channel, *(var(s) for s in s_names))
     dst, src = (blocked_index, plain_index) if to_blocked else (plain_index, blocked_index)
-    copy = ir.Stmt("S", ir.Access(y, dst), load(ctx, x, src))
+    guards = (ir.lt(channel, channels),) if ragged else ()
+    copy = ir.Stmt("S", ir.Access(y, dst), load(ctx, x, src), guards)
     # Loop order: the destination's own (its innermost axis is contiguous).
-    if to_blocked:
-        iters = [("n", n_batch), ("cb", channels // block), *pairs(s_names, spatial), ("c", block)]
-    else:
-        iters = [("n", n_batch), ("cb", channels // block), ("c", block), *pairs(s_names, spatial)]
-    return nest(iters, (copy,))
+    if not to_blocked:
+        return nest(
+            [("n", n_batch), ("cb", blocks), ("c", block), *pairs(s_names, spatial)], (copy,)
+        )
+    nests = nest([("n", n_batch), ("cb", blocks), *pairs(s_names, spatial), ("c", block)], (copy,))
+    if ragged:  # (a reader multiplies the padding by zero weights: it must be finite)
+        last = (var("n"), Aff.lift(blocks - 1), *(var(s) for s in s_names), var("c"))
+        pad = ir.Stmt("S", ir.Access(y, last), zero(ctx.dtype(x)))
+        inner = ir.Loop("c", ragged, block, (pad,))
+        nests = (*nests, *nest([("n", n_batch), *pairs(s_names, spatial)], (inner,)))
+    return nests

@@ -242,7 +242,7 @@ def test_block_halves_for_channels_it_divides() -> None:
         ("depthwise on a graph input", {"group": 4}, 4, 4, True),
         ("one input channel per group, two outputs", {"group": 4}, 4, 8, True),
         ("group's channels not a multiple of the block", {"group": 2}, 6, 4, True),
-        ("output channels not a multiple of the block", {}, 4, 3, True),
+        ("one output channel: its block would be half padding", {}, 4, 1, True),
         ("weights fed at run time", {}, 4, 4, False),
     ],
 )
