@@ -8,32 +8,22 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from polyonnx.graph.passes.layout import MAX_PAD_WASTE, blocked_layout
 from polyonnx.testing import onnxruntime_outputs
+from tests.graph.test_layout_elementwise import _model as layout_model
 from tests.krnl.harness import graph_from_model, rand, run_krnl
 
 BLOCK = 4
 C = 6  # two blocks of 4, the second half padding: 8 / 6 <= MAX_PAD_WASTE
-F = onnx.TensorProto.FLOAT
 
 
 def _model(
     nodes: list[onnx.NodeProto], weights: dict[str, np.ndarray], inputs: dict | None = None
 ) -> onnx.ModelProto:
     """A model over ``x: [1, 8, 5, 5]`` (and ``inputs``) with output ``y``."""
-    inputs = {"x": [1, 8, 5, 5], **(inputs or {})}
-    graph = helper.make_graph(
-        nodes,
-        "padded",
-        [helper.make_tensor_value_info(n, F, s) for n, s in inputs.items()],
-        [helper.make_tensor_value_info("y", F, None)],
-        [numpy_helper.from_array(a, n) for n, a in weights.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return onnx.shape_inference.infer_shapes(model)
+    return layout_model(nodes, weights, {"x": [1, 8, 5, 5], **(inputs or {})})
 
 
 def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[str]:

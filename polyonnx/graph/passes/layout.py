@@ -65,9 +65,14 @@ MAX_PAD_WASTE = 1.5
 32: 96, 1.33x); beyond it the conv stays NCHW (16 channels in blocks of 32 would be 2x)."""
 
 
+def _blocks(channels: int, block: int) -> int:
+    """The blocks ``channels`` take, the last one maybe padded."""
+    return -(-channels // block)
+
+
 def _padded(channels: int, block: int) -> int:
     """``channels`` rounded up to whole blocks."""
-    return -(-channels // block) * block
+    return _blocks(channels, block) * block
 
 
 def _fits(channels: int, block: int) -> bool:
@@ -328,7 +333,7 @@ class _Rewrite:
             ins[0] = self.blocked[ins[0]]
             if node.input(3):
                 sizes = graph.constants[ins[3]].astype(np.int64)
-                blocks = -(-int(sizes[1]) // block)
+                blocks = _blocks(int(sizes[1]), block)
                 sizes = np.array([*sizes[:1], blocks, *sizes[2:], block], np.int64)
                 ins[3] = self.constant(f"{node.name}__blocked_sizes", sizes)
             else:
@@ -548,7 +553,7 @@ def _pack_operand(a: np.ndarray, rank: int, block: int) -> np.ndarray:
 
 def _blocked_value(v: Value, name: str, block: int) -> Value:
     n, c, *spatial = v.shape
-    return Value(name, v.dtype, (n, -(-int(c) // block), *spatial, block))
+    return Value(name, v.dtype, (n, _blocks(int(c), block), *spatial, block))
 
 
 def _pack_depthwise(w: np.ndarray, block: int) -> np.ndarray:
