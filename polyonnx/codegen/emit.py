@@ -51,6 +51,7 @@ from polyonnx.codegen.llvm_types import (
     i64,
     like,
     memory_type,
+    no_unroll,
     value_type,
     volatile_load,
     whole,
@@ -195,8 +196,28 @@ class KernelEmitter:
         self._nodes(node.body, inner)
         nxt = b.add(iv, i64(node.inc), name=f"{node.iterator}.next", flags=["nsw"])
         iv.add_incoming(nxt, b.block)
-        b.branch(header)
+        latch = b.branch(header)
+        if not self._worth_unrolling(node):
+            no_unroll(latch)
         b.position_at_end(exit_)
+
+    def _worth_unrolling(self, node: la.For) -> bool:
+        """Whether LLVM's unroller may unroll ``node``: an innermost scalar loop (its body is
+        small, and LLVM vectorizes what is left of a vector loop by unrolling it), or a loop
+        in which some statement may write one element in several iterations (a reduction, or
+        accesses that do not tell: unrolling a small reduction keeps its accumulators in
+        registers). The bodies of the other loops are straight-line vector code already,
+        which unrolling makes twice as slow to compile and no faster to run."""
+        if all(isinstance(child, la.Call) for child in node.body):
+            return True
+        for call in la.calls(node):
+            stmt = self.accesses.statements[call.stmt][1]
+            steps = self.accesses.iterator_steps(call, node.iterator)
+            if steps is None or not all(isinstance(i, Aff) for i in stmt.write.index):
+                return True
+            if self.accesses.element_step(stmt.write.buffer, stmt.write.index, steps) == 0:
+                return True
+        return False
 
     def _unrolled_for(self, node: la.For, env: dict[str, ir.Value]) -> None:
         """A loop under an ``unroll`` mark with a constant trip count: its body, once per

@@ -151,3 +151,26 @@ def volatile_load(b: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, align: int) -> ir
     v.align = align
     b._insert(v)
     return v
+
+
+class _LoopID(ir.values.MDValue):
+    """A loop's own metadata node, ``!N = distinct !{!N, hints...}`` (LLVM wants the node to
+    name itself first; llvmlite's uniqued nodes cannot)."""
+
+    def __init__(self, module: ir.Module, hints: tuple[ir.values.MDValue, ...]) -> None:
+        super().__init__(module, (), name=str(len(module.metadata)))
+        self.hints = hints
+
+    def descr(self, buf: list[str]) -> None:
+        refs = ", ".join(h.get_reference() for h in (self, *self.hints))
+        buf += (f"distinct !{{ {refs} }}", "\n")
+
+    __eq__ = object.__eq__  # type: ignore[assignment]
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+
+def no_unroll(latch: ir.Instruction) -> None:
+    """Ask LLVM not to unroll the loop whose back edge is ``latch``."""
+    module = latch.module
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    latch.set_metadata("llvm.loop", _LoopID(module, (hint,)))

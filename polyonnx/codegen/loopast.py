@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import islpy as isl
@@ -124,6 +125,18 @@ def marked_loop(node: LNode, name: str) -> For | None:
         loop = node.body[0]
         return loop if isinstance(loop, For) else None
     return None
+
+
+def calls(node: LNode) -> Iterator[Call]:
+    """The statement calls in ``node``'s subtree."""
+    if isinstance(node, Call):
+        yield node
+    elif isinstance(node, If):
+        for child in (*node.then, *node.orelse):
+            yield from calls(child)
+    else:
+        for child in node.body:
+            yield from calls(child)
 
 
 # (islpy's stubs omit the members named after keywords: and_, or_, for_, if_.)
