@@ -36,7 +36,7 @@ from polyonnx.schedule.tree import values_map
 def check_order(verb: str, poly: PolyKernel, deps: Dependences, schedule: isl.Schedule) -> None:
     """Refuse ``schedule`` unless it orders the source of every dependence before its sink."""
     order = schedule.get_map()
-    if _runs_before(deps.all, order):
+    if _runs_before(deps.to_keep(schedule), order):
         return  # (one test for all kinds; the kinds are told apart only for the message)
     before = order.lex_lt_union_map(order)
     for kind, rel in _kinds(deps):
@@ -143,7 +143,7 @@ def dependence_distances(
     """(decided, the distances of the dependences among ``below`` in the values of
     ``columns``, as one set, or None when there are none); not decided when the shortcut
     does not apply, and every loop may carry."""
-    rel = deps.all.intersect_domain(below).intersect_range(below)
+    rel = deps.among(below)
     if rel.is_empty():
         return True, None
     values = values_map(below, list(columns))

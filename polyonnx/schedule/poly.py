@@ -93,8 +93,8 @@ class Dependences:
 
     @functools.cached_property
     def war(self) -> isl.UnionMap:
-        """Read -> the next write of its element."""
-        return _flow(self.writes, self.reads, self.order, must=False)
+        """Read -> every later write of its element."""
+        return _may_flow(self.writes, self.reads, self.order)
 
     @functools.cached_property
     def waw(self) -> isl.UnionMap:
@@ -110,13 +110,64 @@ class Dependences:
         its RAW needs no search for the last of several writes (isl's must-source analysis,
         which dominates the cost of kernels with many statements writing one temp)."""
         single = _single_assignment(self.writes)
-        once = _flow(
-            _on_arrays(self.reads, single), _on_arrays(self.writes, single), self.order, must=False
+        once = _may_flow(
+            _on_arrays(self.reads, single), _on_arrays(self.writes, single), self.order
         )
         others = _on_arrays(self.writes, single, keep=False)
         sink = _on_arrays(self.reads, single, keep=False).union(others)
         last_write = _flow(sink, others, self.order, must=True)
-        return once.union(last_write).union(self.war).coalesce()
+        # A read by the instance that then writes the element (x = x + ...) needs no WAR of
+        # its own: the writes of an element are kept in order by the WAW ones above, and so
+        # is every later write after this instance (and no loop carries it but one that
+        # carries a WAW).
+        war = _may_flow(self.writes, _without_updates(self.reads, self.writes), self.order)
+        return once.union(last_write).union(war).coalesce()
+
+    @functools.cached_property
+    def stages(self) -> dict[str, int] | None:
+        """Statement name -> its stage: ``order`` runs its statements as a sequence of stages
+        (a kernel's nests, one after another). None when it does not start with a sequence
+        (or leaves a statement that accesses memory out of it)."""
+        return _stages(self.order, self.reads.union(self.writes))
+
+    @functools.cached_property
+    def _local(self) -> dict[int, isl.UnionMap]:
+        """Stage -> the dependences among its statements: its accesses' own :attr:`all` (the
+        last write before an access within its stage is its last write overall, and an access
+        with no write before it in its stage has none among those statements)."""
+        assert self.stages is not None
+        reads, writes = _by_stage(self.reads, self.stages), _by_stage(self.writes, self.stages)
+        empty = isl.UnionMap.empty(self.reads.get_space())
+        return {
+            k: Dependences(reads.get(k, empty), writes.get(k, empty), self.order).all
+            for k in sorted(set(reads) | set(writes))
+        }
+
+    def among(self, instances: isl.UnionSet) -> isl.UnionMap:
+        """The dependences from and to ``instances``: of their stage alone when they are all
+        of one stage (far less isl work than :attr:`all` for a kernel of several nests)."""
+        names = {s.get_tuple_name() for s in _sets(instances)}
+        stages = {self.stages.get(n) for n in names} if self.stages else set()
+        local = self._local.get(stages.pop()) if len(stages) == 1 else None
+        rel = self.all if local is None else local
+        return rel.intersect_domain(instances).intersect_range(instances)
+
+    def to_keep(self, schedule: isl.Schedule) -> isl.UnionMap:
+        """The dependences ``schedule`` must keep (source before sink) to be legal, given
+        that it runs them as :attr:`all` says: only those within stages when ``schedule``
+        runs the stages as a sequence in their order (each child of its top sequence holds
+        statements of one stage, stages never going back), which keeps every other one."""
+        children = _stages(schedule, self.reads.union(self.writes)) if self.stages else None
+        if not children or not self.stages:
+            return self.all
+        held: dict[int, set[int]] = {}
+        for name, child in children.items():
+            held.setdefault(child, set()).add(self.stages[name])
+        order = [held[child] for child in sorted(held)]
+        if any(len(s) != 1 for s in order) or order != sorted(order, key=min):
+            return self.all
+        empty = isl.UnionMap.empty(self.reads.get_space())
+        return functools.reduce(isl.UnionMap.union, self._local.values(), empty)
 
 
 def _arrays(accesses: isl.UnionMap) -> dict[str, isl.UnionMap]:
@@ -129,10 +180,29 @@ def _arrays(accesses: isl.UnionMap) -> dict[str, isl.UnionMap]:
     return out
 
 
+def _sets(instances: isl.UnionSet) -> list[isl.Set]:
+    sets: list[isl.Set] = []
+    instances.foreach_set(sets.append)
+    return sets
+
+
 def _maps(accesses: isl.UnionMap) -> list[isl.Map]:
     maps: list[isl.Map] = []
     accesses.foreach_map(maps.append)
     return maps
+
+
+def _without_updates(reads: isl.UnionMap, writes: isl.UnionMap) -> isl.UnionMap:
+    """``reads`` without those of the element their instance writes: a read with its
+    statement's write access (a statement writes one element), when that access names one
+    element (not a computed index, which isl sees as any element of a dimension)."""
+    written = {m.get_tuple_name(isl.dim_type.in_): m for m in _maps(writes)}
+    out = isl.UnionMap.empty(reads.get_space())
+    for m in _maps(reads):
+        w = written.get(m.get_tuple_name(isl.dim_type.in_))
+        if w is None or not (m.is_equal(w) and w.is_single_valued()):
+            out = out.union(isl.UnionMap.from_map(m))
+    return out
 
 
 def _single_assignment(writes: isl.UnionMap) -> frozenset[str]:
@@ -154,10 +224,64 @@ def _flow(
 ) -> isl.UnionMap:
     """isl's dataflow analysis: each access of ``sink`` from the last access of ``source``
     before it in ``order`` (``must``: a source access always happens), else from every one
-    since the last must-source."""
-    info = isl.UnionAccessInfo.from_sink(sink)
+    since the last must-source. Only the arrays both access are analysed (no other access
+    has a dependence), and nothing when there are none."""
+    common = frozenset(_arrays(sink)) & frozenset(_arrays(source))
+    if not common:
+        return isl.UnionMap.empty(sink.get_space())
+    info = isl.UnionAccessInfo.from_sink(_on_arrays(sink, common))
+    source = _on_arrays(source, common)
     info = info.set_must_source(source) if must else info.set_may_source(source)
     return info.set_schedule(order).compute_flow().get_may_dependence().coalesce()
+
+
+def _may_flow(sink: isl.UnionMap, source: isl.UnionMap, order: isl.Schedule) -> isl.UnionMap:
+    """:func:`_flow` with may-sources only: every ``source`` access before a ``sink`` access
+    of the same element (a may-source kills none). Where ``order`` runs its statements in a
+    sequence of stages (a kernel's nests, one after another), a source in an earlier stage
+    than its sink precedes it whatever the iterations: those pairs are a join on the element,
+    and isl's ordering analysis is needed only within each stage, on far fewer accesses."""
+    stages = _stages(order, sink.union(source))
+    if stages is None:
+        return _flow(sink, source, order, must=False)
+    sinks, sources = _by_stage(sink, stages), _by_stage(source, stages)
+    out = isl.UnionMap.empty(sink.get_space())
+    earlier = isl.UnionMap.empty(source.get_space())
+    for k in sorted(set(sinks) | set(sources)):
+        if k in sinks:
+            out = out.union(earlier.apply_range(sinks[k].reverse()))
+            if k in sources:
+                out = out.union(_flow(sinks[k], sources[k], order, must=False))
+        if k in sources:
+            earlier = earlier.union(sources[k])
+    return out.coalesce()
+
+
+def _stages(order: isl.Schedule, accesses: isl.UnionMap) -> dict[str, int] | None:
+    """Statement name -> the child it is in of the sequence at the top of ``order``; None
+    when the schedule does not start with a sequence or leaves out a statement of
+    ``accesses``."""
+    top = order.get_root().child(0)
+    if top.get_type() != isl.schedule_node_type.sequence:
+        return None
+    out: dict[str, int] = {}
+    for k in range(top.n_children()):
+        top.child(k).filter_get_filter().foreach_set(
+            lambda s, k=k: out.__setitem__(s.get_tuple_name(), k)
+        )
+    if not {m.get_tuple_name(isl.dim_type.in_) for m in _maps(accesses)} <= out.keys():
+        return None
+    return out
+
+
+def _by_stage(accesses: isl.UnionMap, stages: dict[str, int]) -> dict[int, isl.UnionMap]:
+    """``accesses`` split by the stage of their statement (see :func:`_stages`)."""
+    out: dict[int, isl.UnionMap] = {}
+    for m in _maps(accesses):
+        k = stages[m.get_tuple_name(isl.dim_type.in_)]
+        part = isl.UnionMap.from_map(m)
+        out[k] = out[k].union(part) if k in out else part
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,13 @@
 import islpy as isl
 
 from polyonnx.schedule.astgen import build_ast
-from polyonnx.schedule.poly import PolyKernel, initial_schedule, isl_identifier
+from polyonnx.schedule.poly import (
+    PolyKernel,
+    _sets,
+    _without_updates,
+    initial_schedule,
+    isl_identifier,
+)
 from polyonnx.schedule.strategies import default_schedule
 from polyonnx.testing.examples import matmul, stencil
 
@@ -66,12 +72,19 @@ def test_isl_identifier_sanitises_value_names():
     assert isl_identifier("min", taken) == "b_min"
 
 
+def _may_analysis(sink: isl.UnionMap, source: isl.UnionMap, order) -> isl.UnionMap:
+    info = isl.UnionAccessInfo.from_sink(sink).set_may_source(source).set_schedule(order)
+    return info.compute_flow().get_may_dependence()
+
+
 def _must_analysis(deps) -> isl.UnionMap:
-    """RAW, WAR and WAW with isl's must-source analysis on every array (no shortcut)."""
+    """RAW and WAW with isl's must-source analysis on every array, and the WAR of the reads
+    that are not updates, all in one isl analysis each over the whole kernel (no shortcut)."""
     info = isl.UnionAccessInfo.from_sink(deps.reads.union(deps.writes))
     info = info.set_must_source(deps.writes).set_schedule(deps.order)
     last = info.compute_flow().get_may_dependence()
-    return last.union(deps.war)
+    reads = _without_updates(deps.reads, deps.writes)
+    return last.union(_may_analysis(deps.writes, reads, deps.order))
 
 
 def _winograd_kernel():
@@ -101,3 +114,34 @@ def test_single_assignment_arrays_shortcut_gives_the_exact_dependences():
     for kernel in [*(make() for make in ZOO.values()), _winograd_kernel()]:
         deps = PolyKernel.build(kernel).dependences()
         assert deps.all.is_equal(_must_analysis(deps)), kernel.name
+
+
+def _kernels():
+    from tests.schedule.zoo import ZOO
+
+    return [*(make() for make in ZOO.values()), _winograd_kernel()]
+
+
+def test_war_by_stages_is_isls_analysis_of_the_whole_kernel():
+    for kernel in _kernels():
+        deps = PolyKernel.build(kernel).dependences()
+        assert deps.war.is_equal(_may_analysis(deps.writes, deps.reads, deps.order)), kernel.name
+
+
+def test_the_dependences_among_one_stage_are_those_of_all():
+    poly = PolyKernel.build(_winograd_kernel())
+    deps = poly.dependences()
+    assert deps.stages is not None and len(set(deps.stages.values())) > 3
+    for stage in set(deps.stages.values()):
+        below = isl.UnionSet.empty(poly.domain.get_space())
+        for part in _sets(poly.domain):
+            if deps.stages[part.get_tuple_name()] == stage:
+                below = below.union(isl.UnionSet.from_set(part))
+        whole = deps.all.intersect_domain(below).intersect_range(below)
+        assert deps.among(below).is_equal(whole), stage
+
+
+def test_a_schedule_that_keeps_the_stages_keeps_only_their_own_dependences():
+    deps = PolyKernel.build(_winograd_kernel()).dependences()
+    assert deps.to_keep(deps.order).is_subset(deps.all)
+    assert not deps.to_keep(deps.order).is_equal(deps.all)  # (nests feed the next ones)
