@@ -48,10 +48,11 @@ def load_model(
     """Parse, check, upgrade and shape-infer an ONNX model.
 
     ``model`` is a file path, the serialised bytes, or a ``ModelProto`` (which is copied, never
-    modified). External data is read only from files inside the model's folder (``base_dir`` for
-    bytes and protos). With ``target_opset=None`` a model older than opset 13 is upgraded to 13
-    when the version converter manages it, and kept as it is otherwise; an explicit
-    ``target_opset`` must convert or a :class:`ModelError` is raised.
+    modified; one this function returned is returned as it is, not copied again: callers do not
+    modify what it returns). External data is read only from files inside the model's folder
+    (``base_dir`` for bytes and protos). With ``target_opset=None`` a model older than opset 13
+    is upgraded to 13 when the version converter manages it, and kept as it is otherwise; an
+    explicit ``target_opset`` must convert or a :class:`ModelError` is raised.
 
     Example:
         >>> from onnx import helper, TensorProto
@@ -62,9 +63,11 @@ def load_model(
         >>> m.opset_import[0].version, m.graph.output[0].type.tensor_type.shape.dim[0].dim_value
         (13, 2)
     """
+    if target_opset is None and isinstance(model, onnx.ModelProto) and _loaded(model):
+        return model  # this function's own copy, checked, upgraded and inferred already
     where, proto, folder = _parse(model, base_dir)
-    if target_opset is None and any(p.key == LOADED_MARK for p in proto.metadata_props):
-        return proto  # already checked, upgraded and inferred by this function
+    if target_opset is None and _loaded(proto):
+        return proto
     _load_external_data(proto, folder, where)
     _negative_dims_are_dynamic(proto.graph)
     check_inputs(proto.graph, where)
@@ -182,8 +185,13 @@ def _without_shape(graph: onnx.GraphProto) -> list[onnx.TypeProto.Tensor]:
     ]
 
 
-#: Metadata key marking a model :func:`load_model` returned, so loading it again is a copy.
+#: Metadata key marking a model :func:`load_model` returned, which loading again returns as it is.
 LOADED_MARK = "polyonnx.loaded"
+
+
+def _loaded(proto: onnx.ModelProto) -> bool:
+    """Whether :func:`load_model` made ``proto``."""
+    return any(p.key == LOADED_MARK for p in proto.metadata_props)
 
 
 #: Initializers larger than this are set aside while the graph is checked and transformed;

@@ -47,8 +47,11 @@ class MemoryPlan:
         return self.slots[program.root(buffer)]
 
     def weights_blob(self, program: Program) -> np.ndarray:
-        """The constants laid out at their offsets (64-byte aligned base)."""
-        blob = aligned_empty(self.weights_size)
+        """The constants laid out at their offsets (64-byte aligned base), in small pages:
+        huge pages made no model faster by more than noise (VGG19, AlexNet, ZFNet-512: within
+        2%), while the kernel may compact memory to find them as the blob is first written
+        (VGG19's 731 MB once took 3.8 s that way, then 0.07 s)."""
+        blob = aligned_empty(self.weights_size, huge_pages=False)
         for name, value in program.constants.items():
             s = self.slots[name]
             if value.ndim == 2 and not value.flags.c_contiguous and value.flags.f_contiguous:
@@ -84,14 +87,14 @@ HUGE_PAGE = 2 << 20
 """From two of these on, :func:`aligned_empty` asks the kernel for transparent huge pages."""
 
 
-def aligned_empty(nbytes: int) -> np.ndarray:
+def aligned_empty(nbytes: int, huge_pages: bool = True) -> np.ndarray:
     """A zeroed uint8 array of ``nbytes`` whose data pointer is 64-byte aligned.
 
-    From ``2 * HUGE_PAGE`` bytes on (a workspace, the weights) it starts on a huge-page boundary
-    of its own mapping, advised ``MADV_HUGEPAGE`` where the OS has it: numpy's own arrays of
-    that size did not always get huge pages, and kernels sweeping a workspace in small pages
-    pay for the TLB misses (docs/performance.md, *Run-time overhead*)."""
-    if nbytes >= 2 * HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+    With ``huge_pages``, from ``2 * HUGE_PAGE`` bytes on (a workspace) it starts on a huge-page
+    boundary of its own mapping, advised ``MADV_HUGEPAGE`` where the OS has it: numpy's own
+    arrays of that size did not always get huge pages, and kernels sweeping a workspace in
+    small pages pay for the TLB misses (docs/performance.md, *Run-time overhead*)."""
+    if huge_pages and nbytes >= 2 * HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
         # Private (a shared mapping would get no huge pages, and forked workers would share
         # it) and anonymous: zeroed.
         region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

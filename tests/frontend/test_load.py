@@ -188,6 +188,14 @@ def test_external_data_from_bytes_needs_a_folder(tmp_path):
 # --------------------------------------------------------------------------- import_model
 
 
+def test_a_loaded_model_is_not_copied_again_nor_modified_by_import():
+    loaded = load_model(_relu_model(shape=["N", 3]))
+    assert load_model(loaded) is loaded  # (VGG19: 1.4 s per copy of its 575 MB)
+    for n in (5, 7):  # a session compiles a dynamic model once per input shape
+        assert import_model(loaded, {"x": (n, 3)}).value("y").shape == (n, 3)
+    assert loaded.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+
+
 def test_symbolic_dims_need_input_shapes():
     m = _relu_model(shape=["N", 3])
     with pytest.raises(ShapeError, match=r"'x'.*dim 0 \(N\).*input_shapes"):

@@ -37,3 +37,9 @@ def test_large_arrays_are_advised_for_huge_pages() -> None:
             assert " sh" not in flags.group(1)  # private: forked workers do not share it
             return
     pytest.fail("the array's mapping is not in /proc/self/smaps")
+
+
+def test_the_weights_blob_can_stay_in_small_pages() -> None:
+    a = aligned_empty(3 * HUGE_PAGE + 5, huge_pages=False)
+    assert a.ctypes.data % ALIGN == 0 and a.size == 3 * HUGE_PAGE + 5 and not a.any()
+    assert a.base is not None and not isinstance(a.base.base, mmap.mmap)  # numpy's own memory
