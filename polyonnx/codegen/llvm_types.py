@@ -165,8 +165,8 @@ class _LoopID(ir.values.MDValue):
         refs = ", ".join(h.get_reference() for h in (self, *self.hints))
         buf += (f"distinct !{{ {refs} }}", "\n")
 
-    __eq__ = object.__eq__  # type: ignore[assignment]
-    __hash__ = object.__hash__  # type: ignore[assignment]
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
 
 def no_unroll(latch: ir.Instruction) -> None:

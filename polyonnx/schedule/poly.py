@@ -148,8 +148,8 @@ class Dependences:
         of one stage (far less isl work than :attr:`all` for a kernel of several nests)."""
         names = {s.get_tuple_name() for s in _sets(instances)}
         stages = {self.stages.get(n) for n in names} if self.stages else set()
-        local = self._local.get(stages.pop()) if len(stages) == 1 else None
-        rel = self.all if local is None else local
+        stage = stages.pop() if len(stages) == 1 else None
+        rel = self.all if stage is None else self._local.get(stage, self.all)
         return rel.intersect_domain(instances).intersect_range(instances)
 
     def to_keep(self, schedule: isl.Schedule) -> isl.UnionMap:
@@ -266,9 +266,8 @@ def _stages(order: isl.Schedule, accesses: isl.UnionMap) -> dict[str, int] | Non
         return None
     out: dict[str, int] = {}
     for k in range(top.n_children()):
-        top.child(k).filter_get_filter().foreach_set(
-            lambda s, k=k: out.__setitem__(s.get_tuple_name(), k)
-        )
+        for s in _sets(top.child(k).filter_get_filter()):
+            out[s.get_tuple_name()] = k
     if not {m.get_tuple_name(isl.dim_type.in_) for m in _maps(accesses)} <= out.keys():
         return None
     return out
