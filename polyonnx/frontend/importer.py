@@ -91,7 +91,9 @@ def import_model(
         proto = expand_functions(proto, expand, default_opset(proto))
     init_names = {t.name for t in proto.graph.initializer}
     if input_shapes and proto is model:  # (specialising writes into it: not the caller's)
-        proto = _copy(proto)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        proto = copy
     if _specialise_inputs(proto.graph, init_names, dict(input_shapes or {})):
         proto = _infer_again(proto)
     gp = proto.graph
@@ -131,12 +133,6 @@ def import_model(
             )
         )
     )
-
-
-def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    return out
 
 
 def _infer_again(proto: onnx.ModelProto) -> onnx.ModelProto:

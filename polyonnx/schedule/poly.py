@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import islpy as isl
 
 from polyonnx.krnl.ir import Aff, Cond, Expr, Kernel, Loop, Stmt, loads
+
+K = TypeVar("K", bound=Hashable)
 
 _ISL_WORDS = frozenset(
     {
@@ -172,11 +176,16 @@ class Dependences:
 
 def _arrays(accesses: isl.UnionMap) -> dict[str, isl.UnionMap]:
     """``accesses`` (instances -> elements) split by the array accessed."""
-    out: dict[str, isl.UnionMap] = {}
+    return _grouped(accesses, lambda m: m.get_tuple_name(isl.dim_type.out))
+
+
+def _grouped(accesses: isl.UnionMap, key: Callable[[isl.Map], K]) -> dict[K, isl.UnionMap]:
+    """``accesses`` split by ``key`` of each of its maps."""
+    out: dict[K, isl.UnionMap] = {}
     for m in _maps(accesses):
-        name = m.get_tuple_name(isl.dim_type.out)
+        k = key(m)
         part = isl.UnionMap.from_map(m)
-        out[name] = out[name].union(part) if name in out else part
+        out[k] = out[k].union(part) if k in out else part
     return out
 
 
@@ -275,12 +284,7 @@ def _stages(order: isl.Schedule, accesses: isl.UnionMap) -> dict[str, int] | Non
 
 def _by_stage(accesses: isl.UnionMap, stages: dict[str, int]) -> dict[int, isl.UnionMap]:
     """``accesses`` split by the stage of their statement (see :func:`_stages`)."""
-    out: dict[int, isl.UnionMap] = {}
-    for m in _maps(accesses):
-        k = stages[m.get_tuple_name(isl.dim_type.in_)]
-        part = isl.UnionMap.from_map(m)
-        out[k] = out[k].union(part) if k in out else part
-    return out
+    return _grouped(accesses, lambda m: stages[m.get_tuple_name(isl.dim_type.in_)])
 
 
 @dataclass(frozen=True)

@@ -108,18 +108,16 @@ def _winograd_kernel():
     return next(k for k in program.kernels if k.name.endswith("WinogradConv"))
 
 
-def test_single_assignment_arrays_shortcut_gives_the_exact_dependences():
-    from tests.schedule.zoo import ZOO
-
-    for kernel in [*(make() for make in ZOO.values()), _winograd_kernel()]:
-        deps = PolyKernel.build(kernel).dependences()
-        assert deps.all.is_equal(_must_analysis(deps)), kernel.name
-
-
 def _kernels():
     from tests.schedule.zoo import ZOO
 
     return [*(make() for make in ZOO.values()), _winograd_kernel()]
+
+
+def test_single_assignment_arrays_shortcut_gives_the_exact_dependences():
+    for kernel in _kernels():
+        deps = PolyKernel.build(kernel).dependences()
+        assert deps.all.is_equal(_must_analysis(deps)), kernel.name
 
 
 def test_war_by_stages_is_isls_analysis_of_the_whole_kernel():
