@@ -33,8 +33,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,28 +42,17 @@ import onnx
 from onnx import helper, numpy_helper
 
 from polyonnx.errors import ModelError, UnsupportedOpError
+from polyonnx.frontend.rewrite import NodeWriter, with_nodes
 
 DOMAIN = "com.microsoft"
 
 
 @dataclass
-class _Writer:
+class _Writer(NodeWriter):
     """The standard nodes (and initializers) replacing one contrib node."""
 
-    node: onnx.NodeProto
     opset: int
     types: dict[str, int]
-    nodes: list[onnx.NodeProto] = field(default_factory=list)
-    initializers: list[onnx.TensorProto] = field(default_factory=list)
-
-    def fresh(self, what: str) -> str:
-        return f"{self.node.output[0]}__{what}{len(self.nodes)}"
-
-    def op(self, op_type: str, inputs: Sequence[str], out: str = "", **attrs: Any) -> str:
-        out = out or self.fresh(op_type.lower())
-        name = f"{self.node.name or self.node.output[0]}/{op_type}{len(self.nodes)}"
-        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=name, **attrs))
-        return out
 
     def dequantize(self, x: str, scale: str, zero: str = "", **attrs: Any) -> str:
         return self.op("DequantizeLinear", [x, scale, zero] if zero else [x, scale], **attrs)
@@ -79,12 +68,6 @@ class _Writer:
             dtype = helper.tensor_dtype_to_np_dtype(elem)
             self.initializers.append(numpy_helper.from_array(np.zeros((), dtype), zero))
         return self.op("QuantizeLinear", [y, scale, zero], out)
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        for a in self.node.attribute:
-            if a.name == name:
-                return helper.get_attribute_value(a)
-        return default
 
     def refuse(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{DOMAIN}.{self.node.op_type}", None, self.node.name, why)
@@ -219,9 +202,4 @@ def expand_contrib(model: onnx.ModelProto) -> onnx.ModelProto:
         _EXPANSIONS[n.op_type](w)
         nodes.extend(w.nodes)
         initializers.extend(w.initializers)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(initializers)
-    return out
+    return with_nodes(model, nodes, initializers)

@@ -44,6 +44,7 @@ from polyonnx.frontend.load import (
     infer_shapes,
     load_model,
 )
+from polyonnx.frontend.preview import expand_preview
 from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists, element_name
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
@@ -84,8 +85,8 @@ def import_model(
         (2, 8, 8, 8)
     """
     proto = load_model(model, target_opset=target_opset, base_dir=base_dir)
-    expanded = expand_contrib(proto)
-    if expanded is not proto:  # (types for what the contrib ops' outputs feed)
+    expanded = expand_preview(expand_contrib(proto))
+    if expanded is not proto:  # (types for what the expanded ops' outputs feed)
         proto = _infer_again(expanded)
     if expand is not None:
         proto = expand_functions(proto, expand, default_opset(proto))
