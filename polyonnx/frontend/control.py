@@ -502,3 +502,49 @@ def expand_scan(
         items += _stack(parts[::-1] if out_dirs[k] else parts, int(out_axes[k]), o, opset)
     nodes, consts = _split(items)
     return Expansion(tuple((n, guard) for n in nodes), tuple(consts))
+
+
+def expand_scan8(
+    name: str,
+    body: onnx.GraphProto,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    attrs: Mapping[str, object],
+    scan_ranks: Sequence[int],
+    shape: tuple[int, int],
+    guard: Guard,
+    opset: int,
+) -> Expansion:
+    """A Scan-8 node: every input and output has a batch axis first (the scan inputs' sequence
+    axis is the second), and each batch row is scanned on its own. It becomes one opset-9 scan
+    (:func:`expand_scan`) per row, of the row's states and scan inputs (Gather at the row),
+    whose results are stacked along the batch axis again. ``inputs`` leave out the
+    ``sequence_lens`` input (which must be absent: every row runs the whole sequence);
+    ``scan_ranks`` are the scan inputs' ranks, ``shape`` is (batch, sequence length)."""
+    batch, length = shape
+    m = int(attrs["num_scan_inputs"])  # type: ignore[call-overload]
+    directions = list(attrs.get("directions") or [0] * m)  # type: ignore[call-overload]
+    row_attrs = {"num_scan_inputs": m, "scan_input_directions": directions}
+    items: list = []
+    nodes: list[tuple[onnx.NodeProto, Guard]] = []
+    rows: list[list[str]] = [[] for _ in outputs]
+    for b in range(batch):
+        prefix = f"{name}/b{b}"
+        at = _scalar(f"{prefix}/row", b, np.int64)
+        sliced = [f"{prefix}/in{j}" for j in range(len(inputs))]
+        items.append(at)
+        nodes += [
+            (helper.make_node("Gather", [x, at.name], [s], name=s, axis=0), guard)
+            for x, s in zip(inputs, sliced, strict=True)
+        ]
+        results = [f"{prefix}/out{k}" for k in range(len(outputs))]
+        ranks = [r - 1 for r in scan_ranks]
+        row = expand_scan(prefix, body, sliced, results, row_attrs, ranks, length, guard, opset)
+        nodes += row.nodes
+        items += row.initializers
+        for acc, r in zip(rows, results, strict=True):
+            acc.append(r)
+    for parts, o in zip(rows, outputs, strict=True):
+        items += _stack(parts, 0, o, opset)
+    stacked, consts = _split(items)
+    return Expansion((*nodes, *((n, guard) for n in stacked)), tuple(consts))

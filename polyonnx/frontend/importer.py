@@ -17,7 +17,7 @@ import contextlib
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from polyonnx.frontend.control import (
     LoopUnrolling,
     expand_if,
     expand_scan,
+    expand_scan8,
     loop_state_types,
     run_time_loop,
     runs_at_run_time,
@@ -459,13 +460,13 @@ def _loop(n: Node, known: Mapping[str, np.ndarray], opset: int) -> LoopUnrolling
 
 def _scan(n: Node, values: Mapping[str, Value], opset: int) -> Expansion:
     """Scan node ``n`` unrolled over its (static) sequence length."""
-    if opset < 9:
-        raise UnsupportedOpError("Scan", opset, n.name, "Scan-8 (batched, sequence_lens)")
     m = int(n.attr("num_scan_inputs", 0))
     scanned = n.inputs[len(n.inputs) - m :]
     if not m or any(i not in values for i in scanned):
         raise ModelError(f"Scan node {n.name!r}: its {m} scan inputs must be typed tensors")
     ranks = [len(values[i].shape) for i in scanned]
+    if opset < 9:
+        return _scan8(n, values, ranks)
     axes = list(n.attr("scan_input_axes") or [0] * m)
     lengths = {int(values[i].shape[a % r]) for i, a, r in zip(scanned, axes, ranks, strict=True)}
     if len(lengths) != 1:
@@ -473,6 +474,33 @@ def _scan(n: Node, values: Mapping[str, Value], opset: int) -> Expansion:
     attrs = dict(n.attrs)
     return expand_scan(
         n.name, n.attr("body"), n.inputs, n.outputs, attrs, ranks, lengths.pop(), n.guard, opset
+    )
+
+
+def _scan8(n: Node, values: Mapping[str, Value], ranks: Sequence[int]) -> Expansion:
+    """Scan-8 node ``n`` (``ranks``: its scan inputs'): each batch row scanned on its own
+    (see :func:`expand_scan8`)."""
+    lens, *inputs = n.inputs
+    if lens:
+        raise UnsupportedOpError(
+            "Scan", 8, n.name, "sequence_lens (rows of different lengths) is not supported"
+        )
+    if any(i not in values or not values[i].shape for i in inputs) or min(ranks) < 2:
+        raise ModelError(
+            f"Scan node {n.name!r}: Scan-8's states and scan inputs must be typed tensors with "
+            "a batch axis first (and the scan inputs a sequence axis second)"
+        )
+    batches = {int(values[i].shape[0]) for i in inputs}
+    lengths = {int(values[i].shape[1]) for i in inputs[len(inputs) - len(ranks) :]}
+    if len(batches) != 1 or len(lengths) != 1:
+        raise ShapeError(
+            f"Scan node {n.name!r}: Scan-8's inputs must share their batch size (axis 0) and "
+            f"its scan inputs their sequence length (axis 1); their shapes are "
+            f"{[values[i].shape for i in inputs]}"
+        )
+    shape = (batches.pop(), lengths.pop())
+    return expand_scan8(
+        n.name, n.attr("body"), inputs, n.outputs, dict(n.attrs), ranks, shape, n.guard, 8
     )
 
 

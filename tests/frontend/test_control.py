@@ -320,3 +320,56 @@ def test_a_scan_forward_and_reversed():
     got = polyonnx.InferenceSession(m).run(None, feeds)
     for g, r in zip(got, onnxruntime_outputs(m, feeds), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-6)
+
+
+def _scan8_model(lens: bool) -> onnx.ModelProto:
+    """Scan-8: batched states and scan inputs (batch 3, 4 steps), the second input reversed."""
+    body = oh.make_graph(
+        [
+            oh.make_node("Mul", ["x", "r"], ["xr"]),
+            oh.make_node("Add", ["s", "xr"], ["s_out"]),
+            oh.make_node("Tanh", ["s_out"], ["y"]),
+        ],
+        "body",
+        [oh.make_tensor_value_info(n, T.FLOAT, [2]) for n in ("s", "x", "r")],
+        [oh.make_tensor_value_info(n, T.FLOAT, [2]) for n in ("s_out", "y")],
+    )
+    scan = oh.make_node(
+        "Scan",
+        ["lens" if lens else "", "s0", "xs", "rs"],
+        ["s", "ys"],
+        body=body,
+        num_scan_inputs=2,
+        directions=[0, 1],
+    )
+    inputs = [oh.make_tensor_value_info("s0", T.FLOAT, [3, 2])]
+    inputs += [oh.make_tensor_value_info(n, T.FLOAT, [3, 4, 2]) for n in ("xs", "rs")]
+    if lens:
+        inputs.append(oh.make_tensor_value_info("lens", T.INT32, [3]))
+    outputs = [
+        oh.make_tensor_value_info("s", T.FLOAT, [3, 2]),
+        oh.make_tensor_value_info("ys", T.FLOAT, [3, 4, 2]),
+    ]
+    g = oh.make_graph([scan], "g", inputs, outputs)
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 8)], ir_version=8)
+
+
+def test_a_scan8_scans_each_batch_row():
+    m = _scan8_model(lens=False)
+    feeds = {
+        "s0": RNG.standard_normal((3, 2)).astype(np.float32),
+        "xs": RNG.standard_normal((3, 4, 2)).astype(np.float32),
+        "rs": RNG.standard_normal((3, 4, 2)).astype(np.float32),
+    }
+    got = polyonnx.InferenceSession(m).run(None, feeds)
+    for g, r in zip(got, onnxruntime_outputs(m, feeds), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-7)
+    s = feeds["s0"].copy()  # every row on its own, the second input reversed
+    for t in range(4):
+        s = s + feeds["xs"][:, t] * feeds["rs"][:, 3 - t]
+    np.testing.assert_allclose(got[0], s, rtol=1e-6)
+
+
+def test_a_scan8_with_sequence_lengths_is_refused():
+    with pytest.raises(UnsupportedOpError, match="sequence_lens"):
+        polyonnx.InferenceSession(_scan8_model(lens=True))

@@ -396,8 +396,11 @@ def test_an_upgrade_that_changes_the_inputs_is_not_taken():
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
-    with pytest.raises(UnsupportedOpError, match="Scan at opset 8.*batched"):
-        polyonnx.compile(model)
+    init = np.array([[1, 2]], np.float32)
+    xs = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    y, z = polyonnx.InferenceSession(model).run(None, {"init": init, "xs": xs})
+    np.testing.assert_array_equal(z, init[:, None] + np.cumsum(xs, axis=1))  # (batched feeds)
+    np.testing.assert_array_equal(y, z[:, -1])
 
 
 def test_an_op_without_lowering_or_static_shape_is_unsupported():
