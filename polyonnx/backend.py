@@ -37,7 +37,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from polyonnx.errors import InputError, UnsupportedOpError
 from polyonnx.frontend.sequences import element_name
-from polyonnx.graph.shapes import REDUCTIONS
+from polyonnx.graph.shapes import SHAPE_FROM_VALUES
 from polyonnx.options import Options
 from polyonnx.runtime.session import InferenceSession
 
@@ -48,40 +48,15 @@ _cache: OrderedDict[tuple[str, Options], InferenceSession] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-#: Operand positions whose values determine output shapes (or must be known to lower the op).
-#: A graph input used at one of them is bound per run (see the module docstring).
+#: Operand positions whose values determine output shapes (every op of
+#: :data:`~polyonnx.graph.shapes.SHAPE_FROM_VALUES`) or must be known to lower the op. A graph
+#: input used at one of them is bound per run (see the module docstring).
 VALUE_OPERANDS: dict[str, tuple[int, ...]] = {
-    **{
-        op: (1,)
-        for op in (
-            *REDUCTIONS,
-            "CumSum",
-            "CumProd",
-            "Expand",
-            "Reshape",
-            "Split",
-            "Squeeze",
-            "Unsqueeze",
-            "Tile",
-            "TopK",
-            "Trilu",
-            "CenterCropPad",
-            "AffineGrid",
-            "Upsample",
-        )
-    },
-    "Slice": (1, 2, 3, 4),
+    **SHAPE_FROM_VALUES,
+    **{op: (1,) for op in ("CumSum", "CumProd", "TopK", "Trilu", "AffineGrid")},
     "Loop": (0, 1),  # the trip count and first condition: a known one may unroll
     "Dropout": (1, 2),  # ratio and training_mode decide whether it is the identity
-    "Pad": (1, 3),
-    "Range": (0, 1, 2),
-    "ConstantOfShape": (0,),
-    "Resize": (1, 2, 3),
-    "OneHot": (1,),
-    "Col2Im": (1, 2),
-    "DFT": (1, 2),
-    **{op: (0,) for op in ("BlackmanWindow", "HammingWindow", "HannWindow")},
-    "MelWeightMatrix": (0, 1),
+    "Resize": (1, 2, 3),  # (the region of interest too)
     # Sequences are lists known at compile time (polyonnx.frontend.sequences).
     "SequenceInsert": (2,),
     "SequenceErase": (1,),

@@ -88,6 +88,7 @@ def load_model(
         _explicit_defaults(slim)
         slim = inliner.inline_local_functions(slim)
     slim = _upgrade(slim, target_opset, where)
+    _stft_onesided(slim.graph.node)
     try:
         slim = infer_checked(slim, infer_shapes, where)
     except (onnx.shape_inference.InferenceError, RuntimeError, MemoryError) as e:
@@ -493,6 +494,18 @@ def _explicit_defaults(model: onnx.ModelProto) -> None:
     fill(model.graph.node)
     for f in model.functions:
         fill(f.node)
+
+
+def _stft_onesided(nodes: Iterable[onnx.NodeProto]) -> None:
+    """STFT nodes (also in subgraphs) that leave ``onesided`` to its default get it written
+    out: its default is 1 (half the spectrum, as the reference and onnxruntime compute it), but
+    ONNX's shape inference takes a missing one as 0 and types the full spectrum."""
+    for n in nodes:
+        for g in subgraphs(n):
+            _stft_onesided(g.node)
+        stft = n.op_type == "STFT" and n.domain in ("", "ai.onnx")
+        if stft and all(a.name != "onesided" for a in n.attribute):
+            n.attribute.append(onnx.helper.make_attribute("onesided", 1))
 
 
 def _convert(model: onnx.ModelProto, target: int | None, where: str) -> onnx.ModelProto:

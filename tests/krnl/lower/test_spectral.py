@@ -8,6 +8,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import polyonnx
+from polyonnx.testing import onnxruntime_outputs
 from tests.krnl.harness import check_op, rand
 from tests.reliability.models import model, tensor
 
@@ -85,3 +86,21 @@ def test_stft(
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+def test_stft_takes_half_the_spectrum_by_default() -> None:
+    # ONNX's shape inference types a missing `onesided` as 0 (all 16 bins); its default is 1,
+    # as the reference and onnxruntime compute it: 9 bins.
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("s", 8), ("n", 16))]
+    m = model(
+        [helper.make_node("STFT", ["x", "s", "", "n"], ["y"])],
+        [tensor("x", [2, 40, 1])],
+        [tensor("y", [None] * 4)],
+        inits,
+        opset=17,
+    )
+    x = rand(2, 40, 1)
+    [got] = polyonnx.InferenceSession(m).run(None, {"x": x})
+    [want] = onnxruntime_outputs(m, {"x": x})
+    assert got.shape == want.shape == (2, 4, 9, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
