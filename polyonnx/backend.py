@@ -36,7 +36,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from polyonnx.errors import InputError, UnsupportedOpError
-from polyonnx.frontend.sequences import element_name
+from polyonnx.frontend.sequences import element_name, presence_name
 from polyonnx.graph.shapes import SHAPE_FROM_VALUES
 from polyonnx.options import Options
 from polyonnx.runtime.session import InferenceSession
@@ -135,6 +135,8 @@ class PolyonnxRep(BackendRep):
         self._optional_inputs = _optionals(graph.input) if graph is not None else []
         self._outputs = [o.name for o in graph.output] if graph is not None else []
         self._sequence_outputs = set(_sequences(graph.output)) if graph is not None else set()
+        self._optional_outputs = set(_optionals(graph.output)) if graph is not None else set()
+        self._grouped = bool(self._sequence_outputs or self._optional_outputs)
         if session is not None:
             self._inputs = [a.name for a in session.get_inputs()]
             self._bound: list[str] = []
@@ -157,22 +159,23 @@ class PolyonnxRep(BackendRep):
         if missing:
             raise InputError(f"missing input(s) {missing}")
         bound = {n: np.asarray(feed[n]) for n in self._bound}
-        lists = {n: [np.asarray(a) for a in feed[n]] for n in self._sequence_inputs}
-        # An optional input is a sequence of none or one element.
-        lists.update(
-            (n, [] if feed.get(n) is None else [np.asarray(feed[n])]) for n in self._optional_inputs
-        )
+        lists: dict[str, list[np.ndarray] | None] = {
+            n: [np.asarray(a) for a in feed[n]] for n in self._sequence_inputs
+        }
+        # An optional input is None, or its tensor, or its sequence's elements.
+        lists.update((n, _optional_feed(feed.get(n))) for n in self._optional_inputs)
         rest = {n: v for n, v in feed.items() if n not in bound and n not in lists}
         for n, arrays in lists.items():
-            rest.update((element_name(n, k), a) for k, a in enumerate(arrays))
+            rest.update((element_name(n, k), a) for k, a in enumerate(arrays or ()))
         # A model with sequence outputs is compiled for the feeds' shapes: the outputs its
         # elements become are known only then.
-        shapes = (
-            {n: tuple(np.shape(v)) for n, v in rest.items()} if self._sequence_outputs else None
-        )
+        shapes = {n: tuple(np.shape(v)) for n, v in rest.items()} if self._grouped else None
         key = (
             b"|".join(f"{n}:{v.dtype}:{v.shape}:".encode() + v.tobytes() for n, v in bound.items())
-            + b"|".join(f"{n}:{[(a.dtype, a.shape) for a in v]}".encode() for n, v in lists.items())
+            + b"|".join(
+                f"{n}:{v if v is None else [(a.dtype, a.shape) for a in v]}".encode()
+                for n, v in lists.items()
+            )
             + repr(shapes).encode()
         )
         session = self._by_value.get(key)
@@ -208,14 +211,20 @@ class PolyonnxRep(BackendRep):
         session, feed = self._session_for(feed)
         outputs = session.run(None, feed)
         out_names = [o.name for o in session.get_outputs()]
-        if not self._sequence_outputs:
+        if not self._grouped:
             return namedtupledict("Outputs", out_names)(*outputs)
         by_name = dict(zip(out_names, outputs, strict=True))
-        grouped = [
-            _elements(by_name, o) if o in self._sequence_outputs else by_name[o]
-            for o in self._outputs
-        ]
+        grouped = [self._output(by_name, o) for o in self._outputs]
         return namedtupledict("Outputs", self._outputs)(*grouped)
+
+    def _output(self, by_name: Mapping[str, np.ndarray], name: str) -> Any:
+        """Graph output ``name`` from the compiled model's outputs: a sequence as a list of
+        its elements, an optional as None or its tensor or list."""
+        if name in self._optional_outputs and not bool(by_name[presence_name(name)]):
+            return None
+        if name in by_name:
+            return by_name[name]
+        return _elements(by_name, name)
 
 
 def _sequences(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
@@ -224,13 +233,26 @@ def _sequences(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
 
 
 def _optionals(values: Iterable[onnx.ValueInfoProto]) -> list[str]:
-    """The names of the ``values`` typed optional tensors."""
+    """The names of the ``values`` typed optional tensors or optional sequences of tensors."""
     return [
         v.name
         for v in values
         if v.type.WhichOneof("value") == "optional_type"
-        and v.type.optional_type.elem_type.WhichOneof("value") == "tensor_type"
+        and (
+            v.type.optional_type.elem_type.WhichOneof("value") == "tensor_type"
+            or _sequences([helper.make_value_info(v.name, v.type.optional_type.elem_type)])
+        )
     ]
+
+
+def _optional_feed(value: Any) -> list[np.ndarray] | None:
+    """An optional input's feed as the elements it is fed as: None for an empty optional, a
+    tensor as one element, a sequence (a list or tuple) as its elements."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [np.asarray(a) for a in value]
+    return [np.asarray(value)]
 
 
 def _elements(outputs: Mapping[str, np.ndarray], sequence: str) -> list[np.ndarray]:
@@ -242,11 +264,11 @@ def _elements(outputs: Mapping[str, np.ndarray], sequence: str) -> list[np.ndarr
 
 
 def _sequence_elements(
-    model: onnx.ModelProto, lists: Mapping[str, Sequence[np.ndarray]]
+    model: onnx.ModelProto, lists: Mapping[str, Sequence[np.ndarray] | None]
 ) -> onnx.ModelProto:
-    """``model`` with each sequence input in ``lists`` taken as its elements: tensor inputs
-    of their dtypes and shapes, gathered by a SequenceConstruct (SequenceEmpty when there are
-    none) of the sequence's name."""
+    """``model`` with each sequence or optional input in ``lists`` taken as its elements
+    (None: an empty optional): tensor inputs of their dtypes and shapes, gathered by the nodes
+    that make the input of its name (see :func:`_gathered`)."""
     if not lists:
         return model
     out = onnx.ModelProto()
@@ -258,29 +280,46 @@ def _sequence_elements(
     g.input.extend(keep)
     front = []
     for name, arrays in lists.items():
-        t = declared[name].type
-        optional = t.WhichOneof("value") == "optional_type"
-        tensor = (t.optional_type if optional else t.sequence_type).elem_type
-        elem = tensor.tensor_type.elem_type
-        parts = [element_name(name, k) for k in range(len(arrays))]
-        g.input.extend(
-            helper.make_tensor_value_info(p, elem, list(a.shape))
-            for p, a in zip(parts, arrays, strict=True)
-        )
-        if optional:
-            empty = helper.make_node("Optional", [], [name])
-            empty.attribute.append(helper.make_attribute("type", tensor))
-            front.append(helper.make_node("Optional", parts, [name]) if parts else empty)
-        else:
-            front.append(
-                helper.make_node("SequenceConstruct", parts, [name])
-                if parts
-                else helper.make_node("SequenceEmpty", [], [name], dtype=elem)
-            )
+        inputs, nodes = _gathered(name, declared[name].type, arrays)
+        g.input.extend(inputs)
+        front += nodes
     nodes = [*front, *g.node]
     del g.node[:]
     g.node.extend(nodes)
     return out
+
+
+def _gathered(
+    name: str, t: onnx.TypeProto, arrays: Sequence[np.ndarray] | None
+) -> tuple[list[onnx.ValueInfoProto], list[onnx.NodeProto]]:
+    """The element inputs of sequence or optional input ``name`` (of type ``t``) fed
+    ``arrays``, and the nodes making ``name`` from them: a SequenceConstruct (SequenceEmpty
+    when there are none), an Optional of the tensor or of that sequence, or an empty
+    Optional for None."""
+    optional = t.WhichOneof("value") == "optional_type"
+    inner = t.optional_type.elem_type if optional else t
+    if arrays is None:
+        empty = helper.make_node("Optional", [], [name])
+        empty.attribute.append(helper.make_attribute("type", inner))
+        return [], [empty]
+    of_tensor = inner.WhichOneof("value") == "tensor_type"
+    elem = (inner if of_tensor else inner.sequence_type.elem_type).tensor_type.elem_type
+    parts = [element_name(name, k) for k in range(len(arrays))]
+    inputs = [
+        helper.make_tensor_value_info(p, elem, list(a.shape))
+        for p, a in zip(parts, arrays, strict=True)
+    ]
+    if optional and of_tensor:
+        return inputs, [helper.make_node("Optional", parts, [name])]
+    sequence = f"{name}__sequence" if optional else name
+    nodes = [
+        helper.make_node("SequenceConstruct", parts, [sequence])
+        if parts
+        else helper.make_node("SequenceEmpty", [], [sequence], dtype=elem)
+    ]
+    if optional:
+        nodes.append(helper.make_node("Optional", [sequence], [name]))
+    return inputs, nodes
 
 
 def _session(
@@ -335,17 +374,18 @@ class PolyonnxBackend(Backend):
         optionals = _optionals(model.graph.input)
         for vi in (*model.graph.input, *model.graph.output):
             kind = vi.type.WhichOneof("value")
-            if kind not in ("tensor_type", "sequence_type", None) and vi.name not in optionals:
+            if kind not in ("tensor_type", "sequence_type", None) and not _optionals([vi]):
                 raise UnsupportedOpError(
                     "value",
                     detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors, sequences of "
-                    "tensors and optional tensor inputs",
+                    "tensors and optionals of either",
                 )
         if (
             value_inputs(model)
             or optionals
             or _sequences(model.graph.input)
             or _sequences(model.graph.output)
+            or _optionals(model.graph.output)
         ):
             # Compiled on first run, once per value of the shape-determining inputs (and per
             # length, dtypes and shapes of the sequence inputs).

@@ -18,6 +18,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ from polyonnx.frontend.load import (
     load_model,
 )
 from polyonnx.frontend.preview import expand_preview
-from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists, element_name
+from polyonnx.frontend.sequences import SEQUENCE_OPS, SequenceLists, element_name, presence_name
 from polyonnx.graph.dynamic import (
     DYNAMIC_OPS,
     check_inputs,
@@ -101,9 +102,11 @@ def import_model(
     gp = proto.graph
     for vi in gp.output:
         kind = vi.type.WhichOneof("value")
-        if kind not in ("tensor_type", "sequence_type", None):
+        if kind not in ("tensor_type", "sequence_type", "optional_type", None):
             raise UnsupportedOpError(
-                "value", detail=f"graph output {vi.name!r} is a {kind}; polyonnx returns tensors"
+                "value",
+                detail=f"graph output {vi.name!r} is a {kind}; polyonnx returns tensors, "
+                "sequences of tensors and optionals of either",
             )
     constants: dict[str, np.ndarray] = {t.name: _tensor(t) for t in gp.initializer}
     names: set[str] = set()
@@ -118,7 +121,7 @@ def import_model(
         nodes = _type_the_rest(
             nodes, values, constants, default_opset(proto), names, sequences, expand
         )
-    outputs = _flatten_sequences(gp.output, sequences, values, nodes, names)
+    outputs = _flatten_sequences(gp.output, sequences, Typing(values, constants, nodes, names))
     for o in outputs:
         if o not in values:
             raise ModelError(f"graph output {o!r} is not produced by any node")
@@ -280,31 +283,61 @@ def _unsupported_if_unlowered(
         ) from None
 
 
+@dataclass(frozen=True)
+class Typing:
+    """The graph being built: its typed values, constants, nodes and node names (all edited
+    in place)."""
+
+    values: dict[str, Value]
+    constants: dict[str, np.ndarray]
+    nodes: list[Node]
+    names: set[str]
+
+    def copy(self, source: str, name: str) -> str:
+        """Add an Identity node ``name = source``; ``name``."""
+        self.nodes.append(Node(_fresh(name, self.names), "Identity", (source,), (name,)))
+        self.names.add(self.nodes[-1].name)
+        self.values[name] = Value(name, self.values[source].dtype, self.values[source].shape)
+        return name
+
+
 def _flatten_sequences(
-    outputs: Iterable[onnx.ValueInfoProto],
-    sequences: SequenceLists,
-    values: dict[str, Value],
-    nodes: list[Node],
-    names: set[str],
+    outputs: Iterable[onnx.ValueInfoProto], sequences: SequenceLists, graph: Typing
 ) -> list[str]:
-    """The graph's output names, a sequence output replaced by its elements (Identity nodes,
-    appended to ``nodes``, name them :func:`~polyonnx.frontend.sequences.element_name`)."""
+    """The graph's output names, a sequence output replaced by its elements (Identity nodes
+    name them :func:`~polyonnx.frontend.sequences.element_name`) and an optional output by
+    a bool constant named :func:`~polyonnx.frontend.sequences.presence_name` and its tensor
+    (under the output's name) or its sequence's elements."""
     flat: list[str] = []
     for vi in outputs:
-        if vi.type.WhichOneof("value") != "sequence_type":
-            flat.append(vi.name)
+        kind, name = vi.type.WhichOneof("value"), vi.name
+        content: str | None = name
+        if kind == "optional_type":
+            content = sequences.optionals.get(name, name)
+            presence = presence_name(name)
+            graph.constants[presence] = np.array(content is not None)
+            graph.values[presence] = Value(presence, "bool", ())
+            flat.append(presence)
+        if content is None:
             continue
-        if vi.name not in sequences.lists:
-            raise UnsupportedOpError(
-                "value", detail=f"graph output {vi.name!r} is a sequence not known at compile time"
-            )
-        for k, element in enumerate(sequences.lists[vi.name]):
-            name = element_name(vi.name, k)
-            nodes.append(Node(_fresh(f"{vi.name}/{k}", names), "Identity", (element,), (name,)))
-            names.add(nodes[-1].name)
-            values[name] = Value(name, values[element].dtype, values[element].shape)
-            flat.append(name)
+        if kind == "sequence_type" or content in sequences.lists:
+            flat += _elements(name, content, sequences, graph)
+        else:
+            flat.append(name if content == name else graph.copy(content, name))
     return flat
+
+
+def _elements(output: str, sequence: str, sequences: SequenceLists, graph: Typing) -> list[str]:
+    """The elements of ``sequence``, copied to the outputs named after graph output
+    ``output``."""
+    if sequence not in sequences.lists:
+        raise UnsupportedOpError(
+            "value", detail=f"graph output {output!r} is a sequence not known at compile time"
+        )
+    return [
+        graph.copy(element, element_name(output, k))
+        for k, element in enumerate(sequences.lists[sequence])
+    ]
 
 
 def _replacement(
@@ -611,8 +644,14 @@ def _infer_alone(
     return tuple(v for v in out if v is not None and v.is_static)
 
 
+_ELEMENT_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
 def _tensor(t: onnx.TensorProto) -> np.ndarray:
-    """An initializer's value; ModelError when its data does not fill its declared dims."""
+    """An initializer's (or a tensor attribute's) value; ModelError when its element type is
+    unknown (ONNX's checker lets one through) or its data does not fill its declared dims."""
+    if t.data_type not in _ELEMENT_TYPES:
+        raise ModelError(f"tensor {t.name!r} has an unknown element type {t.data_type}")
     try:
         return numpy_helper.to_array(t)
     except ValueError as e:
@@ -736,12 +775,12 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     if isinstance(v, bytes):
         return v.decode("utf-8")
     if isinstance(v, onnx.TensorProto):
-        return numpy_helper.to_array(v)
+        return _tensor(v)
     if isinstance(v, list):
         return tuple(
             x.decode("utf-8")
             if isinstance(x, bytes)
-            else numpy_helper.to_array(x)
+            else _tensor(x)
             if isinstance(x, onnx.TensorProto)
             else x
             for x in v

@@ -59,6 +59,13 @@ def element_name(sequence: str, k: int) -> str:
     return f"{sequence}[{k}]"
 
 
+def presence_name(optional: str) -> str:
+    """The name of the bool output that says whether optional graph output ``optional`` has
+    an element (the model compiled returns it beside the element, or the sequence's
+    elements, named as :func:`element_name` says)."""
+    return f"{optional}?"
+
+
 @dataclass
 class Replacement:
     """The plain nodes and constants that replace one sequence op (none for an op that only

@@ -436,16 +436,16 @@ def _declared_io(model: onnx.ModelProto) -> tuple[tuple[NodeArg, ...], tuple[Nod
 
     def arg(vi: onnx.ValueInfoProto, output: bool = False) -> NodeArg:
         kind = vi.type.WhichOneof("value")
-        # (A sequence output is compiled into its elements' outputs: polyonnx.frontend.sequences.)
-        if kind not in ("tensor_type", None) and not (output and kind == "sequence_type"):
+        # (A sequence or optional output is compiled into its elements' outputs:
+        # polyonnx.frontend.sequences.)
+        t = vi.type.optional_type.elem_type if output and kind == "optional_type" else vi.type
+        if t.WhichOneof("value") == "sequence_type" and output:
+            t = t.sequence_type.elem_type
+        if t.WhichOneof("value") not in ("tensor_type", None):
             raise UnsupportedOpError(
                 "value", detail=f"{vi.name!r} is a {kind}; polyonnx handles tensors only"
             )
-        tt = (
-            vi.type.sequence_type.elem_type.tensor_type
-            if kind == "sequence_type"
-            else vi.type.tensor_type
-        )
+        tt = t.tensor_type
         dims: list[int | str] = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
         ]

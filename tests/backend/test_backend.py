@@ -156,3 +156,42 @@ def test_optional_tensor_input_present_or_absent() -> None:
     rep = backend.prepare(helper.make_model(g), "CPU")
     assert bool(rep.run([np.zeros(3, np.float32)])[0])
     assert not bool(rep.run([None])[0])
+
+
+def _optional_sequence(name: str) -> onnx.ValueInfoProto:
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    return helper.make_value_info(name, helper.make_optional_type_proto(seq))
+
+
+def test_optional_sequence_inputs_and_outputs_are_none_or_lists() -> None:
+    # y = the optional as it is; n = the length of its sequence, 0 when it is empty.
+    g = helper.make_graph(
+        [
+            helper.make_node("Identity", ["o"], ["y"]),
+            helper.make_node("OptionalHasElement", ["o"], ["has"]),
+        ],
+        "g",
+        [_optional_sequence("o")],
+        [_optional_sequence("y"), helper.make_tensor_value_info("has", TensorProto.BOOL, [])],
+    )
+    rep = backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    a, b = np.ones(2, np.float32), np.arange(2, dtype=np.float32)
+    y, has = rep.run([[a, b]])
+    assert [list(e) for e in y] == [list(a), list(b)] and bool(has)
+    y, has = rep.run([[]])  # present, but an empty sequence
+    assert y == [] and bool(has)
+    y, has = rep.run([None])  # empty
+    assert y is None and not bool(has)
+
+
+def test_an_optional_tensor_output_is_its_tensor_or_none() -> None:
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [3]))
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Optional", ["r"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_value_info("y", opt)],
+    )
+    x = np.array([-1, 0, 2], np.float32)
+    [y] = backend.run_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), [x])
+    np.testing.assert_array_equal(y, [0, 0, 2])

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx.errors import ModelError, PolyonnxError, ShapeError
@@ -131,6 +131,17 @@ def _raw_data_short() -> onnx.ModelProto:
     return m
 
 
+def _unknown_element_type(node: bool) -> onnx.ModelProto:
+    # ONNX's checker lets an initializer (or a Constant's value) of element type 113 through.
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="add")]
+    if node:
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], value=w))
+    m = model(nodes, [tensor("x", [2])], [tensor("y", [2])], [] if node else [w])
+    (m.graph.node[0].attribute[0].t if node else m.graph.initializer[0]).data_type = 113
+    return m
+
+
 CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...]]] = {
     # unreadable bytes
     "truncated": (lambda: conv_net().SerializeToString()[:200], ModelError, ("truncated",)),
@@ -157,6 +168,16 @@ CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...
         ("'relu' (Relu)", "declared bool"),
     ),
     "initializer data and dims disagree": (_raw_data_short, ModelError, ("'w'", "dims [2]")),
+    "initializer of an unknown element type": (
+        lambda: _unknown_element_type(node=False),
+        ModelError,
+        ("'w'", "unknown element type 113"),
+    ),
+    "constant of an unknown element type": (
+        lambda: _unknown_element_type(node=True),
+        ModelError,
+        ("'w'", "unknown element type 113"),
+    ),
     "no default opset": (
         lambda: _with(relu(), lambda m: m.ClearField("opset_import")),
         ModelError,
