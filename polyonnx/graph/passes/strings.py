@@ -35,7 +35,7 @@ WIDTH_RULES: dict[str, Callable[[Sequence[int]], int]] = {
     "StringSplit": lambda widths: widths[0],  # substrings of the input
 }
 #: The ops that read strings and compute something else.
-STRING_READERS = frozenset({"Equal", "RegexFullMatch"})
+STRING_READERS = frozenset({"Equal", "RegexFullMatch", "TfIdfVectorizer"})
 
 
 def _attribute_strings(node: Node, names: Sequence[str]) -> list[str]:

@@ -39,6 +39,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     spectral,
     string_split,
     strings,
+    tfidf,
     topk,
     winograd,
 )

@@ -1,4 +1,5 @@
-"""DFT and STFT: the discrete Fourier transform along one axis (of each frame), as a direct sum.
+"""DFT and STFT: the discrete Fourier transform along one axis (of each frame), as a direct sum;
+MelWeightMatrix, the filters that map its bins to mel bands (see its lowering).
 
 Signals are real (last axis 1) or complex (last axis 2: real, imaginary). Output bin ``k`` of
 a transform of length ``N`` sums input samples ``j`` (those that exist: the input is cut or
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import nest, normalize_axis, require_float, unsupported, var
@@ -177,3 +179,154 @@ def _summed(
         (acc,),
         ((table, np.stack([np.cos(angles), np.sin(angles)], axis=1)),),
     )
+
+
+@register("MelWeightMatrix", since=17)
+def lower_mel_weight_matrix(node: Node, ctx: LowerContext) -> Lowered:
+    """MelWeightMatrix: ``[dft_length // 2 + 1, num_mel_bins]`` triangular filters, for a
+    ``num_mel_bins`` and ``dft_length`` known at compile time (they make the output's shape;
+    the backend binds them per value) and a sample rate and edges that may be known only at
+    run time (with every input a constant, the node is folded before it gets here).
+
+    The ``num_mel_bins + 2`` edges of the filters are computed as onnx.reference computes them
+    (its order of operations, ``log1p`` in the edges' own type, the rest in float64), and
+    floored into spectrogram bins with numpy's floor division::
+
+      S: mel[0] = 2595 log1p(lower / 700) / ln 10;  S: mel[1] = (the same of upper)
+      for b < num_mel_bins + 2:
+        S: hz[b] = b * (mel[1] - mel[0]) / (num_mel_bins + 2) + mel[0]
+        S: hz[b] = hz[b] / 2595 * ln 10;  S: grow[b] = exp(hz[b])
+        S: hz[b] = (dft_length + 1) * (700 * expm1(hz[b]))        (expm1 from grow)
+        S: rest[b] = fmod(hz[b], rate);  S: rest[b] = (hz[b] - rest[b]) / rate - (fix)
+        S: edge[b] = int64(numpy's floor of rest[b], or hz[b] / rate for a rate of 0)
+      for j, i:
+        S: Y[j, i] = edge[i+1] <= j < edge[i+2] ? (edge[i+2] - j) / (edge[i+2] - edge[i+1])
+                   : edge[i] <= j <= edge[i+1] ? (j - edge[i]) / (edge[i+1] - edge[i]) (1 if 0/0)
+                   : 0
+
+    ``log1p`` and ``expm1`` are Kahan's forms on ``log`` and ``exp``, ``log1p`` rounded once
+    to the edges' type (numpy's own float32 ``log1p``, which differs from one machine to
+    another, may be half an ulp away: a filter edge within about 1e-7 of a whole bin can then
+    land one bin off). A filter edge outside ``[0, dft_length // 2]`` writes nothing there
+    (onnx.reference fails on one beyond the end and wraps a negative one around)."""
+    y = node.outputs[0]
+    mels, dft = _mel_sizes(node, ctx)
+    edges, temps = _mel_edges(node, ctx, mels, dft)
+    # Y[j, i] from the filter's left, center and right edges.
+    j = ir.Iter("j")
+    left, center, right = (ir.Load(temps[-1].name, (var("i") + k,), I64) for k in range(3))
+
+    def ratio(num: ir.Expr, den: ir.Expr) -> ir.Expr:
+        # (the denominator kept non-zero where the value is not used)
+        return ir.Cast(num, F64) / ir.Cast(ir.maximum(den, ir.Const(1, I64)), F64)
+
+    rising = ir.binary("and", ir.binary("le", left, j), ir.binary("le", j, center))
+    up = ir.Select(ir.binary("eq", center, left), _f64(1), ratio(j - left, center - left))
+    falling = ir.binary("and", ir.binary("le", center, j), ir.binary("lt", j, right))
+    down = ratio(right - j, right - center)
+    value = ir.Select(falling, down, ir.Select(rising, up, _f64(0)))
+    filters = ir.Stmt("S", ir.Access(y, (var("j"), var("i"))), ir.Cast(value, ctx.dtype(y)))
+    return Lowered((*edges, *nest([("j", dft // 2 + 1), ("i", mels)], (filters,))), temps)
+
+
+def _mel_sizes(node: Node, ctx: LowerContext) -> tuple[int, int]:
+    """MelWeightMatrix's ``num_mel_bins`` and ``dft_length``, its inputs and output checked."""
+    y = node.outputs[0]
+    mels, dft = _scalar_input(node, ctx, 0), _scalar_input(node, ctx, 1)
+    if mels is None or dft is None or len(node.inputs) < 5 or not all(node.inputs[2:5]):
+        raise unsupported(node, ctx, "five inputs are required")
+    if mels < 1 or dft < 1:
+        raise unsupported(node, ctx, f"num_mel_bins {mels} and dft_length {dft}")
+    if ctx.shape(y) != (dft // 2 + 1, mels):
+        raise ShapeError(
+            f"node {node.name!r} (MelWeightMatrix): output shape {list(ctx.shape(y))}, "
+            f"expected {[dft // 2 + 1, mels]}"
+        )
+    rate, lower, upper = node.inputs[2:5]
+    edges = require_float(node, ctx, lower)
+    if ctx.dtype(upper) != edges:
+        raise unsupported(node, ctx, f"edges of dtypes {edges} and {ctx.dtype(upper)}")
+    if ctx.dtype(rate) not in ir.INT_DTYPES:
+        raise unsupported(node, ctx, f"sample_rate of dtype {ctx.dtype(rate)} (an integer)")
+    if ctx.dtype(y) not in (*ir.FLOAT_DTYPES, *ir.INT_DTYPES):
+        raise unsupported(node, ctx, f"output_datatype {ctx.dtype(y)}")
+    return mels, dft
+
+
+def _f64(v: float) -> ir.Const:
+    return ir.Const(float(v), F64)
+
+
+def _scalar64(ctx: LowerContext, name: str) -> ir.Expr:
+    """The single element of input ``name``, as float64."""
+    load = ir.Load(name, (ir.Aff.lift(0),) * len(ctx.shape(name)), ctx.dtype(name))
+    return ir.Cast(load, F64)
+
+
+def _to_mel(ctx: LowerContext, hertz: str) -> ir.Expr:
+    """``2595 * log1p(hertz / 700) / ln 10`` as numpy computes it: in ``hertz``'s type up
+    to the division, which is float64's (each step rounded to that type, from float64)."""
+    dtype = ctx.dtype(hertz)
+
+    def rounded(e: ir.Expr) -> ir.Expr:
+        return e if dtype == F64 else ir.Cast(ir.Cast(e, dtype), F64)
+
+    def beside(v: int) -> ir.Const:  # a Python number as numpy reads it beside ``dtype``
+        return _f64(float(np.dtype(dtype).type(v)))
+
+    x = rounded(_scalar64(ctx, hertz) / beside(700))
+    u = x + _f64(1)
+    log1p = ir.Select(ir.binary("eq", u, _f64(1)), x, ir.unary("log", u) * x / (u - _f64(1)))
+    return rounded(beside(2595) * rounded(log1p)) / _f64(np.log(10))
+
+
+def _mel_edges(
+    node: Node, ctx: LowerContext, mels: int, dft: int
+) -> tuple[tuple[ir.Node, ...], tuple[ir.Buffer, ...]]:
+    """The nests that compute the filters' edges as spectrogram bins, and their temps (the
+    int64 edges last)."""
+    name = node.name
+    mel = ir.Buffer(f"{name}__mel", F64, (2,))
+    hz, grow, rest = (ir.Buffer(f"{name}__{w}", F64, (mels + 2,)) for w in ("hz", "grow", "rest"))
+    edge = ir.Buffer(f"{name}__edges", I64, (mels + 2,))
+    b = var("b")
+    at = {buf.name: ir.Access(buf.name, (b,)) for buf in (hz, grow, rest, edge)}
+    a, u, q = (ir.Load(buf.name, (b,), F64) for buf in (hz, grow, rest))
+    low = ir.Load(mel.name, (ir.Aff.lift(0),), F64)
+    high = ir.Load(mel.name, (ir.Aff.lift(1),), F64)
+    step = (high - low) / _f64(mels + 2)
+    less = u - _f64(1)
+    expm1 = ir.Select(
+        ir.binary("eq", u, _f64(1)),
+        a,
+        ir.Select(ir.binary("eq", less, _f64(-1)), _f64(-1), less * a / ir.unary("log", u)),
+    )
+    sr = _scalar64(ctx, node.inputs[2])
+    # numpy's floor division: (a - fmod(a, sr)) / sr, less 1 where the remainder's sign is not
+    # the divisor's, then floored (rounding up from past .5).
+    wrong_sign = ir.binary(
+        "and",
+        ir.binary("ne", q, _f64(0)),
+        ir.binary("ne", ir.binary("lt", sr, _f64(0)), ir.binary("lt", q, _f64(0))),
+    )
+    floor = ir.unary("floor", q)
+    floored = floor + ir.Select(ir.binary("gt", q - floor, _f64(0.5)), _f64(1), _f64(0))
+    per_edge = (
+        ir.Stmt("S", at[hz.name], ir.Cast(ir.Iter("b"), F64) * step + low),
+        ir.Stmt("S", at[hz.name], a / _f64(2595) * _f64(np.log(10))),
+        ir.Stmt("S", at[grow.name], ir.unary("exp", a)),
+        ir.Stmt("S", at[hz.name], _f64(dft + 1) * (_f64(700) * expm1)),
+        ir.Stmt("S", at[rest.name], ir.binary("fmod", a, sr)),
+        ir.Stmt("S", at[rest.name], (a - q) / sr - ir.Select(wrong_sign, _f64(1), _f64(0))),
+        ir.Stmt(
+            "S",
+            at[edge.name],
+            ir.Cast(ir.Select(ir.binary("eq", sr, _f64(0)), a / sr, floored), I64),
+        ),
+    )
+    nests = (
+        ir.Stmt("S", ir.Access(mel.name, (0,)), _to_mel(ctx, node.inputs[3])),
+        ir.Stmt("S", ir.Access(mel.name, (1,)), _to_mel(ctx, node.inputs[4])),
+        *nest([("b", mels + 2)], per_edge),
+    )
+    return nests, (mel, hz, grow, rest, edge)
