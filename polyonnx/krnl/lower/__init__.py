@@ -11,6 +11,7 @@ from polyonnx.krnl.lower import (  # noqa: F401
     conv,
     convtranspose,
     data,
+    deform,
     dynamic,
     einsum,
     elementwise,
