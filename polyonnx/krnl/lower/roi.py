@@ -55,8 +55,10 @@ def _i(v: int) -> ir.Const:
 
 
 def _clamp_int(x: ir.Expr, lo: float, hi: float) -> ir.Expr:
-    """``x`` (float) clamped to ``[lo, hi]`` and cast to int64: in range whatever ``x`` is
-    (NaN included: min and max take the other operand)."""
+    """``x`` (float) clamped to ``[lo, hi]`` and cast to int64: in range for any number. A
+    NaN stays NaN (``ir.maximum`` and ``ir.minimum`` propagate it): the index it gives is
+    refused by the run-time index check, an InputError, as onnxruntime and the reference
+    refuse NaN rois."""
     return ir.Cast(ir.minimum(ir.maximum(x, ir.Const(lo, x.dtype)), ir.Const(hi, x.dtype)), I64)
 
 
