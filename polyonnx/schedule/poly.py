@@ -153,7 +153,12 @@ class Dependences:
         names = {s.get_tuple_name() for s in _sets(instances)}
         stages = {self.stages.get(n) for n in names} if self.stages else set()
         stage = stages.pop() if len(stages) == 1 else None
-        rel = self.all if stage is None else self._local.get(stage, self.all)
+        if stage is None:
+            rel = self.all
+        elif stage in self._local:
+            rel = self._local[stage]
+        else:  # (a stage that accesses no memory)
+            return isl.UnionMap.empty(self.reads.get_space())
         return rel.intersect_domain(instances).intersect_range(instances)
 
     def to_keep(self, schedule: isl.Schedule) -> isl.UnionMap:
