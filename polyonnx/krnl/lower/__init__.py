@@ -40,5 +40,6 @@ from polyonnx.krnl.lower import (  # noqa: F401
     string_split,
     strings,
     topk,
+    training,
     winograd,
 )
