@@ -67,10 +67,14 @@ import numpy as np
 from onnx import helper
 
 from polyonnx.errors import ModelError, ShapeError, UnsupportedOpError
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name, topological_order
-
-#: The domain of ONNX's training operators.
-TRAINING_DOMAIN = "ai.onnx.preview.training"
+from polyonnx.graph.ir import (
+    TRAINING_DOMAIN,
+    Graph,
+    Node,
+    Value,
+    fresh_name,
+    topological_order,
+)
 
 Shape = tuple[int, ...]
 

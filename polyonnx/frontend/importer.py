@@ -410,6 +410,7 @@ def _type_outputs(
         typed = (
             _infer_alone(n, values, known, opset)
             or _range_output(n, known)
+            or _unpool_output(n, values, known)
             or gradient_output_types(n, values)
         )
         if not typed and (fed := run_time_shape_input(n, known)) is not None:
@@ -604,6 +605,20 @@ def _range_output(n: Node, known: Mapping[str, np.ndarray]) -> tuple[Value, ...]
         return ()
     extent = max(math.ceil((limit - start) / delta), 0)
     return (Value(n.outputs[0], operands[0].dtype.name, (extent,)),)
+
+
+def _unpool_output(
+    n: Node, values: Mapping[str, Value], known: Mapping[str, np.ndarray]
+) -> tuple[Value, ...]:
+    """MaxUnpool's output from a known ``output_shape``, whose value ONNX inference does not
+    read (it types the output only without one)."""
+    if n.op_type != "MaxUnpool" or n.domain or not n.input(2) or n.input(2) not in known:
+        return ()
+    x = values.get(n.input(0))
+    dims = np.asarray(known[n.input(2)]).reshape(-1)
+    if x is None or len(dims) != len(x.shape) or (dims < 0).any():
+        return ()
+    return (Value(n.outputs[0], x.dtype, tuple(int(d) for d in dims)),)
 
 
 def _infer_alone(

@@ -29,7 +29,7 @@ from polyonnx.frontend.legacy import (
     subgraphs,
 )
 from polyonnx.frontend.value_types import check_inputs, infer_checked
-from polyonnx.graph.ir import ML_DOMAIN
+from polyonnx.graph.ir import ML_DOMAIN, TRAINING_DOMAIN
 
 #: Opset that models older than it are upgraded to by default: opset 13 moved axes of
 #: Squeeze/Unsqueeze/ReduceSum and the split sizes of Split to inputs, so lowerings only handle
@@ -270,16 +270,22 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+#: The domains other than the default one whose ops polyonnx lowers whatever the default
+#: domain's version: a model may import them alone.
+OWN_VERSIONED_DOMAINS = (ML_DOMAIN, TRAINING_DOMAIN)
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     """The version of the default ONNX domain a model imports. A model that imports only
-    ONNX-ML (``ai.onnx.ml``: a scikit-learn pipeline converted by skl2onnx) has no node of the
-    default domain, so it gets the newest version (its ML ops are lowered whatever it is).
-    UnsupportedOpError when it imports only other domains (``ai.onnx.preview.training``:
-    valid, not compiled)."""
+    ONNX-ML (``ai.onnx.ml``: a scikit-learn pipeline converted by skl2onnx) or the training
+    domain (``ai.onnx.preview.training``: one optimizer step, Adagrad, Adam or Momentum) has
+    no node of the default domain, so it gets the newest version (those ops are lowered
+    whatever it is; an op of theirs without a lowering is refused when it is lowered).
+    UnsupportedOpError when it imports only other domains."""
     for op in model.opset_import:
         if op.domain in ("", "ai.onnx"):
             return int(op.version)
-    if any(op.domain == ML_DOMAIN for op in model.opset_import):
+    if any(op.domain in OWN_VERSIONED_DOMAINS for op in model.opset_import):
         return int(onnx.defs.onnx_opset_version())
     domains = sorted(op.domain for op in model.opset_import)
     raise UnsupportedOpError(

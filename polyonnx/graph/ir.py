@@ -48,6 +48,9 @@ INTERNAL_DOMAIN = "polyonnx"
 ML_DOMAIN = "ai.onnx.ml"
 """The domain of ONNX-ML, the operators of classical machine learning (scikit-learn's)."""
 
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+"""The domain of ONNX's training operators (Gradient, Adagrad, Adam, Momentum)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Value:

@@ -885,7 +885,8 @@ def test_resize_opset18_axes_antialias_and_aspect_ratio() -> None:
 
 def test_segnet_maxpool_indices() -> None:
     """SegNet/ENet's encoder: MaxPool's Indices output (flat over the whole tensor), also with
-    padding and storage_order 1. The decoder's MaxUnpool has no lowering: refused by name."""
+    padding and storage_order 1; the decoder's MaxUnpool of them, to the unpooled shape and to
+    a constant output_shape (the pooled input's, which the padded pooling does not unpool to)."""
     g = _Graph()
     x = g.op("Relu", g.op("Conv", "x", g.weights(4, 2, 3, 3), pads=[1, 1, 1, 1]))
     pooled, idx = g.op("MaxPool", x, kernel_shape=[2, 2], strides=[2, 2], outputs=2)
@@ -894,10 +895,19 @@ def test_segnet_maxpool_indices() -> None:
     )
     model = g.model([graph_input("x", [2, 2, 6, 6])], [pooled, idx, idx2], 13, [F, I64, I64])
     _check(model, {"x": _randn(2, 2, 6, 6)})
+    pooled2, idx2 = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, outputs=2)
     up = g.op("MaxUnpool", pooled, idx, kernel_shape=[2, 2], strides=[2, 2])
-    model = g.model([graph_input("x", [2, 2, 6, 6])], [up], 13)
-    with pytest.raises(UnsupportedOpError, match="MaxUnpool"):
-        polyonnx.InferenceSession(model)
+    up2 = g.op(
+        "MaxUnpool",
+        pooled2,
+        idx2,
+        g.ints(2, 4, 6, 6),
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1] * 4,
+    )
+    model = g.model([graph_input("x", [2, 2, 6, 6])], [g.op("Add", up, up2)], 13)
+    _check(model, {"x": _randn(2, 2, 6, 6)})
 
 
 def test_pixel_shuffle_and_space_to_depth() -> None:

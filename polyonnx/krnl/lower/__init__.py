@@ -42,5 +42,6 @@ from polyonnx.krnl.lower import (  # noqa: F401
     strings,
     tfidf,
     topk,
+    training,
     winograd,
 )

@@ -1,4 +1,4 @@
-"""Normalisations: BatchNormalization (inference), LRN, Softmax and LogSoftmax.
+"""Normalisations: BatchNormalization (inference and training mode), LRN, Softmax and LogSoftmax.
 
 Softmax keeps a running max and sum per row in temp buffers ``<node>__max`` / ``<node>__sum``
 (shape: the input shape without the reduced axes)::
@@ -16,6 +16,8 @@ Softmax keeps a running max and sum per row in temp buffers ``<node>__max`` / ``
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
@@ -35,6 +37,7 @@ from polyonnx.krnl.lower.common import (
     var,
     zero,
 )
+from polyonnx.krnl.lower.normalization import moments
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
@@ -46,14 +49,19 @@ def _channel_iters(node: Node, shape: tuple[int, ...]) -> list[tuple[str, int]]:
 
 
 @register("BatchNormalization")
-def lower_batch_norm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+def lower_batch_norm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...] | Lowered:
     """``Y = (X - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + B[c]`` (inference mode);
     with ``spatial=0`` (before opset 9) the statistics are per activation, indexed by every
-    axis but the batch's."""
+    axis but the batch's. Training mode (``training_mode=1``, opset 14 on): see
+    :func:`_batch_norm_training`."""
     x, scale, bias, mean, variance = node.inputs[:5]
     dtype = require_float(node, ctx, x)
-    if int(node.attr("training_mode", 0)) or any(node.outputs[1:]):
-        raise unsupported(node, ctx, "training mode (running statistics outputs)")
+    if int(node.attr("training_mode", 0)) and opset(ctx) >= 14:
+        return _batch_norm_training(node, ctx)
+    if any(node.outputs[1:]):  # (opset 7 and 9's statistics outputs)
+        raise unsupported(
+            node, ctx, "training mode before opset 14 (training_mode=1 of opset 14 on is lowered)"
+        )
     iters = _channel_iters(node, ctx.shape(x))
     index = tuple(var(n) for n, _ in iters)
     c = index[1:] if not int(node.attr("spatial", 1)) else (var("c"),)
@@ -63,6 +71,63 @@ def lower_batch_norm(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     if value.dtype != dtype:
         raise unsupported(node, ctx, "statistics with a dtype other than X's")
     return nest(iters, (ir.Stmt("S", ir.Access(node.outputs[0], index), value),))
+
+
+def _batch_norm_training(node: Node, ctx: LowerContext) -> Lowered:
+    """BatchNormalization in training mode, as ``onnx.reference`` computes it: the batch's
+    mean and (population, biased) variance per channel over the batch and spatial axes
+    normalise X, and the optional outputs are the running statistics
+    ``input_mean * momentum + batch_mean * (1 - momentum)`` (the same for the variance)::
+
+        for c:
+          S: mean[c] = 0.0
+          for n, h, w:
+            S: mean[c] = (mean[c] + X[n, c, h, w])
+          ...                                  (var[c]: the mean of (X - mean[c])^2)
+          S: running_mean[c] = ((input_mean[c] * 0.9) + (mean[c] * 0.1))
+          S: running_var[c] = ((input_var[c] * 0.9) + (var[c] * 0.1))
+          S: var[c] = (1.0 / sqrt((var[c] + 1e-05)))
+          for n, h, w:
+            S: Y[n, c, h, w] = ((((X[n, c, h, w] - mean[c]) * var[c]) * scale[c]) + B[c])
+
+    Statistics are computed in float32 for a float16 X (numpy's mean and var accumulate
+    float16 in float32) and in X's type otherwise."""
+    x, scale, bias, mean, variance = node.inputs[:5]
+    y = node.outputs[0]
+    dtype = ctx.dtype(x)
+    xs = ctx.shape(x)
+    iters = _channel_iters(node, xs)
+    cdt = "float32" if dtype == "float16" else dtype
+    # (The defaults float32, as an attribute given is.)
+    epsilon = float(node.attr("epsilon", np.float32(1e-5)))
+    momentum = float(node.attr("momentum", np.float32(0.9)))
+    reduced = [iters[0], *iters[2:]]
+    index = tuple(var(n) for n, _ in iters)
+    xv = ir.Load(x, index, dtype)
+    c = (var("c"),)
+
+    def cast(e: ir.Expr, to: str) -> ir.Expr:
+        return e if e.dtype == to else ir.Cast(e, to)
+
+    def param(name: str) -> ir.Expr:
+        return cast(load(ctx, name, c), cdt)
+
+    def finish(m: ir.Load, v: ir.Load) -> tuple[ir.Node, ...]:
+        stmts: list[ir.Node] = []
+        for out, given, batch in zip(node.outputs[1:3], (mean, variance), (m, v), strict=False):
+            if out:
+                running = param(given) * momentum + batch * (1.0 - momentum)
+                stmts.append(ir.Stmt("S", ir.Access(out, c), cast(running, ctx.dtype(out))))
+        inv_std = ir.Stmt(
+            "S",
+            ir.Access(v.buffer, c),
+            ir.Const(1.0, cdt) / ir.unary("sqrt", v + epsilon),
+        )
+        value = (cast(xv, cdt) - m) * v * param(scale) + param(bias)
+        normalised = nest(reduced, (ir.Stmt("S", ir.Access(y, index), cast(value, dtype)),))
+        return (*stmts, inv_std, *normalised)
+
+    return moments(node, xv, [iters[1]], reduced, cdt, finish=finish)
 
 
 @register("LRN")

@@ -1,4 +1,4 @@
-"""MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool.
+"""MaxPool, AveragePool, LpPool, their global forms, and MaxUnpool.
 
 A pool is a reduction like Conv without the channel sum::
 
@@ -16,6 +16,7 @@ same guards, so the divisor is computed by the kernel rather than stored as a ta
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
@@ -24,6 +25,7 @@ from polyonnx.krnl.lower.common import (
     Aff,
     Window,
     bad_attr,
+    bound_guards,
     check_out_spatial,
     ints_attr,
     load,
@@ -297,3 +299,145 @@ def lower_global_average_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, .
 def lower_global_lp_pool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """GlobalLpPool: the p-norm over all spatial positions."""
     return _global_pool(node, ctx, is_max=False, lp=float(node.attr("p", 2)))
+
+
+@register("MaxUnpool", since=9)
+def lower_max_unpool(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
+    """MaxUnpool: ``Y`` zero, then each ``X[k]`` written at the flat position ``I[k]`` of
+    ``Y`` (row-major over all of ``Y``, batch and channel included, as MaxPool's Indices count
+    them over its input).
+
+    ``Y`` has the unpooled shape ``[N, C, (P-1)*stride - pads + kernel...]``, or the
+    ``output_shape`` given as a constant (a run-time one is refused when the model is
+    imported), the indices then counting over it as onnxruntime counts them (onnx.reference
+    counts them over the unpooled shape and pads that to ``output_shape``). MaxPool's
+    Indices point into the window of ``X[k]``'s own pooling, and krnl writes are affine, so
+    each element visits the taps of its window and writes where the index says::
+
+        for n, c, oh, ow:
+          S: Y[n, c, oh, ow] = 0
+        for n, c, ph, pw, kh, kw:                       (taps inside Y only)
+          S: Y[n, c, ih, iw] = I[n, c, ph, pw] == flat(n, c, ih, iw)
+                               ? X[n', c, ph, pw] : Y[n, c, ih, iw]
+
+    with ``ih = ph*stride - pad + kh``. The element read is the index checked: ``n'`` is
+    ``n`` when ``I[n, c, ph, pw]`` is a position of its window and -1 otherwise, so an
+    index outside its window (negative, past the end of Y, or anywhere MaxPool could not
+    have put it) fails the run-time range check of that load, and the run raises instead
+    of writing anywhere. Overlapping windows (stride < kernel) visit the elements in
+    ``X``'s order, so the last one written to a position wins, as in the reference. Cost:
+    ``|X| * prod(kernel)`` statements.
+    """
+    x, idx, y = node.input(0), node.input(1), node.outputs[0]
+    dtype = ctx.dtype(x)
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    kernel, strides, pads = _unpool_window(node, ctx)
+    rank = len(kernel)
+    names = spatial_names(rank)
+    p_names, k_names = [f"p{s}" for s in names], [f"k{s}" for s in names]
+    starts = [var(p_names[k]) * strides[k] - pads[k] for k in range(rank)]
+    positions = [starts[k] + var(k_names[k]) for k in range(rank)]
+    guards = tuple(
+        g
+        for k in range(rank)
+        for g in bound_guards(
+            positions[k],
+            -pads[k],
+            (xs[2 + k] - 1) * strides[k] - pads[k] + kernel[k] - 1,
+            0,
+            ys[2 + k],
+        )
+    )
+    sizes = [math.prod(ys[d + 1 :]) for d in range(len(ys))]  # Y's row-major strides
+    flat = sum((a * sizes[d] for d, a in enumerate((var("n"), var("c"), *positions))), Aff.lift(0))
+    p_index = (var("n"), var("c"), *(var(p) for p in p_names))
+    at = ir.Load(idx, p_index, ctx.dtype(idx))
+    i = at if at.dtype == "int64" else ir.Cast(at, "int64")
+    ok = _in_window(i, ys, starts, kernel)
+    batch = ir.Select(ok, ir.Iter("n"), ir.Const(-1, "int64"))
+    value = ir.Load(x, (batch, *p_index[1:]), dtype)
+    out = ir.Access(y, (var("n"), var("c"), *positions))
+    old = ir.Load(y, out.index, dtype)
+    scatter = ir.Stmt("S", out, ir.Select(ir.Binary("eq", i, aff_expr(flat)), value, old), guards)
+    o_iters = [("n", ys[0]), ("c", ys[1]), *pairs([f"o{s}" for s in names], ys[2:])]
+    fill = ir.Stmt("S", ir.Access(y, tuple(var(n) for n, _ in o_iters)), zero(dtype))
+    return nest(o_iters, (fill,)) + nest(
+        [("n", xs[0]), ("c", xs[1]), *pairs(p_names, xs[2:]), *pairs(k_names, kernel)],
+        (scatter,),
+    )
+
+
+def _unpool_window(
+    node: Node, ctx: LowerContext
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """MaxUnpool's kernel, strides and pads, checked with the shapes: the output is the
+    unpooled shape or the constant ``output_shape``, and every window has a position in it
+    (so that every index is checked)."""
+    x, idx, y = node.input(0), node.input(1), node.outputs[0]
+    xs, ys = ctx.shape(x), ctx.shape(y)
+    if ctx.dtype(idx) not in ("int32", "int64"):
+        raise unsupported(node, ctx, f"indices {idx!r} of dtype {ctx.dtype(idx)}")
+    if len(xs) < 3 or ctx.shape(idx) != xs:
+        raise ShapeError(
+            f"node {node.name!r} (MaxUnpool): X {list(xs)} must be [N, C, spatial...] and "
+            f"I {list(ctx.shape(idx))} of its shape"
+        )
+    rank = len(xs) - 2
+    kernel = ints_attr(node, "kernel_shape", rank, None)
+    strides = ints_attr(node, "strides", rank, 1)
+    pads = ints_attr(node, "pads", 2 * rank, 0)
+    if any(v < 1 for v in (*kernel, *strides)):
+        raise bad_attr(node, "kernel_shape", f"and strides must be positive: {kernel}, {strides}")
+    if any(not 0 <= p < kernel[k % rank] for k, p in enumerate(pads)):
+        raise bad_attr(node, "pads", f"must be in [0, kernel) per axis, got {list(pads)}")
+    unpooled = (
+        *xs[:2],
+        *((xs[2 + k] - 1) * strides[k] - pads[k] - pads[rank + k] + kernel[k] for k in range(rank)),
+    )
+    shape_in = node.input(2) if len(node.inputs) > 2 else ""
+    if not shape_in:
+        expected = unpooled
+    elif (given := ctx.constant(shape_in)) is None:
+        raise unsupported(node, ctx, f"output_shape {shape_in!r} computed at run time")
+    else:
+        expected = tuple(int(d) for d in given.reshape(-1))
+    if ys != expected or ys[:2] != xs[:2]:
+        raise ShapeError(
+            f"node {node.name!r} (MaxUnpool): output {list(ys)} is not "
+            f"{'output_shape' if shape_in else 'the unpooled shape'} {list(expected)} of X "
+            f"{list(xs)}"
+        )
+    if any((xs[2 + k] - 1) * strides[k] - pads[k] >= ys[2 + k] for k in range(rank)):
+        raise ShapeError(
+            f"node {node.name!r} (MaxUnpool): output {list(ys)} is too small for X "
+            f"{list(xs)}: a window lies past its end"
+        )
+    return kernel, strides, pads
+
+
+def _in_window(
+    i: ir.Expr, shape: Sequence[int], starts: Sequence[Aff], kernel: Sequence[int]
+) -> ir.Expr:
+    """Whether flat index ``i`` (int64) over ``shape`` is a position of the window at ``n,
+    c`` that starts at ``starts`` (affine in the element's iterators)."""
+    i64 = "int64"
+    sizes = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+    def coordinate(d: int) -> ir.Expr:
+        q = ir.Binary("div", i, ir.Const(sizes[d], i64)) if sizes[d] > 1 else i
+        return q if d == 0 else ir.Binary("mod", q, ir.Const(shape[d], i64))
+
+    ok: ir.Expr = ir.Binary("ge", i, ir.Const(0, i64))
+    checks = [
+        ir.Binary("eq", coordinate(0), ir.Iter("n")),
+        ir.Binary("eq", coordinate(1), ir.Iter("c")),
+    ]
+    for k, start in enumerate(starts):
+        tap = coordinate(2 + k) - aff_expr(start)
+        checks += [
+            ir.Binary("ge", tap, ir.Const(0, i64)),
+            ir.Binary("lt", tap, ir.Const(kernel[k], i64)),
+        ]
+    for c in checks:
+        ok = ir.Binary("and", ok, c)
+    return ok

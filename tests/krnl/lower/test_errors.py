@@ -136,22 +136,6 @@ def test_pool_requires_kernel_shape() -> None:
         lower(graph, dataclasses.replace(node, attrs=()))
 
 
-def test_batch_norm_training_unsupported() -> None:
-    c = 2
-    graph, node = one_node(
-        "BatchNormalization",
-        [
-            ("x", rand(1, c, 2, 2)),
-            ("s", rand(c)),
-            ("b", rand(c)),
-            ("m", rand(c)),
-            ("v", np.ones(c, np.float32)),
-        ],
-    )
-    with pytest.raises(UnsupportedOpError, match="training mode"):
-        lower(graph, with_attrs(node, training_mode=1))
-
-
 def per_channel_model(op: str, scale: str, size: int) -> onnx.ModelProto:
     """``op`` on x: float32[3, 3, 4, 6] (after a Tanh) with per-channel inputs of ``size``
     elements, or with the activation itself as the scale when ``scale`` is "t"."""
