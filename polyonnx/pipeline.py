@@ -3,8 +3,8 @@
 Each stage is a function of the previous stage's result plus options, and every stage prints::
 
     onnx   load, check, upgrade opset, infer shapes           (frontend)
-    graph  import, fold, simplify, fold BN, DCE, blocked layout, (graph passes)
-           MatMul panel widths
+    graph  import, bfloat16 in float32, fold, simplify,       (graph passes)
+           fold BN, DCE, blocked layout, MatMul panel widths
     krnl   fusion groups lowered to loop-nest kernels, then   (krnl)
            the krnl passes (``after``: stop after one)
     isl    domains, accesses, dependences, schedule trees     (schedule)
@@ -39,6 +39,7 @@ from polyonnx.frontend.importer import CONTROL_FLOW, import_model
 from polyonnx.frontend.load import ModelSource, load_model
 from polyonnx.graph.ir import Graph
 from polyonnx.graph.passes import optimize
+from polyonnx.graph.passes.bfloat16 import compute_bfloat16
 from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
@@ -74,7 +75,7 @@ def to_graph(
     (:mod:`polyonnx.graph.strings`)."""
     options = options or Options()
     graph = type_strings(import_model(model, input_shapes, expand=_expanded), string_widths or {})
-    graph = optimize(validate(graph, options.max_tensor_bytes))
+    graph = optimize(compute_bfloat16(validate(graph, options.max_tensor_bytes)))
     # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
     unguarded = not any(n.guard for n in graph.nodes)
     tiling = target_tiling(options)

@@ -92,12 +92,15 @@ def validate(graph: Graph, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> 
 
 
 def _check_encoded(node: Node, values: Mapping[str, Value]) -> None:
-    """Refuse an op other than a conversion on a value of an encoded type (bfloat16, float8...):
-    its loops would compute on the bit patterns."""
+    """Refuse an op other than a conversion on a value of an encoded type (float8, int4...):
+    its loops would compute on the bit patterns. bfloat16 is computed by every ONNX op, in
+    float32 (:mod:`polyonnx.graph.passes.bfloat16`)."""
     if node.op_type in ENCODED_OPS and not node.domain:
         return
     for name in (*node.inputs, *node.outputs):
         v = values.get(name) if name else None
+        if v is not None and v.dtype == "bfloat16" and not node.domain:
+            continue
         if v is not None and v.dtype in ENCODED_DTYPES:
             raise UnsupportedOpError(
                 node.op_type,

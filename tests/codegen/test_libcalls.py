@@ -146,10 +146,15 @@ def test_double_to_half_alone_in_a_fresh_process() -> None:
 
 
 def _dtype_paths_model() -> onnx.ModelProto:
-    """Every Cast between the supported types, the float math ops at each float type, and
+    """Every Cast between the supported types, the float math ops at each float type
+    (bfloat16's in float32, its conversions by bit arithmetic), bfloat16's softmax, and
     integer division and powers: what LLVM may lower to runtime calls."""
     nodes, inputs, outputs = [], [], []
-    floats = ("float16", "float32", "float64")
+    floats = ("float16", "float32", "float64", "bfloat16")
+    types = {**_ONNX, "bfloat16": T.BFLOAT16}
+    inputs.append(oh.make_tensor_value_info("x_bfloat16", T.BFLOAT16, [19]))
+    nodes.append(oh.make_node("Softmax", ["x_bfloat16"], ["Softmax_bfloat16"]))
+    outputs.append(oh.make_tensor_value_info("Softmax_bfloat16", T.BFLOAT16, [19]))
     for src in _ONNX:
         inputs.append(oh.make_tensor_value_info(f"x_{src}", _ONNX[src], [19]))
         for dst in _ONNX:
@@ -184,10 +189,10 @@ def _dtype_paths_model() -> onnx.ModelProto:
     for t in floats:
         for op in unary:
             nodes.append(oh.make_node(op, [f"x_{t}"], [f"{op}_{t}"]))
-            outputs.append(oh.make_tensor_value_info(f"{op}_{t}", _ONNX[t], [19]))
+            outputs.append(oh.make_tensor_value_info(f"{op}_{t}", types[t], [19]))
         for op, attrs in (("Pow", {}), ("Mod", {"fmod": 1}), ("Div", {}), ("Max", {})):
             nodes.append(oh.make_node(op, [f"x_{t}", f"x_{t}"], [f"{op}_{t}"], **attrs))
-            outputs.append(oh.make_tensor_value_info(f"{op}_{t}", _ONNX[t], [19]))
+            outputs.append(oh.make_tensor_value_info(f"{op}_{t}", types[t], [19]))
     for t in ("int32", "int64", "uint8"):
         for op in ("Div", "Mod", "Pow") if t != "uint8" else ("Div", "Mod"):
             nodes.append(oh.make_node(op, [f"x_{t}", f"x_{t}"], [f"{op}_{t}"]))
@@ -236,7 +241,11 @@ LIBM = {
 }
 INLINE_FLOAT32 = {"expf", "logf", "tanhf", "erff"}
 """Computed inline in float32 (and float16): polyonnx.codegen.vecmath, never called."""
-ALLOWED = (LIBM - INLINE_FLOAT32) | {"memset", "memcpy", "memmove", ENTRY} | set(BUILTINS)
+WORKSPACE = {"aligned_alloc", "free"}
+"""``polyonnx_run``'s workspace, for a model with intermediate buffers (the softmax's)."""
+ALLOWED = (
+    (LIBM - INLINE_FLOAT32) | {"memset", "memcpy", "memmove", ENTRY} | WORKSPACE | set(BUILTINS)
+)
 
 
 @pytest.mark.parametrize(

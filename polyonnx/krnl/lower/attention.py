@@ -21,10 +21,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
+import numpy as np
+
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import Aff, bad_attr, nest, unsupported, var
+from polyonnx.krnl.lower.encoding import encode, round_bfloat16, widen
 from polyonnx.krnl.lower.gather import as_int64
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
@@ -32,7 +36,18 @@ I64 = "int64"
 
 
 def _cast(e: ir.Expr, dtype: str) -> ir.Expr:
+    """``e`` as ``dtype``: a float computed in ``cdt`` stored (a bfloat16 encoded), or a
+    loaded float read in ``cdt`` (a bfloat16 decoded)."""
+    if dtype == "bfloat16":
+        return encode(e if e.dtype == "float32" else ir.Cast(e, "float32"), dtype, saturate=False)
+    if e.dtype == "bfloat16":
+        return widen(e, dtype)
     return e if e.dtype == dtype else ir.Cast(e, dtype)
+
+
+def _to_bfloat16(value: float) -> float:
+    """``value`` rounded to bfloat16 from float64, as the reference's ``Q.dtype.type(x)``."""
+    return float(ml_dtypes.bfloat16(np.float64(value)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +105,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
     q, y = node.input(0), node.outputs[0]
     qk_out = node.outputs[3] if len(node.outputs) > 3 else ""
     dtype = ctx.dtype(q)
-    if dtype not in ir.FLOAT_DTYPES:
+    if dtype not in (*ir.FLOAT_DTYPES, "bfloat16"):
         raise unsupported(node, ctx, f"dtype {dtype}")
     precision = int(node.attr("softmax_precision", 0) or 0)
     cdt = "float64" if dtype == "float64" or precision == 11 else "float32"
@@ -99,6 +114,18 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
     scale = float(scale_attr) if scale_attr is not None else 1 / math.sqrt(sh.dq)
     root = math.sqrt(scale)
     softcap = float(node.attr("softcap", 0.0) or 0.0)
+    # bfloat16 computes in float32, rounded where the function body has a bfloat16 tensor:
+    # the scale and softcap constants, Q and K scaled, the scores (a MatMul), each step of the
+    # softcap, the biased scores, the softmax's steps (unless softmax_precision computes it
+    # in another type) and its result. Sums accumulate in float32, as MatMul's reference does.
+    bf16 = dtype == "bfloat16"
+
+    def rnd(e: ir.Expr) -> ir.Expr:
+        return widen(round_bfloat16(e), cdt) if bf16 else e
+
+    soft_rnd = rnd if precision in (0, 16) else lambda e: e
+    if bf16:
+        root, softcap = _to_bfloat16(root), _to_bfloat16(softcap)
     mode = int(node.attr("qk_matmul_output_mode", 0))
     temps: list[ir.Buffer] = []
 
@@ -108,7 +135,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         return buf.name
 
     nests, key, value = _present_caches(node, ctx, sh, temp)
-    bias = _bias(node, ctx, sh, cdt)
+    bias = _bias(node, ctx, sh, cdt, rnd)
 
     b_, hk_, i_, j_, d_ = (var(n) for n in ("b", "hk", "i", "j", "d"))
     h_ = hk_ * sh.reps + var("r")
@@ -125,8 +152,8 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
     bm_at, m_at, z_at = (ir.Access(stats, (n,)) for n in (0, 1, 2))
     bm, m, z = (ir.Load(stats, (Aff.lift(n),), cdt) for n in (0, 1, 2))
     q_index = (b_, i_, h_ * sh.dq + d_) if sh.three_d else (b_, h_, i_, d_)
-    q_load = _cast(ir.Load(q, q_index, dtype), cdt) * root
-    k_load = _cast(ir.Load(key, (b_, hk_, j_, d_), dtype), cdt) * root
+    q_load = rnd(_cast(ir.Load(q, q_index, dtype), cdt) * root)
+    k_load = rnd(_cast(ir.Load(key, (b_, hk_, j_, d_), dtype), cdt) * root)
     qk_at = ir.Access(qk_out, (b_, h_, i_, j_)) if qk_out else None
 
     def qk_write(when: int, e: ir.Expr) -> tuple[ir.Stmt, ...]:
@@ -140,18 +167,22 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         ir.Stmt("S", s_at, zero),
         *nest([("d", sh.dq)], (ir.Stmt("S", s_at, s_load + q_load * k_load),)),
     ]
+    if bf16:
+        score_body.append(ir.Stmt("S", s_at, rnd(s_load)))
     if softcap > 0:
-        score_body.append(ir.Stmt("S", s_at, ir.unary("tanh", s_load / softcap) * softcap))
+        capped = rnd(rnd(ir.unary("tanh", rnd(s_load / softcap))) * softcap)
+        score_body.append(ir.Stmt("S", s_at, capped))
     score_body += [
         *qk_write(0, s_load),
         *qk_write(1, s_load),
-        ir.Stmt("S", s_at, s_load + bias_load),
+        ir.Stmt("S", s_at, rnd(s_load + bias_load)),
         *qk_write(2, s_load),
     ]
     is_neg_inf = ir.Binary("eq", m, neg_inf)
     safe_max = ir.Select(is_neg_inf, zero, m)
-    safe_sum = ir.Select(ir.Binary("eq", z, zero), ir.Const(1.0, cdt), z)
-    prob = ir.Select(ir.Binary("eq", bm, neg_inf), zero, s_load / safe_sum)
+    z_rounded = soft_rnd(z)
+    safe_sum = ir.Select(ir.Binary("eq", z_rounded, zero), ir.Const(1.0, cdt), z_rounded)
+    prob = ir.Select(ir.Binary("eq", bm, neg_inf), zero, rnd(soft_rnd(s_load / safe_sum)))
     v_load = _cast(ir.Load(value, (b_, hk_, j_, var("v")), dtype), cdt)
     acc_at = ir.Access(acc, (var("v"),))
     acc_load = ir.Load(acc, (var("v"),), cdt)
@@ -167,7 +198,7 @@ def lower_attention(node: Node, ctx: LowerContext) -> Lowered:
         *nest(
             [("j", total)],
             (
-                ir.Stmt("S", s_at, ir.unary("exp", s_load - safe_max)),
+                ir.Stmt("S", s_at, soft_rnd(ir.unary("exp", soft_rnd(s_load - safe_max)))),
                 ir.Stmt("S", z_at, z + s_load),
             ),
         ),
@@ -223,9 +254,12 @@ def _present_caches(
     return nests, caches[0], caches[1]
 
 
-def _bias(node: Node, ctx: LowerContext, sh: _Shapes, cdt: str) -> ir.Expr:
-    """The bias of key ``j`` for query ``i``: the float mask's value (or 0), and ``-inf``
-    where a boolean mask, the causal frontier, the window or the padding leaves it out."""
+def _bias(
+    node: Node, ctx: LowerContext, sh: _Shapes, cdt: str, rnd: Callable[[ir.Expr], ir.Expr]
+) -> ir.Expr:
+    """The bias of key ``j`` for query ``i``: the float mask's value (or 0; ``rnd``: as
+    Q's type holds it), and ``-inf`` where a boolean mask, the causal frontier, the window
+    or the padding leaves it out."""
     mask, past_k, nonpad = node.input(3), node.input(4), node.input(6)
     causal = bool(node.attr("is_causal", 0))
     left = int(node.attr("left_window_size", -1))
@@ -235,7 +269,7 @@ def _bias(node: Node, ctx: LowerContext, sh: _Shapes, cdt: str) -> ir.Expr:
     bias: ir.Expr = ir.Const(0.0, cdt)
     float_mask = _mask_terms(node, ctx, sh, cdt, terms) if mask else None
     if float_mask is not None:
-        bias = float_mask
+        bias = rnd(float_mask)
     offset: ir.Expr
     if past_k:
         offset = ir.Const(sh.past, I64)

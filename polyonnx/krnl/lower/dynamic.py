@@ -39,6 +39,7 @@ import numpy as np
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import nest, normalize_axis, pairs, unsupported, var, zero
+from polyonnx.krnl.lower.encoding import widen
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, register
 
 I64 = "int64"
@@ -220,8 +221,10 @@ def lower_unique(node: Node, ctx: LowerContext) -> Lowered:
 
     # cmp[j, i]: sign of (slice j - slice i), lexicographic over the other axes in order.
     xj, xi = ir.Load(src, at("j"), dtype), ir.Load(src, at("i"), dtype)
-    undecided = _and(_eq(ld(cmp, "j", "i"), NONE), ir.Binary("ne", xj, xi))
-    sign = ir.Select(ir.Binary("lt", xj, xi), ir.Const(-1, I64), ONE)
+    # (bfloat16 compares its values, and moves its codes.)
+    vj, vi = (widen(v) if dtype == "bfloat16" else v for v in (xj, xi))
+    undecided = _and(_eq(ld(cmp, "j", "i"), NONE), ir.Binary("ne", vj, vi))
+    sign = ir.Select(ir.Binary("lt", vj, vi), ir.Const(-1, I64), ONE)
     compare = nest(
         [("j", n), ("i", n)],
         (

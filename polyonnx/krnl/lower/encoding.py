@@ -144,6 +144,22 @@ def _width(dtype: str) -> int:
     return 4 if dtype.endswith("4") else 2
 
 
+def round_bfloat16(x: ir.Expr) -> ir.Expr:
+    """The float32 ``x`` rounded to the nearest bfloat16 (ties to even, NaN kept a NaN), as a
+    float32: what storing a result to a bfloat16 tensor and reading it back gives. The ops that
+    compute bfloat16 themselves round with it where ONNX's function bodies produce a
+    bfloat16 tensor."""
+    return float32_from_bits(_shl(_encode_bfloat16(float32_bits(x)), 16))
+
+
+def widen(x: ir.Expr, dtype: str = F32) -> ir.Expr:
+    """``x`` as ``dtype`` (float32 or float64): a bfloat16 decoded (exactly), any other float
+    converted, a value of ``dtype`` as it is."""
+    if x.dtype == "bfloat16":
+        x = decode(x)
+    return x if x.dtype == dtype else ir.Cast(x, dtype)
+
+
 def _encode_bfloat16(u: ir.Expr) -> ir.Expr:
     # Round to nearest even on the upper half; NaNs keep their payload's top bits, made quiet.
     a = _and(u, 0x7FFFFFFF)

@@ -37,6 +37,7 @@ from polyonnx.krnl.lower.common import (
     var,
     zero,
 )
+from polyonnx.krnl.lower.encoding import encode, round_bfloat16, widen
 from polyonnx.krnl.lower.normalization import moments
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
@@ -176,18 +177,12 @@ def lower_lrn(node: Node, ctx: LowerContext) -> Lowered:
 
 def _softmax(node: Node, ctx: LowerContext, log: bool) -> Lowered:
     x, y = node.input(0), node.outputs[0]
+    if ctx.dtype(x) == "bfloat16":
+        return _softmax_bfloat16(node, ctx, log)
     dtype = require_float(node, ctx, x)
     shape = ctx.shape(x)
-    rank = len(shape)
-    if rank == 0:
-        raise ShapeError(f"node {node.name!r} ({node.op_type}): input must not be a scalar")
-    legacy = opset(ctx) < 13
-    axis = normalize_axis(node, int(node.attr("axis", 1 if legacy else -1)), rank)
-    # Before opset 13 the input is viewed as 2-D [prod(shape[:axis]), prod(shape[axis:])].
-    reduced = list(range(axis, rank)) if legacy else [axis]
-    outer = [d for d in range(rank) if d not in reduced]
-    names = {d: f"i{d}" for d in outer} | {d: f"r{k}" for k, d in enumerate(reduced)}
-    index = tuple(var(names[d]) for d in range(rank))
+    reduced, outer, names = _softmax_axes(node, ctx)
+    index = tuple(var(names[d]) for d in range(len(shape)))
     row_shape = tuple(shape[d] for d in outer)
     row = tuple(var(names[d]) for d in outer)
     # float16 as the reference computes it: each op rounded to float16, the sum along the
@@ -226,6 +221,62 @@ def _softmax(node: Node, ctx: LowerContext, log: bool) -> Lowered:
         ir.Stmt("S", total_at, zero(sum_dtype)),
         *nest(r_iters, accumulate),
         *nest(r_iters, finishes),
+    )
+    return Lowered(nest([(names[d], shape[d]) for d in outer], body), (mx, total))
+
+
+def _softmax_axes(node: Node, ctx: LowerContext) -> tuple[list[int], list[int], dict[int, str]]:
+    """The reduced axes, the other axes and each axis's iterator name."""
+    shape = ctx.shape(node.input(0))
+    rank = len(shape)
+    if rank == 0:
+        raise ShapeError(f"node {node.name!r} ({node.op_type}): input must not be a scalar")
+    legacy = opset(ctx) < 13
+    axis = normalize_axis(node, int(node.attr("axis", 1 if legacy else -1)), rank)
+    # Before opset 13 the input is viewed as 2-D [prod(shape[:axis]), prod(shape[axis:])].
+    reduced = list(range(axis, rank)) if legacy else [axis]
+    outer = [d for d in range(rank) if d not in reduced]
+    return reduced, outer, {d: f"i{d}" for d in outer} | {d: f"r{k}" for k, d in enumerate(reduced)}
+
+
+def _softmax_bfloat16(node: Node, ctx: LowerContext, log: bool) -> Lowered:
+    """bfloat16 Softmax in float32, each step rounded to bfloat16 as ONNX's function body
+    rounds its tensors (``x - max``, ``exp``, the sum, the quotient), the sum accumulated in
+    float32; LogSoftmax the log of that softmax, as the reference computes it. (numpy sums
+    bfloat16 in bfloat16, rounding every partial sum: a row of 4096 keys loses half its mass.
+    polyonnx sums in float32, as for float16.)"""
+    x, y = node.input(0), node.outputs[0]
+    shape = ctx.shape(x)
+    reduced, outer, names = _softmax_axes(node, ctx)
+    index = tuple(var(names[d]) for d in range(len(shape)))
+    row_shape = tuple(shape[d] for d in outer)
+    row = tuple(var(names[d]) for d in outer)
+    f32 = "float32"
+    mx = ir.Buffer(f"{node.name}__max", f32, row_shape)
+    total = ir.Buffer(f"{node.name}__sum", f32, row_shape)
+    mx_at, total_at = ir.Access(mx.name, row), ir.Access(total.name, row)
+    mx_load, total_load = ir.Load(mx.name, row, f32), ir.Load(total.name, row, f32)
+    x_load = widen(load(ctx, x, index))
+    out = ir.Access(y, index)
+    out_load = widen(ir.Load(y, index, "bfloat16"))
+    r_iters = [(names[d], shape[d]) for d in reduced]
+    # Y holds exp(x - max), rounded, between the two passes.
+    exp = ir.unary("exp", round_bfloat16(x_load - mx_load))
+    quotient: ir.Expr = out_load / round_bfloat16(total_load)
+    if log:
+        quotient = ir.unary("log", round_bfloat16(quotient))
+    body = (
+        ir.Stmt("S", mx_at, lowest(f32)),
+        *nest(r_iters, (ir.Stmt("S", mx_at, ir.maximum(mx_load, x_load)),)),
+        ir.Stmt("S", total_at, zero(f32)),
+        *nest(
+            r_iters,
+            (
+                ir.Stmt("S", out, encode(exp, "bfloat16", saturate=False)),
+                ir.Stmt("S", total_at, total_load + out_load),
+            ),
+        ),
+        *nest(r_iters, (ir.Stmt("S", out, encode(quotient, "bfloat16", saturate=False)),)),
     )
     return Lowered(nest([(names[d], shape[d]) for d in outer], body), (mx, total))
 

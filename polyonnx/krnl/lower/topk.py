@@ -28,6 +28,7 @@ from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import nest, normalize_axis, opset, unsupported, var, zero
+from polyonnx.krnl.lower.encoding import widen
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, register
 
 I64 = "int64"
@@ -70,8 +71,10 @@ def lower_top_k(node: Node, ctx: LowerContext) -> Lowered:
     r_at = ir.Access(rank.name, at("i"))
     r_load = ir.Load(rank.name, at("i"), I64)
     xi, xj = ir.Load(x, at("i"), dtype), ir.Load(x, at("j"), dtype)
-    better = ir.Binary("gt" if largest else "lt", xj, xi)
-    tie = ir.Binary("and", ir.Binary("eq", xj, xi), ir.Binary("lt", ir.Iter("j"), ir.Iter("i")))
+    # (bfloat16 compares its values, and moves its codes.)
+    vi, vj = (widen(v) if dtype == "bfloat16" else v for v in (xi, xj))
+    better = ir.Binary("gt" if largest else "lt", vj, vi)
+    tie = ir.Binary("and", ir.Binary("eq", vj, vi), ir.Binary("lt", ir.Iter("j"), ir.Iter("i")))
     before = ir.Select(ir.Binary("or", better, tie), ir.Const(1, I64), ir.Const(0, I64))
     ranking = nest(
         outer + [("i", xs[axis])],
