@@ -28,6 +28,7 @@ import onnx
 
 from polyonnx.errors import InputError, ModelError, PolyonnxError, UnsupportedOpError
 from polyonnx.frontend.load import load_model
+from polyonnx.frontend.zipmap import Zipped, without_zipmaps
 from polyonnx.graph.strings import fixed_width, is_string, string_dtype
 from polyonnx.krnl.memory import aligned_empty
 from polyonnx.options import Options
@@ -42,9 +43,13 @@ class NodeArg:
     name: str
     shape: list[int | str]
     dtype: str
+    #: The ONNX type of a value that is not a tensor (a ZipMap's sequence of maps).
+    onnx_type: str | None = None
 
     @property
     def type(self) -> str:
+        if self.onnx_type is not None:
+            return self.onnx_type
         if is_string(self.dtype):
             return "tensor(string)"
         return f"tensor({_ONNX_TYPE.get(self.dtype, self.dtype)})"
@@ -316,9 +321,10 @@ class InferenceSession:
             self._inputs, self._outputs = exe.inputs, exe.outputs
             self._by_shapes[self._key_of(exe.inputs)] = exe
             self._proto = None
+            self._zipped: dict[str, Zipped] = {}
             self._unranked: frozenset[str] = frozenset()
             return
-        self._proto = load_model(model)
+        self._proto, self._zipped = without_zipmaps(load_model(model))
         self._inputs, self._outputs = _declared_io(self._proto)
         # Inputs declared without a shape (onnxruntime takes any): their rank comes from the
         # first feed, as symbolic dims do.
@@ -361,7 +367,12 @@ class InferenceSession:
         return list(self._inputs)
 
     def get_outputs(self) -> list[NodeArg]:
-        return list(self._outputs)
+        return [
+            replace(o, shape=[], onnx_type=self._zipped[o.name].type)
+            if o.name in self._zipped
+            else o
+            for o in self._outputs
+        ]
 
     def get_providers(self) -> list[str]:
         return ["PolyonnxCPU"]
@@ -394,7 +405,12 @@ class InferenceSession:
             _check_feed(a, input_feed[a.name], a.name not in self._unranked) for a in self._inputs
         ]
         exe = self._executable(feeds)
-        outs = exe.run(feeds)
+        outs: list[Any] = exe.run(feeds)
+        if self._zipped:
+            outs = [
+                self._zipped[o.name].present(a) if o.name in self._zipped else a
+                for o, a in zip(exe.outputs, outs, strict=True)
+            ]
         if output_names is None:
             return outs
         index = {o.name: i for i, o in enumerate(exe.outputs)}
