@@ -16,13 +16,21 @@ from __future__ import annotations
 import numpy as np
 
 from polyonnx.graph.ir import Value
+from polyonnx.graph.strings import storage
 from polyonnx.krnl import ir
+
+
+def _stored(v: Value) -> Value:
+    """``v`` as its buffer holds it (a string value gains its code-point axis)."""
+    dtype, shape = storage(v.dtype, v.shape)
+    return Value(v.name, dtype, shape)
 
 
 def copy_kernel(name: str, src: Value, dst: Value) -> ir.Kernel:
     """``dst = src`` elementwise (same element count, both row-major), as kernel ``name`` (an
     identifier). The source is read through a flat buffer ``<src>__flat``: whoever calls the
-    kernel maps that name to the source's memory."""
+    kernel maps that name to the source's memory. Strings are copied as their code points."""
+    src, dst = _stored(src), _stored(dst)
     its = [f"i{d}" for d in range(len(dst.shape))]
     idx = tuple(ir.Aff.var(i) for i in its)
     # Source and destination may differ in shape (a view): index the source by the flat offset.

@@ -71,3 +71,29 @@ def test_strings_where_numbers_are_expected_are_refused() -> None:
     for feed in (np.full((2, 3), "a"), np.full((2, 3), "a", dtype=object)):
         with pytest.raises(InputError, match=r"input 'x': expected dtype float32"):
             sess.run(None, {"x": feed})
+
+
+def test_string_views_keep_their_strings() -> None:
+    """Reshape, Squeeze, Unsqueeze and Flatten move strings as they move numbers (scikit-learn's
+    classifiers reshape their string labels)."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [3, 2])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [0])
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Unsqueeze", ["r", "axes"], ["u"]),
+        helper.make_node("Squeeze", ["u", "axes"], ["s"]),
+        helper.make_node("Flatten", ["s"], ["f"], axis=0),
+        helper.make_node("StringNormalizer", ["f"], ["n"], case_change_action="UPPER"),
+    ]
+    m = model(
+        nodes,
+        [tensor("x", [6], S)],
+        [tensor("u", [1, 3, 2], S), tensor("f", [1, 6], S), tensor("n", [1, 6], S)],
+        opset=13,
+        inits=[shape, axes],
+    )
+    x = np.array(["a", "bb", "", "dddd", "é", "f"], dtype=object)
+    u, f, n = polyonnx.InferenceSession(m).run(None, {"x": x})
+    assert u.tolist() == [x.reshape(3, 2).tolist()]
+    assert f.tolist() == [x.tolist()]
+    assert n.tolist() == [["A", "BB", "", "DDDD", "É", "F"]]

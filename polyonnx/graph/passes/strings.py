@@ -34,6 +34,9 @@ WIDTH_RULES: dict[str, Callable[[Sequence[int]], int]] = {
     "StringConcat": sum,
     "StringSplit": lambda widths: widths[0],  # substrings of the input
 }
+#: Views: their first input's strings under another shape (the other inputs are shapes or
+#: axes, which hold no strings).
+STRING_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 #: The ops that read strings and compute something else.
 STRING_READERS = frozenset({"Equal", "RegexFullMatch", "TfIdfVectorizer"})
 
@@ -114,13 +117,16 @@ def _output_width(n: Node, read: Sequence[int | None], writes: bool, opset: int)
         return string_dtype(max(ML_WIDTH_RULES[n.op_type](n, known), 1))
     if n.op_type in STRING_READERS and not writes and not n.domain:
         return ""
+    if n.op_type in STRING_VIEWS and not n.domain and read[0] is not None:
+        return string_dtype(read[0])
     if n.op_type not in WIDTH_RULES or n.domain or None in read:
         raise UnsupportedOpError(
             f"{n.domain}.{n.op_type}" if n.domain else n.op_type,
             None if n.domain else opset,
             n.name,
             "string tensors (polyonnx computes strings with "
-            f"{', '.join(sorted({*WIDTH_RULES, *STRING_READERS, *ML_WIDTH_RULES}))} only)",
+            f"{', '.join(sorted({*WIDTH_RULES, *STRING_VIEWS, *STRING_READERS, *ML_WIDTH_RULES}))} "
+            "only)",
         )
     return string_dtype(WIDTH_RULES[n.op_type](known))
 
