@@ -1,6 +1,7 @@
 """Output types of the ONNX-ML ops ONNX's inference types without a shape (Normalizer,
-Scaler, Imputer, Binarizer, FeatureVectorizer, ArrayFeatureExtractor, and the trees and
-regressors of ML opsets 1 and 2, which scikit-learn's exporter still writes).
+Scaler, Imputer, Binarizer, FeatureVectorizer, ArrayFeatureExtractor, and the trees,
+regressors and linear and SVM classifiers of ML opsets 1 and 2, which scikit-learn's exporter
+still writes).
 
 Example:
     >>> from polyonnx.graph.ir import Node, Value
@@ -17,6 +18,7 @@ import numpy as np
 
 from polyonnx.errors import ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import ML_DOMAIN, Node, Value
+from polyonnx.graph.strings import UNSIZED
 
 #: Ops whose output has the input's shape: the output's dtype, None for the input's.
 SAME_SHAPE: dict[str, str | None] = {
@@ -68,13 +70,38 @@ def ml_outputs(node: Node, inputs: Sequence[Value]) -> tuple[Value, ...]:
     if rows is not None and node.op_type == "TreeEnsembleClassifier":
         ints = node.attr("classlabels_int64s")
         labels = ints if ints is not None and len(ints) else node.attr("classlabels_strings", ())
-        label = "int64" if ints is not None and len(ints) else "object"  # (sized by strings.py)
+        label = "int64" if ints is not None and len(ints) else UNSIZED  # (sized by strings.py)
         return (
             Value(node.outputs[0], label, (rows,)),
             Value(node.outputs[1], "float32", (rows, len(labels))),
         )[: len(node.outputs)]
+    if node.op_type in ("LinearClassifier", "SVMClassifier") and len(first.shape) == 2:
+        return _classifier_outputs(node, first)
     raise ShapeError(
         f"node {node.name!r} ({node.op_type}): ONNX shape inference gave no static shape for "
         f"{', '.join(o for o in node.outputs if o)} and polyonnx has no shape rule for "
         f"{ML_DOMAIN}.{node.op_type}"
     )
+
+
+def _classifier_outputs(node: Node, first: Value) -> tuple[Value, ...]:
+    """Labels ``[N]`` and scores ``[N, width]`` of a LinearClassifier or SVMClassifier (the
+    width as onnxruntime writes it; the lowering checks the attributes)."""
+    rows, cols = first.shape
+    ints, strings = node.attr("classlabels_ints"), node.attr("classlabels_strings")
+    labels = len(ints) if ints is not None and len(ints) else len(strings or ())
+    coefficients = len(node.attr("coefficients", ()) or ())
+    if node.op_type == "LinearClassifier":
+        classes = coefficients // max(int(cols), 1)
+        width = 2 if classes == 1 and labels == 2 else classes
+    else:
+        svc = sum(int(v) for v in node.attr("vectors_per_class", ()) or ()) > 0
+        with_prob = len(node.attr("prob_a", ()) or ()) > 0
+        width = labels
+        if svc and not with_prob:
+            width = labels * (labels - 1) // 2 if labels > 2 else 2
+    label_dtype = "int64" if ints is not None and len(ints) else UNSIZED
+    outs = [Value(node.outputs[0], label_dtype, (rows,))]
+    if len(node.outputs) > 1 and node.outputs[1]:
+        outs.append(Value(node.outputs[1], "float32", (rows, width)))
+    return tuple(outs)

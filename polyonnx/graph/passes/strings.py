@@ -71,7 +71,7 @@ ML_WIDTH_RULES: dict[str, Callable[[Node, Sequence[int]], int]] = {
     "ArrayFeatureExtractor": lambda node, widths: widths[0],
     "OneHotEncoder": lambda node, widths: 1,  # (writes no string)
     **dict.fromkeys(
-        ("TreeEnsembleClassifier", "LinearClassifier"),
+        ("TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier"),
         lambda node, widths: max(map(len, _attribute_strings(node, ("classlabels_strings",)))),
     ),
 }

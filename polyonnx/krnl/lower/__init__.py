@@ -22,6 +22,8 @@ from polyonnx.krnl.lower import (  # noqa: F401
     loss,
     ml_encoders,
     ml_features,
+    ml_linear,
+    ml_svm,
     ml_trees,
     nms,
     norm,
