@@ -18,7 +18,7 @@ import numpy as np
 
 from polyonnx.errors import ShapeError, UnsupportedOpError
 from polyonnx.graph.ir import ML_DOMAIN, Node, Value
-from polyonnx.graph.strings import UNSIZED
+from polyonnx.graph.strings import UNSIZED, is_string
 
 #: Ops whose output has the input's shape: the output's dtype, None for the input's.
 SAME_SHAPE: dict[str, str | None] = {
@@ -52,6 +52,9 @@ def ml_outputs(node: Node, inputs: Sequence[Value]) -> tuple[Value, ...]:
             "as onnxruntime returns it); to compile a library, export the model without "
             f"ZipMap ({ZIPMAP_EXPORT_HINT})",
         )
+    if node.op_type == "CategoryMapper":  # (strings to int64, or int64 to strings)
+        dtype = "int64" if is_string(first.dtype) else UNSIZED
+        return (Value(node.outputs[0], dtype, first.shape),)
     if node.op_type in SAME_SHAPE:
         return (Value(node.outputs[0], SAME_SHAPE[node.op_type] or first.dtype, first.shape),)
     rows = first.shape[0] if len(first.shape) == 2 else None

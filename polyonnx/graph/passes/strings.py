@@ -70,6 +70,13 @@ ML_WIDTH_RULES: dict[str, Callable[[Node, Sequence[int]], int]] = {
     "LabelEncoder": _label_encoder_width,
     "ArrayFeatureExtractor": lambda node, widths: widths[0],
     "OneHotEncoder": lambda node, widths: 1,  # (writes no string)
+    "CategoryMapper": lambda node, widths: max(
+        map(
+            len,
+            _attribute_strings(node, ("cats_strings",))
+            + (_attribute_strings(node, ("default_string",)) or ["_Unused"]),
+        )
+    ),
     **dict.fromkeys(
         ("TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier"),
         lambda node, widths: max(map(len, _attribute_strings(node, ("classlabels_strings",)))),

@@ -1,4 +1,5 @@
-"""ONNX-ML encoders: LabelEncoder (ML opsets 1 to 4) and OneHotEncoder.
+"""ONNX-ML encoders: LabelEncoder (ML opsets 1 to 4), CategoryMapper (LabelEncoder's lookup
+between its two category lists) and OneHotEncoder.
 
 The keys are compile-time constants: a lookup is a loop over them that keeps the index of
 the last key equal to the element (as ``dict(zip(keys, values))`` does), ``K`` (the default)
@@ -171,6 +172,34 @@ def lower_label_encoder(node: Node, ctx: LowerContext) -> Lowered:
         constants.append((f"{node.name}__keys", key_table))
     temps = _temps(node, ctx, ("at", "same") if first else ("at",))
     return Lowered(nest(iters, (*lookup, *out)), temps, constants=tuple(constants))
+
+
+@register_ml("CategoryMapper")
+def lower_category_mapper(node: Node, ctx: LowerContext) -> Lowered:
+    """``cats_strings[i] <-> cats_int64s[i]``: strings to int64 (``default_int64`` for a
+    string not listed) or int64 to strings (``default_string``), by the input's type; the
+    LabelEncoder lookup with those keys and values."""
+    strings = string_values(node, "cats_strings") or []
+    listed = int_values(node, "cats_int64s")
+    ints = [] if listed is None else listed.tolist()
+    if len(strings) != len(ints):
+        raise bad_attr(
+            node, "cats_int64s", f"has {len(ints)} categories for {len(strings)} strings"
+        )
+    if string_width(ctx.dtype(node.input(0))) is not None:
+        attrs = {
+            "keys_strings": tuple(strings),
+            "values_int64s": tuple(ints),
+            "default_int64": int(node.attr("default_int64", -1)),
+        }
+    else:
+        attrs = {
+            "keys_int64s": tuple(ints),
+            "values_strings": tuple(strings),
+            "default_string": node.attr("default_string", "_Unused"),
+        }
+    encoder = Node(node.name, "LabelEncoder", node.inputs, node.outputs, attrs, node.domain)
+    return lower_label_encoder(encoder, ctx)
 
 
 @register_ml("OneHotEncoder")
