@@ -22,7 +22,7 @@ from polyonnx.krnl import ir
 
 def _stored(v: Value) -> Value:
     """``v`` as its buffer holds it (a string value gains its code-point axis)."""
-    dtype, shape = storage(v.dtype, v.shape)
+    dtype, shape = storage(v.dtype, v.dims)
     return Value(v.name, dtype, shape)
 
 

@@ -134,6 +134,11 @@ def _temps(node: Node, ctx: LowerContext, whats: Sequence[str]) -> tuple[ir.Buff
 def lower_label_encoder(node: Node, ctx: LowerContext) -> Lowered:
     """LabelEncoder (see the module docstring); ML opset 1's ``classes_strings`` maps
     strings to their index and indices to their string."""
+    return _lookup(node, ctx)
+
+
+def _lookup(node: Node, ctx: LowerContext) -> Lowered:
+    """The loops of LabelEncoder ``node`` (any version's attributes)."""
     x, y = node.input(0), node.outputs[0]
     keys, values, default, kind = _label_encoder_map(node)
     if kind == "v1":  # ML opset 1: strings <-> their index
@@ -199,7 +204,7 @@ def lower_category_mapper(node: Node, ctx: LowerContext) -> Lowered:
             "default_string": node.attr("default_string", "_Unused"),
         }
     encoder = Node(node.name, "LabelEncoder", node.inputs, node.outputs, attrs, node.domain)
-    return lower_label_encoder(encoder, ctx)
+    return _lookup(encoder, ctx)
 
 
 @register_ml("OneHotEncoder")
