@@ -107,3 +107,33 @@ def test_equal_constants_are_one_so_their_readers_merge() -> None:
     merged = eliminate_common_subexpressions(g)
     assert [str(n) for n in merged.nodes][-1] == "y: y = Sum(a, a, c)"
     assert set(merged.constants) == {"k1", "k3"}
+
+
+def test_constants_merge_only_when_their_bytes_are_identical() -> None:
+    big = np.arange(100_000, dtype=np.float32)
+    differs_between_samples = big.copy()
+    differs_between_samples[1] = -1.0  # the fingerprint reads every 1562nd element only
+    consts = {
+        "big": big,
+        "big_again": big.copy(),
+        "big_changed": differs_between_samples,
+        "zero": np.float32([0.0]),
+        "minus_zero": np.float32([-0.0]),  # equal as numbers, not the same constant
+        "nan": np.float32([np.nan]),
+        "nan_again": np.float32([np.nan]),
+        "transposed": np.arange(12.0).reshape(3, 4).T,
+        "contiguous": np.ascontiguousarray(np.arange(12.0).reshape(3, 4).T),
+        "words": np.array(["a", "b"], dtype=object),
+        "words_again": np.array(["a", "b"], dtype=object),
+    }
+    g = _graph([Node("y", "Relu", ["x"], ["y"])], ("y",))
+    g = Graph(g.name, g.inputs, g.outputs, g.nodes, g.values, consts)
+    assert set(eliminate_common_subexpressions(g).constants) == {
+        "big",
+        "big_changed",
+        "zero",
+        "minus_zero",
+        "nan",
+        "transposed",
+        "words",
+    }
