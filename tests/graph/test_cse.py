@@ -125,6 +125,8 @@ def test_constants_merge_only_when_their_bytes_are_identical() -> None:
         "contiguous": np.ascontiguousarray(np.arange(12.0).reshape(3, 4).T),
         "words": np.array(["a", "b"], dtype=object),
         "words_again": np.array(["a", "b"], dtype=object),
+        "scalar": np.int64(0),  # a 0-d index is not the 1-d one of the same bytes
+        "vector": np.int64([0]),
     }
     g = _graph([Node("y", "Relu", ["x"], ["y"])], ("y",))
     g = Graph(g.name, g.inputs, g.outputs, g.nodes, g.values, consts)
@@ -136,4 +138,6 @@ def test_constants_merge_only_when_their_bytes_are_identical() -> None:
         "nan",
         "transposed",
         "words",
+        "scalar",
+        "vector",
     }

@@ -68,7 +68,8 @@ def _equal_constants(constants: Mapping[str, np.ndarray], keep: set[str]) -> dic
     for name, array in constants.items():
         if name in keep:
             continue
-        a = np.ascontiguousarray(array)
+        a = np.asarray(array)
+        a = a if a.flags.c_contiguous else a.copy()  # (ascontiguousarray makes a 0-d array 1-d)
         group = first.setdefault(_fingerprint(a), [])
         same = next((f for f in group if _same_bytes(f, a)), None)
         if same is None:
