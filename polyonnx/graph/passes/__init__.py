@@ -15,6 +15,7 @@ from polyonnx.graph.passes.affine import batchnorm_to_affine, merge_affine
 from polyonnx.graph.passes.bn_fold import fold_batchnorm
 from polyonnx.graph.passes.cse import eliminate_common_subexpressions
 from polyonnx.graph.passes.dce import eliminate_dead_code
+from polyonnx.graph.passes.dead_taps import trim_dead_taps
 from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fake_quant import fold_quantize_pairs
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
@@ -37,6 +38,7 @@ __all__ = [
     "optimize",
     "qlinear_as_float",
     "remove_identities",
+    "trim_dead_taps",
     "verify",
 ]
 
@@ -47,7 +49,8 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs into float ops
     (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization into Conv (any other
     becomes a per-channel multiply-add, merged with the multiplications and additions by
-    constants around it), drop dead code.
+    constants around it), cut convolution taps that read only padding
+    (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -62,4 +65,5 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     graph = remove_identities(qlinear_as_float(graph))
     graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
+    graph = trim_dead_taps(graph)
     return eliminate_dead_code(graph)
