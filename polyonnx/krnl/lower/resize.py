@@ -465,7 +465,7 @@ def _axis_passes(
     gather) and writes the large output, while the gathers along the inner axis ran on the
     smaller intermediate: a 16x bilinear upsampling (DeepLabV3's 21x14x14 -> 21x224x224)
     gathers on 66K elements instead of 1M."""
-    tables = {d: t for d in range(len(xs)) if (t := _axis_table(node, how, xs, ys, d))}
+    tables = {d: table for d in range(len(xs)) if (table := _axis_table(node, how, xs, ys, d))}
     interpolated = [d for d, (idx, _, _) in tables.items() if idx.shape[1] > 1]
     if how.mode == "nearest" or len(interpolated) < 2:
         return None
