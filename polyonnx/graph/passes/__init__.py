@@ -20,6 +20,7 @@ from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fake_quant import fold_quantize_pairs
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
 from polyonnx.graph.passes.fuse import Group, fuse
+from polyonnx.graph.passes.pad_fold import fold_pads_into_convs
 from polyonnx.graph.passes.qlinear import qlinear_as_float
 from polyonnx.graph.passes.simplify import remove_identities
 from polyonnx.graph.passes.verify import verify
@@ -32,6 +33,7 @@ __all__ = [
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
+    "fold_pads_into_convs",
     "fold_quantize_pairs",
     "fuse",
     "merge_affine",
@@ -47,7 +49,8 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     """Fold constants, compute quantized Conv/MatMul in float where that is exact
     (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout and repeated nodes
     (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs into float ops
-    (:mod:`~polyonnx.graph.passes.fake_quant`), fold BatchNormalization into Conv (any other
+    (:mod:`~polyonnx.graph.passes.fake_quant`), fold zero Pads into the convolutions that
+    read them (:mod:`~polyonnx.graph.passes.pad_fold`), fold BatchNormalization into Conv (any other
     becomes a per-channel multiply-add, merged with the multiplications and additions by
     constants around it), cut convolution taps that read only padding
     (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
@@ -64,6 +67,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     graph = fold_constants(graph, max_fold_bytes)
     graph = remove_identities(qlinear_as_float(graph))
     graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
+    graph = fold_pads_into_convs(graph)
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
     graph = trim_dead_taps(graph)
     return eliminate_dead_code(graph)
