@@ -93,9 +93,9 @@ def _trimmed(n: Node, graph: Graph) -> tuple[np.ndarray, dict] | None:
         new_pads[i], new_pads[rank + i] = new_begin, max(end, 0)
     if all(lo == 0 and hi == w.shape[2 + i] - 1 for i, (lo, hi) in enumerate(live)):
         return None
-    kept = w[(slice(None), slice(None), *(slice(lo, hi + 1) for lo, hi in live))]
-    if not np.isfinite(w).all() and not _dropped_finite(w, live):
+    if not _dropped_finite(w, live):
         return None
+    kept = w[(slice(None), slice(None), *(slice(lo, hi + 1) for lo, hi in live))]
     kernel = tuple(hi - lo + 1 for lo, hi in live)
     attrs = dict(n.attrs)
     attrs.update(

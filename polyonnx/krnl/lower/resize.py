@@ -220,6 +220,10 @@ class _Tables:
     constants: tuple[tuple[str, np.ndarray], ...]
 
 
+AxisTable = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+"""An axis's tap indices, weights and extrapolated positions (:func:`axis_table`)."""
+
+
 @register("Resize")
 @register("Upsample")
 def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
@@ -230,13 +234,17 @@ def lower_resize(node: Node, ctx: LowerContext) -> Lowered:
     how = _interpolation(node, ctx, xs, ys)
     out_names = [f"o{d}" for d in range(len(xs))]
     wdtype = dtype if dtype in ir.FLOAT_DTYPES else "float32"
-    tables = _tables(node, how, xs, ys, out_names, wdtype)
+    resized = _resized_axes(node, how, xs, ys)
+    tables = _tables(node, how, resized, out_names, wdtype)
     out_index = tuple(var(n) for n in out_names)
     tap = ir.Load(x, tables.index, dtype)
     iters = list(zip(out_names, ys, strict=True))
     if any(s == 0 for s in ys):
         return Lowered((), (), tables.constants)
-    if dtype == wdtype and (passes := _axis_passes(node, how, xs, ys, dtype)) is not None:
+    if (
+        dtype == wdtype
+        and (passes := _axis_passes(node, how.mode, resized, xs, ys, dtype)) is not None
+    ):
         return passes
     if not tables.weights:
         value: ir.Expr = tap
@@ -383,26 +391,23 @@ def _check_output_shape(
 def _tables(
     node: Node,
     how: _Interpolation,
-    xs: tuple[int, ...],
-    ys: tuple[int, ...],
+    resized: dict[int, AxisTable],
     out_names: list[str],
     wdtype: str,
 ) -> _Tables:
-    """The tap tables (:func:`axis_table`) of every resized axis, as constants named after
-    the node, and the loads that read them."""
-    rank = len(xs)
+    """The tap tables of the ``resized`` axes as constants named after the node, and the
+    loads that read them."""
     index: list[ir.Index] = []
     weights: list[ir.Expr] = []
     tap_iters: list[tuple[str, int]] = []
     ext: list[ir.Expr] = []
     constants: list[tuple[str, np.ndarray]] = []
-    for d in range(rank):
-        o = var(out_names[d])
-        table = _axis_table(node, how, xs, ys, d)
-        if table is None:
+    for d, name in enumerate(out_names):
+        o = var(name)
+        if d not in resized:
             index.append(o)
             continue
-        idx, w, extrapolated = table
+        idx, w, extrapolated = resized[d]
         taps = idx.shape[1]
         t = var(f"t{d}") if taps > 1 else Aff.lift(0)
         if taps > 1:
@@ -421,32 +426,35 @@ def _tables(
     return _Tables(tuple(index), tuple(weights), tuple(tap_iters), tuple(ext), tuple(constants))
 
 
-def _axis_table(
-    node: Node, how: _Interpolation, xs: tuple[int, ...], ys: tuple[int, ...], d: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """:func:`axis_table` of axis ``d``, or None when the axis is not resized."""
+def _resized_axes(
+    node: Node, how: _Interpolation, xs: tuple[int, ...], ys: tuple[int, ...]
+) -> dict[int, AxisTable]:
+    """:func:`axis_table` of each resized axis (an axis kept as it is has none)."""
     rank = len(xs)
-    if (
-        math.isclose(how.scale[d], 1.0)
-        and ys[d] == xs[d]
-        and math.isclose(how.roi[d], 0.0)
-        and math.isclose(how.roi[rank + d], 1.0)
-    ):
-        return None
-    if how.scale[d] <= 0:
-        raise bad_attr(node, "scales", f"must be positive, got {how.scale[d]}")
-    return axis_table(
-        mode=how.mode,
-        ctm=how.ctm,
-        nearest_mode=how.nearest_mode,
-        cubic_a=how.cubic_a,
-        antialias=how.antialias,
-        exclude_outside=how.exclude_outside,
-        in_w=xs[d],
-        out_w=ys[d],
-        scale=how.scale[d],
-        roi=(how.roi[d], how.roi[rank + d]),
-    )
+    out: dict[int, AxisTable] = {}
+    for d in range(rank):
+        if (
+            math.isclose(how.scale[d], 1.0)
+            and ys[d] == xs[d]
+            and math.isclose(how.roi[d], 0.0)
+            and math.isclose(how.roi[rank + d], 1.0)
+        ):
+            continue
+        if how.scale[d] <= 0:
+            raise bad_attr(node, "scales", f"must be positive, got {how.scale[d]}")
+        out[d] = axis_table(
+            mode=how.mode,
+            ctm=how.ctm,
+            nearest_mode=how.nearest_mode,
+            cubic_a=how.cubic_a,
+            antialias=how.antialias,
+            exclude_outside=how.exclude_outside,
+            in_w=xs[d],
+            out_w=ys[d],
+            scale=how.scale[d],
+            roi=(how.roi[d], how.roi[rank + d]),
+        )
+    return out
 
 
 #: Taps per output position up to which an axis's pass sums them in one expression.
@@ -454,7 +462,12 @@ MAX_PASS_TAPS = 8
 
 
 def _axis_passes(
-    node: Node, how: _Interpolation, xs: tuple[int, ...], ys: tuple[int, ...], dtype: str
+    node: Node,
+    mode: str,
+    resized: dict[int, AxisTable],
+    xs: tuple[int, ...],
+    ys: tuple[int, ...],
+    dtype: str,
 ) -> Lowered | None:
     """The interpolation as one pass per resized axis, innermost axis first, through float
     temps; None when it is not worth it (fewer than two axes interpolate) or does not apply
@@ -465,11 +478,10 @@ def _axis_passes(
     gather) and writes the large output, while the gathers along the inner axis ran on the
     smaller intermediate: a 16x bilinear upsampling (DeepLabV3's 21x14x14 -> 21x224x224)
     gathers on 66K elements instead of 1M."""
-    tables = {d: table for d in range(len(xs)) if (table := _axis_table(node, how, xs, ys, d))}
-    interpolated = [d for d, (idx, _, _) in tables.items() if idx.shape[1] > 1]
-    if how.mode == "nearest" or len(interpolated) < 2:
+    interpolated = [d for d, (idx, _, _) in resized.items() if idx.shape[1] > 1]
+    if mode == "nearest" or len(interpolated) < 2:
         return None
-    if any(e is not None or idx.shape[1] > MAX_PASS_TAPS for idx, _, e in tables.values()):
+    if any(e is not None or idx.shape[1] > MAX_PASS_TAPS for idx, _, e in resized.values()):
         return None
     names = [f"o{d}" for d in range(len(xs))]
     out_index = tuple(var(n) for n in names)
@@ -477,9 +489,9 @@ def _axis_passes(
     nests: list[ir.Node] = []
     temps: list[ir.Buffer] = []
     constants: list[tuple[str, np.ndarray]] = []
-    order = sorted(tables, reverse=True)
+    order = sorted(resized, reverse=True)
     for k, d in enumerate(order):
-        idx, w, _ = tables[d]
+        idx, w, _ = resized[d]
         shape[d] = ys[d]
         target = node.outputs[0] if k == len(order) - 1 else f"{node.name}__pass{k}"
         if target != node.outputs[0]:
