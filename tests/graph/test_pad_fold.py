@@ -9,6 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx import pipeline
+from polyonnx.graph.ir import Graph, Node, Value
+from polyonnx.graph.passes import fold_pads_into_convs
 from polyonnx.options import Options
 from polyonnx.testing import onnxruntime_outputs
 
@@ -80,3 +82,20 @@ def test_folded_where_exact_and_same_values(kwargs: dict, folded: bool) -> None:
     got = polyonnx.InferenceSession(model).run(None, {"x": x})
     for a, b in zip(got, onnxruntime_outputs(model, {"x": x}), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_axes_out_of_range_are_not_folded() -> None:
+    """An axis outside the rank is the Pad's lowering's to refuse, never wrapped round."""
+    v = {n: Value(n, "float32", s) for n, s in [("x", (1, 2, 6, 6)), ("p", (1, 2, 7, 7))]}
+    v |= {"y": Value("y", "float32", (1, 2, 3, 3)), "w": Value("w", "float32", (2, 1, 3, 3))}
+    consts = {
+        "pads": np.array([1, 0, 0, 1]),
+        "axes": np.array([2, 7]),  # 7 % 4 would be axis 3
+        "w": np.ones((2, 1, 3, 3), np.float32),
+    }
+    for name, c in consts.items():
+        v[name] = Value(name, c.dtype.name, c.shape)
+    pad = Node("pad", "Pad", ("x", "pads", "", "axes"), ("p",))
+    conv = Node("conv", "Conv", ("p", "w"), ("y",), {"group": 2, "strides": (2, 2)})
+    g = Graph("g", (v["x"],), (v["y"],), (pad, conv), v, consts)
+    assert fold_pads_into_convs(g) is g

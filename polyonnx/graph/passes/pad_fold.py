@@ -80,7 +80,10 @@ def _zero_spatial_pads(n: Node, graph: Graph) -> tuple[int, ...] | None:
     axes_name = n.input(3)
     if axes_name and axes_name not in graph.constants:
         return None
-    axes = [int(a) % rank for a in graph.constants[axes_name]] if axes_name else list(range(rank))
+    given_axes = [int(a) for a in graph.constants[axes_name]] if axes_name else list(range(rank))
+    if any(not -rank <= a < rank for a in given_axes):
+        return None  # (the Pad's own lowering names the bad axis)
+    axes = [a % rank for a in given_axes]
     given = [int(p) for p in np.asarray(graph.constants[n.inputs[1]]).reshape(-1)]
     if len(given) != 2 * len(axes) or len(set(axes)) != len(axes):
         return None
