@@ -60,6 +60,18 @@ class Options:
     def __post_init__(self) -> None:
         if self.opt_level not in (0, 1, 2, 3):
             raise ValueError(f"opt_level must be 0..3, got {self.opt_level}")
+        if self.num_threads is not None and (
+            isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int)
+        ):
+            # (InferenceSession(model, Options(...)) lands here: options is its third argument)
+            raise TypeError(
+                f"num_threads must be an int or None, got {type(self.num_threads).__name__}"
+                + (
+                    ": pass options as options=Options(...)"
+                    if isinstance(self.num_threads, Options)
+                    else ""
+                )
+            )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if self.max_tensor_bytes < 1:

@@ -23,6 +23,7 @@ from polyonnx.graph.passes.fuse import Group, fuse
 from polyonnx.graph.passes.pad_fold import fold_pads_into_convs
 from polyonnx.graph.passes.qlinear import qlinear_as_float
 from polyonnx.graph.passes.simplify import remove_identities
+from polyonnx.graph.passes.transpose_sink import sink_transposes
 from polyonnx.graph.passes.verify import verify
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "optimize",
     "qlinear_as_float",
     "remove_identities",
+    "sink_transposes",
     "trim_dead_taps",
     "verify",
 ]
@@ -47,13 +49,14 @@ __all__ = [
 
 def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     """Fold constants, compute quantized Conv/MatMul in float where that is exact
-    (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout and repeated nodes
-    (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs into float ops
-    (:mod:`~polyonnx.graph.passes.fake_quant`), fold zero Pads into the convolutions that
-    read them (:mod:`~polyonnx.graph.passes.pad_fold`), fold BatchNormalization into Conv (any other
-    becomes a per-channel multiply-add, merged with the multiplications and additions by
-    constants around it), cut convolution taps that read only padding
-    (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
+    (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout, sink Transposes below
+    the ops that read them until they cancel (:mod:`~polyonnx.graph.passes.transpose_sink`),
+    remove repeated nodes (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs
+    into float ops (:mod:`~polyonnx.graph.passes.fake_quant`), fold zero Pads into the
+    convolutions that read them (:mod:`~polyonnx.graph.passes.pad_fold`), fold
+    BatchNormalization into Conv (any other becomes a per-channel multiply-add, merged with the
+    multiplications and additions by constants around it), cut convolution taps that read only
+    padding (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -65,7 +68,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
         ['Conv', 'Relu']
     """
     graph = fold_constants(graph, max_fold_bytes)
-    graph = remove_identities(qlinear_as_float(graph))
+    graph = sink_transposes(remove_identities(qlinear_as_float(graph)))
     graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
     graph = fold_pads_into_convs(graph)
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
