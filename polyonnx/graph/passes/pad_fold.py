@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from polyonnx.graph.ir import Graph, Node
+from polyonnx.graph.pads import spread_pads
 
 
 def fold_pads_into_convs(graph: Graph) -> Graph:
@@ -80,16 +81,12 @@ def _zero_spatial_pads(n: Node, graph: Graph) -> tuple[int, ...] | None:
     axes_name = n.input(3)
     if axes_name and axes_name not in graph.constants:
         return None
-    given_axes = [int(a) for a in graph.constants[axes_name]] if axes_name else list(range(rank))
-    if any(not -rank <= a < rank for a in given_axes):
-        return None  # (the Pad's own lowering names the bad axis)
-    axes = [a % rank for a in given_axes]
+    axes = [int(a) for a in graph.constants[axes_name]] if axes_name else None
     given = [int(p) for p in np.asarray(graph.constants[n.inputs[1]]).reshape(-1)]
-    if len(given) != 2 * len(axes) or len(set(axes)) != len(axes):
-        return None
-    begins, ends = [0] * rank, [0] * rank
-    for k, axis in enumerate(axes):
-        begins[axis], ends[axis] = given[k], given[len(axes) + k]
+    spread = spread_pads(given, axes, rank)
+    if spread is None:
+        return None  # (the Pad's own lowering names what is wrong)
+    begins, ends = spread
     if any(p < 0 for p in begins + ends) or any(begins[:2]) or any(ends[:2]):
         return None
     return tuple(begins[2:] + ends[2:])

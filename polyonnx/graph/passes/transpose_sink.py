@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.pads import spread_pads
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.fuse import ELEMENTWISE
 from polyonnx.graph.passes.simplify import remove_identities
@@ -356,26 +357,18 @@ def _concat(n: Node, sweep: _Sweep, perm: Perm) -> _Pushed | None:
 
 
 def _pad(n: Node, sweep: _Sweep, perm: Perm) -> _Pushed | None:
-    rank = len(perm)
     given = sweep.ints(n.input(1)) if n.input(1) else n.attr("pads")
-    axes = list(range(rank)) if not n.input(3) else sweep.ints(n.input(3))
-    if n.inputs[0] not in sweep.transposed or given is None or axes is None:
+    axes = sweep.ints(n.input(3)) if n.input(3) else list(range(len(perm)))
+    mapped = None if axes is None else _axis_map(axes, perm)
+    spread = None if given is None or mapped is None else spread_pads(given, mapped, len(perm))
+    if n.inputs[0] not in sweep.transposed or spread is None:
         return None
-    mapped = _axis_map(axes, perm)
-    if mapped is None or len(set(mapped)) != len(axes) or len(given) != 2 * len(axes):
-        return None
-    begins, ends = [0] * rank, [0] * rank
-    for k, axis in enumerate(mapped):
-        begins[axis], ends[axis] = int(given[k]), int(given[len(axes) + k])
-    pads = begins + ends
     inputs = _operands(n, perm, sweep, 1)
     if inputs is None:
         return None
+    pads = tuple(spread[0] + spread[1])
     if not n.input(1):
-        return _Pushed(
-            _with_attrs(dataclasses.replace(n, inputs=inputs), pads=tuple(pads)),
-            perm,
-        )
+        return _Pushed(_with_attrs(dataclasses.replace(n, inputs=inputs), pads=pads), perm)
     new_pads = sweep.constant(f"{n.inputs[1]}_nchw", np.array(pads, np.int64))
     return _Pushed(dataclasses.replace(n, inputs=(inputs[0], new_pads, n.input(2))), perm)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from polyonnx.errors import ModelError, ShapeError
 from polyonnx.graph.ir import Node
+from polyonnx.graph.pads import spread_pads
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     Aff,
@@ -120,20 +121,17 @@ Piece = tuple[int, int, Aff]
 
 def _pads(node: Node, ctx: LowerContext, rank: int) -> tuple[list[int], list[int]]:
     """Per-axis (begin, end) pads from the attribute (opset < 11) or the constant inputs."""
+    axes = None
     if opset(ctx) < 11:
         pads = node.attr("pads", node.attr("paddings"))
         if pads is None:
             raise bad_attr(node, "pads", "is required")
-        pads = [int(p) for p in pads]
-        axes = list(range(rank))
     else:
-        pads_value = ctx.constant(node.input(1))
-        if pads_value is None:
+        pads = ctx.constant(node.input(1))
+        if pads is None:
             raise unsupported(
                 node, ctx, "pads computed at run time (input 'pads' must be a constant)"
             )
-        pads = [int(p) for p in np.asarray(pads_value).reshape(-1)]
-        axes = list(range(rank))
         if node.input(3):
             axes_value = ctx.constant(node.input(3))
             if axes_value is None:
@@ -142,14 +140,17 @@ def _pads(node: Node, ctx: LowerContext, rank: int) -> tuple[list[int], list[int
                 normalize_axis(node, int(a), rank, "axes")
                 for a in np.asarray(axes_value).reshape(-1)
             ]
-    if len(pads) != 2 * len(axes):
-        raise ModelError(
-            f"node {node.name!r} (Pad): pads has {len(pads)} values, expected {2 * len(axes)}"
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    spread = spread_pads(pads, axes, rank)
+    if spread is None:
+        count = rank if axes is None else len(axes)
+        wrong = (
+            f"pads has {len(pads)} values, expected {2 * count}"
+            if len(pads) != 2 * count
+            else f"axes {axes} name an axis twice"
         )
-    begin, end = [0] * rank, [0] * rank
-    for k, a in enumerate(axes):
-        begin[a], end[a] = pads[k], pads[len(axes) + k]
-    return begin, end
+        raise ModelError(f"node {node.name!r} (Pad): {wrong}")
+    return spread
 
 
 def _pieces(node: Node, mode: str, o: str, size: int, pb: int, pe: int) -> list[Piece]:

@@ -232,3 +232,13 @@ def test_batch_norm_with_statistics_outputs_is_training_mode(opset: int) -> None
     model.ir_version = 4
     with pytest.raises(UnsupportedOpError, match=r"'bn'\): training mode"):
         polyonnx.compile(model)
+
+
+def test_pad_axis_given_twice() -> None:
+    """ONNX leaves a repeated Pad axis undefined: refused, not padded by whichever came last."""
+    pads, value = np.array([1, 1, 0, 2], np.int64), np.array(0, np.float32)
+    inputs = [("x", rand(2, 3)), ("pads", pads), ("value", value), ("axes", np.array([1, 0]))]
+    graph, node = one_node("Pad", inputs, opset=18, constants=("pads", "value", "axes"))
+    graph = dataclasses.replace(graph, constants={**graph.constants, "axes": np.array([1, -1])})
+    with pytest.raises(ModelError, match=r"axes \[1, 1\] name an axis twice"):
+        lower(graph, node)
