@@ -16,6 +16,7 @@ from polyonnx.graph.passes.bn_fold import fold_batchnorm
 from polyonnx.graph.passes.cse import eliminate_common_subexpressions
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.dead_taps import trim_dead_taps
+from polyonnx.graph.passes.deconv import deconv_as_columns
 from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fake_quant import fold_quantize_pairs
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
@@ -30,6 +31,7 @@ __all__ = [
     "Group",
     "batchnorm_to_affine",
     "conv_as_gemm",
+    "deconv_as_columns",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "fold_batchnorm",
@@ -53,7 +55,8 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     the ops that read them until they cancel (:mod:`~polyonnx.graph.passes.transpose_sink`),
     remove repeated nodes (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs
     into float ops (:mod:`~polyonnx.graph.passes.fake_quant`), fold zero Pads into the
-    convolutions that read them (:mod:`~polyonnx.graph.passes.pad_fold`), fold
+    convolutions that read them (:mod:`~polyonnx.graph.passes.pad_fold`), compute
+    ConvTransposes as a 1x1 Conv and an overlap-add (:mod:`~polyonnx.graph.passes.deconv`), fold
     BatchNormalization into Conv (any other becomes a per-channel multiply-add, merged with the
     multiplications and additions by constants around it), cut convolution taps that read only
     padding (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
@@ -70,7 +73,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     graph = fold_constants(graph, max_fold_bytes)
     graph = sink_transposes(remove_identities(qlinear_as_float(graph)))
     graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
-    graph = fold_pads_into_convs(graph)
+    graph = deconv_as_columns(fold_pads_into_convs(graph))
     graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
     graph = trim_dead_taps(graph)
     return eliminate_dead_code(graph)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polyonnx.graph.ir import Node
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import bad_attr, nest, require_float, unsupported, var, zero
 from polyonnx.krnl.lower.registry import LowerContext, register
@@ -35,6 +35,7 @@ def _ints(node: Node, name: str, n: int, default: int) -> list[int]:
 
 
 @register("Col2Im", since=18)
+@register("Col2Im", domain=INTERNAL_DOMAIN)  # ConvTranspose's overlap-add, at any opset
 def lower_col2im(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """Col2Im: see the module docstring."""
     x, y = node.input(0), node.outputs[0]
