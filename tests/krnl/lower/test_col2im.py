@@ -42,3 +42,19 @@ def test_col2im(image: list[int], block: list[int], attrs: dict[str, list[int]])
     (got,) = polyonnx.InferenceSession(m).run(None, {"x": x})
     (ref,) = onnx_reference_outputs(m, {"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attr", ["strides", "dilations"])
+def test_non_positive_strides_and_dilations_are_refused(attr: str) -> None:
+    m = model(
+        [helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **{attr: [0, 1]})],
+        [tensor("x", [1, 4, 9])],
+        [tensor("y", [1, 1, 4, 4])],
+        [
+            numpy_helper.from_array(np.array([4, 4], np.int64), "image"),
+            numpy_helper.from_array(np.array([2, 2], np.int64), "block"),
+        ],
+        opset=18,
+    )
+    with pytest.raises(polyonnx.errors.ModelError, match=f"'{attr}' must be positive"):
+        polyonnx.InferenceSession(m)
