@@ -26,6 +26,7 @@ from polyonnx.graph.strings import storage
 from polyonnx.krnl import ir
 from polyonnx.krnl.borders import zero_borders
 from polyonnx.krnl.copy import copy_kernel
+from polyonnx.krnl.flatten import flat_view
 from polyonnx.krnl.loops import loop_boundary, loop_kernels, read_across_loops
 from polyonnx.krnl.lower.registry import DynamicOutput, LowerContext, Lowered, lower_nodes
 from polyonnx.krnl.passes import KernelContext, run_passes
@@ -294,7 +295,10 @@ def build_program(
             borders=borders,
             placements=placements,
         )
-        built = build_kernel(f"k{gi}_{group[0].op_type}", graph, group, context, after=after)
+        # (a graph output keeps its shape: the run returns the kernel's buffer)
+        keep = graph_outputs | placed | set(borders)
+        seen = flat_view(graph, group, keep) or graph
+        built = build_kernel(f"k{gi}_{group[0].op_type}", seen, group, context, after=after)
         if group[0].guard:
             guards[built.kernel.name] = group[0].guard
         for out, residual in built.shared.items():
