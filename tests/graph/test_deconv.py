@@ -68,6 +68,12 @@ CASES = {
         {"strides": [2, 2], "group": 2, "pads": [1, 1, 1, 1]},
         "Col2Im",
     ),
+    # Kernel = stride, but dilated: the taps overlap, so not a DepthToSpace.
+    "kernel_2_stride_2_dilated": (
+        ((1, 4, 5, 5), (4, 3, 2, 2)),
+        {"strides": [2, 2], "dilations": [2, 2]},
+        "Col2Im",
+    ),
     "stride_1": (((1, 3, 5, 5), (3, 4, 3, 3)), {}, "Col2Im"),
     "valid": (((1, 3, 4, 4), (3, 2, 2, 3)), {"strides": [1, 2], "auto_pad": "VALID"}, "Col2Im"),
     "one_d": (((1, 4, 9), (4, 3, 4)), {"strides": [2], "pads": [1, 1]}, "Col2Im"),

@@ -83,6 +83,7 @@ class _Plan:
             rank == 2
             and self.kernel[0] == self.kernel[1] == self.strides[0] == self.strides[1]
             and not any(self.pads)
+            and all(d == 1 for d in self.dilations)
             and tuple(self.y.dims[2:])
             == tuple(d * s for d, s in zip(self.x.dims[2:], self.strides, strict=True))
         )
