@@ -197,6 +197,42 @@ def fresh_name(base: str, taken: set[str]) -> str:
     return name
 
 
+class Additions:
+    """Copies of a graph's value and constant tables, for a pass to add to: each new value,
+    constant or node name is fresh (:func:`fresh_name`: no value, constant or node of the graph
+    has it, nor anything added before).
+
+    Example:
+        >>> g = Graph("g", (), (), (), {"w": Value("w", "float32", (2,))})
+        >>> add = Additions(g)
+        >>> add.constant("w", np.zeros(3, "float32")), add.value("w", "int64", (4,))
+        ('w_1', 'w_2')
+        >>> add.values["w_1"].shape, add.constants["w_1"].shape
+        ((3,), (3,))
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.values: dict[str, Value] = dict(graph.values)
+        self.constants: dict[str, np.ndarray] = dict(graph.constants)
+        self.taken = set(self.values) | set(self.constants) | {n.name for n in graph.nodes}
+
+    def name(self, base: str) -> str:
+        """A fresh name (for a node)."""
+        return fresh_name(base, self.taken)
+
+    def value(self, base: str, dtype: str, shape: tuple[int | str, ...]) -> str:
+        """A fresh value, typed."""
+        name = fresh_name(base, self.taken)
+        self.values[name] = Value(name, dtype, tuple(shape))
+        return name
+
+    def constant(self, base: str, array: np.ndarray) -> str:
+        """A fresh constant holding ``array``."""
+        name = self.value(base, array.dtype.name, tuple(array.shape))
+        self.constants[name] = array
+        return name
+
+
 @dataclass(frozen=True)
 class Graph:
     """A model's graph. ``values`` types every value; ``constants`` holds initializers."""

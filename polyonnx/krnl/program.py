@@ -276,6 +276,9 @@ def build_program(
     constants = dict(graph.constants)
     dynamic: dict[str, DynamicOutput] = {}
     guards: dict[str, tuple[tuple[str, bool], ...]] = {}
+    # Values no element-wise kernel views flat (krnl/flatten.py): graph outputs (the run
+    # returns the kernel's buffer), and values stored bordered or placed in a Concat.
+    keep_shapes = graph_outputs | placed | set(borders)
     for gi, group in enumerate(groups):
         if _views_only(group):
             _share_storage(group, storage)
@@ -295,9 +298,7 @@ def build_program(
             borders=borders,
             placements=placements,
         )
-        # (a graph output keeps its shape: the run returns the kernel's buffer)
-        keep = graph_outputs | placed | set(borders)
-        seen = flat_view(graph, group, keep) or graph
+        seen = flat_view(graph, group, keep_shapes) or graph
         built = build_kernel(f"k{gi}_{group[0].op_type}", seen, group, context, after=after)
         if group[0].guard:
             guards[built.kernel.name] = group[0].guard

@@ -21,19 +21,18 @@ import dataclasses
 
 import numpy as np
 
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import Additions, Graph, Node
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
     """Fold every Conv → BatchNormalization pair that qualifies (see the module docstring)."""
-    consts = dict(graph.constants)
-    values = dict(graph.values)
+    add = Additions(graph)
+    consts, values = add.constants, add.values
     producers = graph.producers()
     consumers = graph.consumers()
     graph_outputs = {v.name for v in graph.outputs}
     replaced: dict[str, Node] = {}  # conv name -> folded conv
     dropped: set[str] = set()  # BN node names
-    taken = set(consts) | set(values)
     for bn in graph.nodes:
         conv = _foldable_conv(bn, producers, consumers, consts, graph_outputs)
         if conv is None:
@@ -48,11 +47,8 @@ def fold_batchnorm(graph: Graph) -> Graph:
         new_w = w * f.astype(w.dtype).reshape((m,) + (1,) * (w.ndim - 1))
         new_b = ((b - mean) * f + beta).astype(w.dtype)
         # Fresh names: the original weights may be shared with other Convs.
-        w_name = fresh_name(f"{conv.name}_w_bn", taken)
-        b_name = fresh_name(f"{conv.name}_b_bn", taken)
-        for name, arr in ((w_name, new_w), (b_name, new_b)):
-            consts[name] = arr
-            values[name] = Value(name, arr.dtype.name, tuple(arr.shape))
+        w_name = add.constant(f"{conv.name}_w_bn", new_w)
+        b_name = add.constant(f"{conv.name}_b_bn", new_b)
         replaced[conv.name] = dataclasses.replace(
             conv, inputs=(conv.inputs[0], w_name, b_name), outputs=(bn.outputs[0],)
         )

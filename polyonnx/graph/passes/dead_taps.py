@@ -33,15 +33,13 @@ import dataclasses
 
 import numpy as np
 
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import Additions, Graph, Node
 
 
 def trim_dead_taps(graph: Graph) -> Graph:
     """Every Conv with constant weights and static shapes, its kernel cut to the taps that
     read the input (see the module docstring)."""
-    consts = dict(graph.constants)
-    values = dict(graph.values)
-    taken = set(consts) | set(values) | {n.name for n in graph.nodes}
+    add = Additions(graph)
     nodes = []
     for n in graph.nodes:
         trimmed = _trimmed(n, graph)
@@ -49,14 +47,13 @@ def trim_dead_taps(graph: Graph) -> Graph:
             nodes.append(n)
             continue
         weights, attrs = trimmed
-        name = fresh_name(f"{n.name}_live_taps", taken)
-        consts[name] = weights
-        values[name] = Value(name, weights.dtype.name, tuple(weights.shape))
-        inputs = (n.inputs[0], name, *n.inputs[2:])
+        inputs = (n.inputs[0], add.constant(f"{n.name}_live_taps", weights), *n.inputs[2:])
         nodes.append(Node(n.name, n.op_type, inputs, n.outputs, attrs, n.domain, n.guard))
-    if len(consts) == len(graph.constants):
+    if len(add.constants) == len(graph.constants):
         return graph
-    return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
+    return dataclasses.replace(
+        graph, nodes=tuple(nodes), values=add.values, constants=add.constants
+    )
 
 
 def _trimmed(n: Node, graph: Graph) -> tuple[np.ndarray, dict] | None:

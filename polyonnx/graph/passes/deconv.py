@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Additions, Graph, Node, Value
 
 MAX_COLUMN_BYTES = 256 << 20
 """The largest 1x1 convolution output (``M * K`` channels at the input's size) the rewrite
@@ -46,9 +46,7 @@ makes; past it the ConvTranspose keeps its scatter, which needs no intermediate.
 def deconv_as_columns(graph: Graph) -> Graph:
     """Every ConvTranspose that qualifies rewritten (see the module docstring)."""
     nodes: list[Node] = []
-    values = dict(graph.values)
-    constants = dict(graph.constants)
-    taken = set(values) | set(constants) | {n.name for n in graph.nodes}
+    add = Additions(graph)
     changed = False
     for n in graph.nodes:
         plan = _plan(n, graph)
@@ -56,10 +54,12 @@ def deconv_as_columns(graph: Graph) -> Graph:
             nodes.append(n)
             continue
         changed = True
-        nodes.extend(plan.rewrite(n, values, constants, taken))
+        nodes.extend(plan.rewrite(n, add))
     if not changed:
         return graph
-    return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=constants)
+    return dataclasses.replace(
+        graph, nodes=tuple(nodes), values=add.values, constants=add.constants
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +88,7 @@ class _Plan:
             == tuple(d * s for d, s in zip(self.x.dims[2:], self.strides, strict=True))
         )
 
-    def rewrite(
-        self, n: Node, values: dict[str, Value], constants: dict[str, np.ndarray], taken: set[str]
-    ) -> list[Node]:
+    def rewrite(self, n: Node, add: Additions) -> list[Node]:
         batch, channels, *spatial = self.x.dims
         out_channels = self.y.dims[1]
         taps = math.prod(self.kernel)
@@ -99,37 +97,31 @@ class _Plan:
         w = self.weights.reshape(self.group, cg, mg, taps).transpose(0, 2, 3, 1)
         w = np.ascontiguousarray(w.reshape(out_channels * taps, cg, *([1] * len(spatial))))
 
-        def value(base: str, shape: tuple[int, ...], dtype: str = self.y.dtype) -> str:
-            name = fresh_name(base, taken)
-            values[name] = Value(name, dtype, shape)
-            return name
-
-        def constant(base: str, array: np.ndarray) -> str:
-            name = value(base, tuple(array.shape), str(array.dtype))
-            constants[name] = array
-            return name
-
-        bias = n.input(2)
-        columns = value(f"{n.outputs[0]}_columns", (batch, out_channels * taps, *spatial))
-        conv_inputs = [n.inputs[0], constant(f"{n.inputs[1]}_columns", w)]
+        bias, dtype = n.input(2), self.y.dtype
+        columns = add.value(
+            f"{n.outputs[0]}_columns", dtype, (batch, out_channels * taps, *spatial)
+        )
+        conv_inputs = [n.inputs[0], add.constant(f"{n.inputs[1]}_columns", w)]
         if self.blocks and bias:
-            conv_inputs.append(constant(f"{bias}_columns", np.repeat(constants[bias], taps)))
+            conv_inputs.append(
+                add.constant(f"{bias}_columns", np.repeat(add.constants[bias], taps))
+            )
         attrs = {"group": self.group, "kernel_shape": (1,) * len(spatial)}
-        conv = Node(fresh_name(f"{n.name}_gemm", taken), "Conv", conv_inputs, (columns,), attrs)
+        conv = Node(add.name(f"{n.name}_gemm"), "Conv", conv_inputs, (columns,), attrs)
         if self.blocks:
             d2s = Node(
                 n.name, "DepthToSpace", (columns,), n.outputs,
                 {"blocksize": self.kernel[0], "mode": "CRD"},
             )  # fmt: skip
             return [conv, d2s]
-        flat = value(f"{columns}_flat", (batch, out_channels * taps, math.prod(spatial)))
-        shape = constant(f"{flat}_shape", np.array(values[flat].shape, np.int64))
-        reshape = Node(fresh_name(f"{n.name}_flatten", taken), "Reshape", (columns, shape), (flat,))
-        summed = value(f"{n.outputs[0]}_summed", self.y.dims) if bias else n.outputs[0]
-        image = constant(f"{n.name}_image", np.array(self.y.dims[2:], np.int64))
-        block = constant(f"{n.name}_block", np.array(self.kernel, np.int64))
+        flat = add.value(f"{columns}_flat", dtype, (batch, out_channels * taps, math.prod(spatial)))
+        shape = add.constant(f"{flat}_shape", np.array(add.values[flat].shape, np.int64))
+        reshape = Node(add.name(f"{n.name}_flatten"), "Reshape", (columns, shape), (flat,))
+        summed = add.value(f"{n.outputs[0]}_summed", dtype, self.y.dims) if bias else n.outputs[0]
+        image = add.constant(f"{n.name}_image", np.array(self.y.dims[2:], np.int64))
+        block = add.constant(f"{n.name}_block", np.array(self.kernel, np.int64))
         col2im = Node(
-            n.name if not bias else fresh_name(f"{n.name}_overlap_add", taken),
+            n.name if not bias else add.name(f"{n.name}_overlap_add"),
             "Col2Im",
             (flat, image, block),
             (summed,),
@@ -138,8 +130,8 @@ class _Plan:
         )
         out = [conv, reshape, col2im]
         if bias:  # (a constant: _plan refuses a run-time bias)
-            channel_bias = constants[bias].reshape(1, out_channels, *([1] * len(spatial)))
-            shaped = constant(f"{bias}_channels", channel_bias)
+            channel_bias = add.constants[bias].reshape(1, out_channels, *([1] * len(spatial)))
+            shaped = add.constant(f"{bias}_channels", channel_bias)
             out.append(Node(n.name, "Add", (summed, shaped), n.outputs))
         return out
 

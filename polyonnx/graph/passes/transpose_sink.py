@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import Additions, Graph, Node, Value
 from polyonnx.graph.pads import spread_pads
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.fuse import ELEMENTWISE
@@ -136,14 +136,12 @@ class _Pushed:
     perm: Perm
 
 
-class _Sweep:
+class _Sweep(Additions):
     """One pass over the nodes in order; the state it carries is what it has rewritten."""
 
     def __init__(self, graph: Graph) -> None:
+        super().__init__(graph)
         self.graph = graph
-        self.values = dict(graph.values)
-        self.constants = dict(graph.constants)
-        self.taken = set(self.values) | set(self.constants) | {n.name for n in graph.nodes}
         self.transposed: dict[str, tuple[str, Perm]] = {}  # value -> (source, perm)
         self.alias: dict[str, str] = {}  # a value equal to another (a cancelled pair)
         self.nodes: list[Node] = []
@@ -196,21 +194,9 @@ class _Sweep:
         shape = self.values[out].shape
         inner = self.value(f"{out}_untransposed", self.values[out].dtype, _permuted(shape, perm))
         self.nodes.append(dataclasses.replace(node, outputs=(inner,)))
-        name = fresh_name(f"{node.name}_transpose", self.taken)
+        name = self.name(f"{node.name}_transpose")
         self.nodes.append(Node(name, "Transpose", (inner,), (out,), {"perm": perm}))
         self.transposed[out] = (inner, perm)
-
-    def value(self, base: str, dtype: str, shape: tuple[int | str, ...]) -> str:
-        """A fresh value name, typed."""
-        name = fresh_name(base, self.taken)
-        self.values[name] = Value(name, dtype, shape)
-        return name
-
-    def constant(self, base: str, array: np.ndarray) -> str:
-        """A fresh constant."""
-        name = self.value(base, str(array.dtype), tuple(array.shape))
-        self.constants[name] = array
-        return name
 
     def ints(self, name: str) -> list[int] | None:
         """A constant int tensor's elements; None when ``name`` is not a constant."""
