@@ -3,9 +3,10 @@
  *   void polyonnx_parallel_for(chunk_fn fn, void *ctx, long n, int threads);
  *
  * runs fn(ctx, begin, end) over [0, n) in contiguous chunks on up to `threads` threads, the
- * caller included. Workers claim chunks from an atomic counter, and the caller waits only for
- * chunks that were claimed: a worker the OS has not scheduled yet (a loaded machine, a VM with
- * slow wake-ups) never holds the caller up, which then simply runs the remaining chunks itself.
+ * caller included. Each thread owns a contiguous share of the chunks and claims them from its
+ * own atomic counter, then helps with the others' shares; the caller waits only for chunks that
+ * were claimed: a worker the OS has not scheduled yet (a loaded machine, a VM with slow
+ * wake-ups) never holds the caller up, which then simply runs the remaining chunks itself.
  * Idle workers spin for SPIN_NS after their last loop, then sleep on a condition variable:
  * in a VM, waking a sleeping worker took tens of microseconds, as long as a small kernel, so a
  * model's consecutive parallel loops (and its next run) find the workers awake.
@@ -34,17 +35,30 @@ static int workers; /* started so far */
 static chunk_fn job_fn;
 static void *job_ctx;
 static long job_n, job_chunk, job_chunks;
-static int job_helpers; /* workers the current loop may use */
-static atomic_long next_chunk, finished, generation;
+static int job_threads; /* threads the current loop may use, the caller included */
+static atomic_long finished, generation;
 static atomic_int active;
 
-static void run_chunks(void) {
-    for (;;) {
-        long c = atomic_fetch_add(&next_chunk, 1);
-        if (c >= job_chunks) return;
-        long begin = c * job_chunk, end = begin + job_chunk < job_n ? begin + job_chunk : job_n;
-        job_fn(job_ctx, begin, end);
-        atomic_fetch_add(&finished, 1);
+/* Chunk c of a loop belongs to thread c * threads / chunks (the caller is thread 0): each thread
+ * runs its own chunks first, in order, then takes what is left of the others'. Consecutive
+ * loops over the same range thus give each thread the same part of the data, which stays in
+ * its core's caches, unless one thread falls behind. */
+typedef struct {
+    _Alignas(64) atomic_long next;
+    long end;
+} share;
+static share shares[MAX_WORKERS + 1];
+
+static void run_chunks(int self) {
+    for (int k = 0; k < job_threads; k++) {
+        share *own = &shares[(self + k) % job_threads];
+        for (;;) {
+            long c = atomic_fetch_add(&own->next, 1);
+            if (c >= own->end) break;
+            long begin = c * job_chunk, end = begin + job_chunk < job_n ? begin + job_chunk : job_n;
+            job_fn(job_ctx, begin, end);
+            atomic_fetch_add(&finished, 1);
+        }
     }
 }
 
@@ -72,7 +86,7 @@ static void *worker(void *arg) {
         atomic_fetch_add(&active, 1);
         if (atomic_load(&generation) == g) {
             seen = g;
-            if (index < job_helpers) run_chunks();
+            if (index + 1 < job_threads) run_chunks((int)index + 1);
         }
         atomic_fetch_sub(&active, 1);
     }
@@ -100,6 +114,7 @@ void polyonnx_parallel_for(chunk_fn fn, void *ctx, long n, int threads) {
         fn(ctx, 0, n);
         return;
     }
+    if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
     if (workers < threads - 1) start_workers(threads - 1);
     atomic_fetch_add(&generation, 1); /* odd: the job is being rewritten */
     while (atomic_load(&active) != 0) sched_yield();
@@ -109,14 +124,17 @@ void polyonnx_parallel_for(chunk_fn fn, void *ctx, long n, int threads) {
     job_fn = fn;
     job_ctx = ctx;
     job_n = n;
-    job_helpers = threads - 1;
+    job_threads = threads;
+    for (int t = 0; t < threads; t++) {
+        atomic_store(&shares[t].next, job_chunks * t / threads);
+        shares[t].end = job_chunks * (t + 1) / threads;
+    }
     atomic_store(&finished, 0);
-    atomic_store(&next_chunk, 0);
     pthread_mutex_lock(&lock);
     atomic_fetch_add(&generation, 1); /* even: published */
     pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&lock);
-    run_chunks();
+    run_chunks(0);
     /* Every chunk is claimed; wait for the ones other threads are still running. */
     while (atomic_load(&finished) < job_chunks) sched_yield();
     pthread_mutex_unlock(&busy);
