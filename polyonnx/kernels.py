@@ -31,6 +31,7 @@ from polyonnx.krnl.ir import Kernel
 from polyonnx.options import Options
 from polyonnx.pipeline import lower, to_graph
 from polyonnx.schedule.signature import kernel_flops, kernel_signature
+from polyonnx.schedule_driver import target_tiling
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def list_kernels(
         KernelInfo(
             k, tuple(op_type.get(n, "?") for n in k.ops), kernel_flops(k), kernel_signature(k)
         )
-        for k in lower(graph).kernels
+        for k in lower(graph, target_tiling(options or Options())).kernels
     )
 
 
@@ -147,7 +148,8 @@ def op_kernel(
     del model.graph.output[:]
     model.graph.output.extend(inferred.graph.output)
     # In ONNX's own layout: a channel-blocked Conv would be three kernels.
-    kernels = lower(to_graph(model, options=Options(channel_blocks=False))).kernels
+    options = Options(channel_blocks=False)
+    kernels = lower(to_graph(model, options=options), target_tiling(options)).kernels
     if len(kernels) != 1:
         raise PolyonnxError(f"op_kernel({op_type}) made {len(kernels)} kernels")
     return kernels[0]

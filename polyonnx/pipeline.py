@@ -109,10 +109,15 @@ def _expanded(op_type: str, opset: int) -> bool:
     return not handled and not has_lowering(op_type, opset)
 
 
-def lower(graph: Graph, *, after: str | None = None) -> Program:
+def lower(graph: Graph, tiling: Tiling | None = None, *, after: str | None = None) -> Program:
     """Fusion grouping and lowering of every group to a krnl kernel, each through the krnl
-    passes (:data:`polyonnx.krnl.passes.PASSES`; up to the one named ``after`` when given)."""
-    return build_program(graph, [g.nodes for g in fuse(graph)], after=after)
+    passes (:data:`polyonnx.krnl.passes.PASSES`; up to the one named ``after`` when given),
+    for the target ``tiling`` describes (default: the host's, :func:`target_tiling`)."""
+    tiling = tiling or target_tiling(Options())
+    partial_bytes = 4 * tiling.vector  # a register tile's width of float32
+    return build_program(
+        graph, [g.nodes for g in fuse(graph)], after=after, partial_bytes=partial_bytes
+    )
 
 
 def schedule(
@@ -136,7 +141,7 @@ def compile_graph(
 ) -> Compiled:
     """``trees``: keep every kernel's schedule tree (see :func:`schedule`)."""
     options = options or Options()
-    program = lower(graph)
+    program = lower(graph, target_tiling(options))
     scheduled = schedule(program, options, schedules, trees=trees)
     # A trace's staging verbs (cache_read, pack ...) change its kernel (new temp buffers): the
     # program runs the scheduled kernels, so memory is planned after scheduling.
@@ -217,7 +222,7 @@ def emit(
     if stage == "graph":
         return str(graph)
     if stage == "krnl":
-        return str(lower(graph, after=after))
+        return str(lower(graph, target_tiling(options), after=after))
     # The isl stages print schedule trees, which cached loops and forked workers do not keep.
     compiled = compile_graph(graph, dataclasses.replace(options, cache=False), trees=True)
     trees = [s for s in compiled.scheduled if s is not None]  # every one, with trees=True

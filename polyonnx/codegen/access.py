@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyonnx.codegen import loopast as la
-from polyonnx.krnl.ir import Aff, Buffer, Expr, Kernel, Stmt, loads
+from polyonnx.krnl.ir import Aff, Buffer, Expr, Kernel, LaneFold, Stmt, loads, walk
 
 
 def linear(e: la.IExpr) -> dict[str, int] | None:
@@ -126,6 +126,8 @@ class Accesses:
             return None
         if any(isinstance(i, Expr) for ld in loads(stmt.body) for i in ld.index):
             return None  # gathers stay scalar
+        if any(isinstance(e, LaneFold) for e in walk(stmt.body)):
+            return None  # a lane fold is a vector's fold already
         if self.element_step(stmt.write.buffer, stmt.write.index, steps) != 1:
             return None  # the write must be one contiguous vector (no reduction across lanes)
         return steps

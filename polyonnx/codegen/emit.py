@@ -76,6 +76,7 @@ from polyonnx.krnl.ir import (
     Expr,
     Iter,
     Kernel,
+    LaneFold,
     Load,
     Select,
     Unary,
@@ -489,6 +490,28 @@ class KernelEmitter:
             return b.icmp_unsigned("!=", v, zero(v.type))
         return v
 
+    def _lane_fold(self, e: LaneFold, at: _Instance) -> ir.Value:
+        """The lanes read as one vector, halved until one is left: ``log2(lanes)`` shuffles
+        and ops (statements with lane folds are never vectorized: see ``lane_steps``)."""
+        b, scalars = self.frame.builder, self.frame.scalars
+        buf = self.accesses.buffers[e.x.buffer]
+        ptr, _ = self._address(e.x.buffer, e.x.index, at)
+        if self.config.checked:
+            last = e.x.index[-1]
+            assert isinstance(last, Aff)
+            self._check_range(self.frame.index.aff(last, at.point), buf.shape[-1], e.lanes - 1)
+        mty = memory_type(buf.dtype)
+        v = b.load(ptr, typ=ir.VectorType(mty, e.lanes), align=np.dtype(buf.dtype).itemsize)
+        if buf.dtype == "bool":
+            v = b.icmp_unsigned("!=", v, zero(v.type))
+        width = e.lanes
+        while width > 1:
+            width //= 2
+            low = b.shuffle_vector(v, v, _lanes(0, width))
+            high = b.shuffle_vector(v, v, _lanes(width, width))
+            v = scalars.binary(e.op, low, high, e.dtype)
+        return b.extract_element(v, ir.Constant(I32, 0))
+
     # ------------------------------------------------------------------ scalar expressions
 
     def _expr(self, e: Expr, at: _Instance) -> ir.Value:
@@ -522,7 +545,14 @@ class KernelEmitter:
         if isinstance(e, Binary):
             x, y = scalars.match(self._expr(e.a, at), self._expr(e.b, at))
             return scalars.binary(e.op, x, y, e.a.dtype)
+        if isinstance(e, LaneFold):
+            return self._lane_fold(e, at)
         raise CodegenError(f"cannot emit expression {e!r}")
+
+
+def _lanes(first: int, count: int) -> ir.Constant:
+    """The shuffle mask picking lanes ``first .. first + count - 1``."""
+    return ir.Constant(ir.VectorType(I32, count), [first + k for k in range(count)])
 
 
 def emit_kernel(

@@ -372,6 +372,44 @@ class Bitcast(Expr):
         return f"bits_{self.dtype}({self.x})"
 
 
+@dataclass(frozen=True, slots=True)
+class LaneFold(Expr):
+    """``op`` folded over ``lanes`` consecutive elements along the last axis, from ``x`` on:
+    ``op(x[..., i], x[..., i + 1], ..., x[..., i + lanes - 1])``, in any order (``op`` is
+    associative and commutative: ``add``, ``mul``, ``max``, ``min``, ``or``, ``and``). A
+    vector's horizontal fold: codegen reads the elements as one vector and halves it
+    ``log2(lanes)`` times (:mod:`polyonnx.krnl.partials` folds its partials with it).
+
+    Example:
+        >>> print(LaneFold("max", Load("part", (Aff.var("i"), Aff.lift(0)), "float32"), 16))
+        max_lanes(part[i, 0:16])
+    """
+
+    op: str
+    x: Load
+    lanes: int
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        if self.op not in LANE_FOLD_OPS:
+            raise ValueError(f"{self.op!r} is no associative fold ({', '.join(LANE_FOLD_OPS)})")
+        if self.lanes < 1 or self.lanes & (self.lanes - 1):
+            raise ValueError(f"lane fold over {self.lanes} lanes: a power of two is needed")
+        if not isinstance(self.x.index[-1], Aff):
+            raise ValueError("a lane fold's lanes run along an affine last index")
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.x.dtype)
+
+    def __str__(self) -> str:
+        first = self.x.index[-1]
+        *outer, _ = (str(i) for i in self.x.index)
+        span = f"{first}:{first + self.lanes}" if isinstance(first, Aff) else "?"
+        return f"{self.op}_lanes({self.x.buffer}[{', '.join([*outer, span])}])"
+
+
+LANE_FOLD_OPS = ("add", "mul", "max", "min", "or", "and")
+
+
 def unary(op: str, x: Expr) -> Unary:
     return Unary(op, x)
 
@@ -392,7 +430,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
     """The direct sub-expressions of ``e`` (including run-time computed load indices)."""
     if isinstance(e, Load):
         return tuple(i for i in e.index if isinstance(i, Expr))
-    if isinstance(e, Unary | Cast | Bitcast):
+    if isinstance(e, Unary | Cast | Bitcast | LaneFold):
         return (e.x,)
     if isinstance(e, Binary):
         return (e.a, e.b)
@@ -408,6 +446,11 @@ def map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
         return replace(e, index=tuple(f(i) if isinstance(i, Expr) else i for i in e.index))
     if isinstance(e, Unary | Cast | Bitcast):
         return replace(e, x=f(e.x))
+    if isinstance(e, LaneFold):
+        x = f(e.x)
+        if not isinstance(x, Load):
+            raise TypeError(f"{e}: a lane fold reads a buffer; its load became {x}")
+        return replace(e, x=x)
     if isinstance(e, Binary):
         return replace(e, a=f(e.a), b=f(e.b))
     if isinstance(e, Select):
@@ -423,7 +466,15 @@ def walk(e: Expr) -> Iterator[Expr]:
 
 
 def loads(e: Expr) -> tuple[Load, ...]:
+    """Every load of ``e`` (a lane fold's by its first element: see :func:`read_spans`)."""
     return tuple(x for x in walk(e) if isinstance(x, Load))
+
+
+def read_spans(e: Expr) -> tuple[tuple[Load, int], ...]:
+    """Every load of ``e`` with the elements it reads along the last axis from its index on:
+    1, or a lane fold's lanes."""
+    folded = {id(x.x): x.lanes for x in walk(e) if isinstance(x, LaneFold)}
+    return tuple((ld, folded.get(id(ld), 1)) for ld in loads(e))
 
 
 # --------------------------------------------------------------------------- statements and loops

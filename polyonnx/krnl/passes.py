@@ -25,7 +25,10 @@ each relying on the ones before:
 7. ``store_bordered`` (:mod:`~polyonnx.krnl.borders`): zero-bordered values move into their
    bordered buffers. After the epilogues are in place: the passes before match a temp to the
    value it becomes by shape, and a bordered buffer is larger than its value.
-8. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
+8. ``fold_in_partials`` (:mod:`~polyonnx.krnl.partials`): a reduction along a contiguous
+   innermost loop folds into a row of vector partials, whose loop carries nothing. After the
+   passes that match reductions by their shape (the rows it makes are no longer one loop).
+9. ``renumber_statements``: the statements are named ``S0``, ``S1``, ... in kernel order.
    Last: lowerings name their statements with placeholders, and the passes merge and drop
    statements.
 
@@ -35,7 +38,8 @@ prints the kernels as they are after ``PASS``, or as lowered with ``--after lowe
 Example:
     >>> [p.name for p in PASSES]  # doctest: +NORMALIZE_WHITESPACE
     ['distribute_finishes', 'inline_pointwise', 'sink_pointwise', 'accumulate_in_place',
-     'residual_in_place', 'store_placed', 'store_bordered', 'renumber_statements']
+     'residual_in_place', 'store_placed', 'store_bordered', 'fold_in_partials',
+     'renumber_statements']
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from polyonnx.krnl.borders import store_bordered
 from polyonnx.krnl.distribute import distribute_finishes
 from polyonnx.krnl.in_place import accumulate_in_place
 from polyonnx.krnl.inline import inline_pointwise
+from polyonnx.krnl.partials import fold_in_partials
 from polyonnx.krnl.placement import Placement, store_placed
 from polyonnx.krnl.residual import residual_in_place
 from polyonnx.krnl.sink import sink_pointwise
@@ -72,6 +77,9 @@ class KernelContext:
     placements: Mapping[str, Placement] = field(default_factory=dict)
     """Values stored in a slice of a concatenation's memory, by value name
     (:func:`polyonnx.krnl.placement.concat_placements`)."""
+    partial_bytes: int = 0
+    """Bytes of partial accumulators a reduction along a contiguous loop folds into
+    (:mod:`polyonnx.krnl.partials`): the target's register-tile width; 0: none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +128,7 @@ PASSES: tuple[KernelPass, ...] = (
     KernelPass("residual_in_place", _residual_in_place),
     KernelPass("store_placed", lambda k, c: PassResult(store_placed(k, c.placements))),
     KernelPass("store_bordered", lambda k, c: PassResult(store_bordered(k, c.borders))),
+    KernelPass("fold_in_partials", lambda k, c: PassResult(fold_in_partials(k, c.partial_bytes))),
     KernelPass("renumber_statements", lambda k, _: PassResult(renumber_statements(k))),
 )
 """The krnl passes in the order they run (see the module docstring for why)."""

@@ -253,7 +253,11 @@ def _share_storage(views: Sequence[Node], storage: dict[str, str]) -> None:
 
 
 def build_program(
-    graph: Graph, groups: Sequence[Sequence[Node]], *, after: str | None = None
+    graph: Graph,
+    groups: Sequence[Sequence[Node]],
+    *,
+    after: str | None = None,
+    partial_bytes: int = 0,
 ) -> Program:
     """Lower fusion groups (in execution order) into a :class:`Program`.
 
@@ -261,6 +265,8 @@ def build_program(
     value last. Then each group in turn: a group of views only gives its outputs its input's
     storage, any other becomes a kernel (:func:`build_kernel`, its passes up to ``after``).
     Last, each graph output gets memory of its own (a copy kernel where it has none).
+    ``partial_bytes``: the partial accumulators of reductions along contiguous loops
+    (:attr:`~polyonnx.krnl.passes.KernelContext.partial_bytes`).
     """
     computed = {o for group in groups if not _views_only(group) for n in group for o in n.outputs}
     computed -= {"", *loop_boundary(graph)}
@@ -297,6 +303,7 @@ def build_program(
             fixed=graph_outputs | placed,
             borders=borders,
             placements=placements,
+            partial_bytes=partial_bytes,
         )
         seen = flat_view(graph, group, keep_shapes) or graph
         built = build_kernel(f"k{gi}_{group[0].op_type}", seen, group, context, after=after)

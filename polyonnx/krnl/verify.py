@@ -156,13 +156,11 @@ axis 0, which has 4 elements: the op does not accept its inputs' shapes (or poly
         # A bound on an outer iterator makes the box too large for indices that combine them.
         rectangular = all(not lp.lower.terms and not lp.upper.terms for lp in loops)
         box = _guarded_box(ir.loop_box(loops), stmt.guards) if rectangular else None
-        accesses: list[tuple[str, str, tuple[ir.Index, ...]]] = [
-            ("writes", stmt.write.buffer, stmt.write.index)
+        accesses: list[tuple[str, str, tuple[ir.Index, ...], int]] = [
+            ("writes", stmt.write.buffer, stmt.write.index, 1)
         ]
-        accesses += [
-            ("reads", e.buffer, e.index) for e in ir.walk(stmt.body) if isinstance(e, ir.Load)
-        ]
-        for verb, buffer, index in accesses:
+        accesses += [("reads", e.buffer, e.index, n) for e, n in ir.read_spans(stmt.body)]
+        for verb, buffer, index, lanes in accesses:
             shape = shapes.get(buffer)
             if shape is None:
                 raise fail(f"{verb} {buffer}, which is not among its buffers")
@@ -174,6 +172,7 @@ axis 0, which has 4 elements: the op does not accept its inputs' shapes (or poly
                 if not isinstance(i, ir.Aff):
                     continue
                 lo, hi = i.extremes(box)
+                hi += lanes - 1 if axis == len(index) - 1 else 0
                 if lo < 0 or hi >= extent:
                     at = f"index {lo}" if lo < 0 else f"up to index {hi}"
                     subscripts = ", ".join(map(str, index))

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import islpy as isl
 
-from polyonnx.krnl.ir import Aff, Cond, Expr, Kernel, Loop, Stmt, loads
+from polyonnx.krnl.ir import Aff, Cond, Expr, Kernel, Loop, Stmt, read_spans
 
 K = TypeVar("K", bound=Hashable)
 
@@ -333,8 +333,8 @@ class PolyKernel:
             udom = isl.UnionSet.from_set(dom)
             domain = udom if domain is None else domain.union(udom)
             writes = w if writes is None else writes.union(w)
-            for ld in loads(stmt.body):
-                access = _access(info, buffer_ids[ld.buffer], ld.index, shapes[ld.buffer])
+            for ld, lanes in read_spans(stmt.body):
+                access = _access(info, buffer_ids[ld.buffer], ld.index, shapes[ld.buffer], lanes)
                 r = isl.UnionMap.from_map(access.intersect_domain(dom))
                 reads = r if reads is None else reads.union(r)
         if domain is None:
@@ -364,11 +364,19 @@ def _domain_text(info: StmtInfo) -> str:
 
 
 def _access(
-    info: StmtInfo, buffer_id: str, index: tuple[Aff | Expr, ...], shape: tuple[int, ...]
+    info: StmtInfo,
+    buffer_id: str,
+    index: tuple[Aff | Expr, ...],
+    shape: tuple[int, ...],
+    lanes: int = 1,
 ) -> isl.Map:
+    """The elements ``buffer[index]`` touches, ``lanes`` of them along the last axis."""
     outs, conds = [], []
     for d, ix in enumerate(index):
-        if isinstance(ix, Aff):
+        if isinstance(ix, Aff) and lanes > 1 and d == len(index) - 1:
+            outs.append(f"{buffer_id}_lane")
+            conds.append(f"{ix} <= {outs[-1]} < {ix + lanes}")
+        elif isinstance(ix, Aff):
             outs.append(str(ix))
         else:  # computed at run time: may touch the whole dimension
             outs.append(f"{buffer_id}_any{d}")

@@ -171,6 +171,7 @@ def tune(
         print(tune("model.onnx", budget="5m", threads=1))
     """
     from polyonnx.pipeline import lower, to_graph
+    from polyonnx.schedule_driver import target_tiling
 
     seconds = parse_budget(budget)
     start = time.monotonic()
@@ -180,7 +181,7 @@ def tune(
     path = Path(db) if db is not None else (database_path(options) or default_path())
     options = dataclasses.replace(options, tuning_db="")  # (tune the default schedules)
     target = target_fingerprint(options)
-    program = lower(to_graph(model, input_shapes, options))
+    program = lower(to_graph(model, input_shapes, options), target_tiling(options))
     rng = random.Random(seed)
     database = TuningDatabase(path)
     own_runner = runner is None

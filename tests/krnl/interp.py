@@ -211,4 +211,16 @@ def _expr(e: ir.Expr, arrays: dict[str, np.ndarray]) -> Callable[[Env], Scalar]:
     if isinstance(e, ir.Bitcast):
         x, to = _expr(e.x, arrays), np.dtype(e.dtype)
         return lambda env: np.asarray(x(env)).view(to)[()]
+    if isinstance(e, ir.LaneFold):
+        arr, fn, lanes = arrays[e.x.buffer], _BINARY[e.op], e.lanes
+        first = _index(e.x.buffer, e.x.index, arrays)
+
+        def fold(env: Env) -> Scalar:
+            *outer, at = first(env)
+            value = arr[(*outer, at)]
+            for k in range(1, lanes):
+                value = out(fn(value, arr[(*outer, at + k)]))
+            return value
+
+        return fold
     raise TypeError(f"unknown expression {e!r}")

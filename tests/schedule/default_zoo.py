@@ -44,7 +44,7 @@ def model_kernels(tiling: Tiling) -> tuple[tuple[str, Kernel], ...]:
     out: dict[str, tuple[str, Kernel]] = {}
     for name, model in (("mnist", mnist_model()), ("resnet50", light_model("resnet50"))):
         graph = choose_layouts(optimize(import_model(model)), tiling)
-        for k in lower(graph).kernels:
+        for k in lower(graph, tiling).kernels:
             out.setdefault(kernel_signature(k), (name, k))
     return tuple(out.values())
 
