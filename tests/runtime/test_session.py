@@ -103,6 +103,17 @@ def test_misaligned_feeds_are_copied(session):
     np.testing.assert_allclose(got, feed["x"] * feed["w"], rtol=1e-6)
 
 
+def test_read_only_and_empty_feeds(session):
+    feed = _feed()
+    for a in feed.values():
+        a.flags.writeable = False  # (their addresses are taken another way)
+    got = session.run(["z"], feed)[0]
+    np.testing.assert_allclose(got, feed["x"] * feed["w"], rtol=1e-6)
+    empty = polyonnx.InferenceSession(_model(dims=["n", 3]))
+    zero = np.zeros((0, 3), np.float32)
+    assert [a.shape for a in empty.run(None, {"x": zero, "w": zero})] == [(0, 3), (0, 3)]
+
+
 def test_nan_and_inf_propagate(session):
     x = np.array([[np.nan, np.inf, -np.inf], [1, 2, 3]], np.float32)
     w = np.ones((2, 3), np.float32)
