@@ -248,7 +248,7 @@ def _address(a: np.ndarray) -> int:
     """The address of ``a``'s data, which ``a.ctypes.data`` takes twice as long to give (a
     small model's run spends microseconds on them)."""
     try:
-        return ctypes.addressof(_FIRST_BYTE.from_buffer(a))
+        return ctypes.addressof(_FIRST_BYTE.from_buffer(a))  # type: ignore[arg-type]
     except (TypeError, ValueError):  # read-only, or empty
         return int(a.ctypes.data)
 
