@@ -479,6 +479,13 @@ class KernelEmitter:
                 v = b.load(ptr, typ=vty, align=align)
             if tile is not None and e in tile.streams:
                 prefetch(self.frame, self._prefetched, e.buffer, ptr)
+        elif 1 < step <= MAX_SPAN_STEP:
+            # A short stride (a stride-2 pooling's or convolution's): the span from the first
+            # lane to the last as one load, its lanes picked by a shuffle.
+            assert at.lanes is not None
+            width = at.lanes.width
+            span = b.load(ptr, typ=ir.VectorType(mty, (width - 1) * step + 1), align=align)
+            v = b.shuffle_vector(span, span, _lanes(0, width, step))
         else:  # strided: gather lane by lane
             assert at.lanes is not None
             width = at.lanes.width
@@ -550,9 +557,14 @@ class KernelEmitter:
         raise CodegenError(f"cannot emit expression {e!r}")
 
 
-def _lanes(first: int, count: int) -> ir.Constant:
-    """The shuffle mask picking lanes ``first .. first + count - 1``."""
-    return ir.Constant(ir.VectorType(I32, count), [first + k for k in range(count)])
+def _lanes(first: int, count: int, step: int = 1) -> ir.Constant:
+    """The shuffle mask picking ``count`` lanes from ``first`` on, every ``step``-th."""
+    return ir.Constant(ir.VectorType(I32, count), [first + k * step for k in range(count)])
+
+
+MAX_SPAN_STEP = 4
+"""The longest stride between a vector's lanes that codegen loads as the span they cover and
+a shuffle (longer ones: lane by lane), so a span is at most four vectors."""
 
 
 def emit_kernel(

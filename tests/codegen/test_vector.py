@@ -184,3 +184,25 @@ def test_a_long_constant_vector_loop_stays_a_loop():
     y = np.zeros(n, np.float32)
     run({"x": x, "y": y})
     np.testing.assert_array_equal(y, x * 2)
+
+
+@pytest.mark.parametrize("step", [2, 3, 4, 5])
+def test_short_strides_load_the_span_and_shuffle(step):
+    # y[i] = x[step * i + 1]: up to 4 elements between lanes, one load of the span the lanes
+    # cover and a shuffle; longer strides go lane by lane. The span ends at the last lane's
+    # element: x has no element after it to read.
+    n = 21
+    i = Aff.var("i")
+    size = step * (n - 1) + 2
+    body = Load("x", (i * step + 1,), "float32") * 2.0
+    k = Kernel(
+        "k",
+        (Buffer("x", "float32", (size,), "input"), Buffer("y", "float32", (n,), "output")),
+        (Loop("i", 0, n, (Stmt("S0", Access("y", (i,)), body),)),),
+    )
+    run, text = _compile(k)
+    assert (f"<{7 * step + 1} x float>" in text) == (step <= 4)  # (the span of 8 lanes)
+    x = np.random.default_rng(step).standard_normal(size).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    run({"x": x, "y": y})
+    np.testing.assert_array_equal(y, x[1::step][:n] * 2)

@@ -4,7 +4,7 @@ import numpy as np
 
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.kernel_call import kernel_callable
-from polyonnx.krnl.ir import Access, Aff, Buffer, Kernel, Load, Loop, Stmt
+from polyonnx.krnl.ir import Access, Aff, Buffer, Const, Kernel, Load, Loop, Stmt
 from polyonnx.options import Options
 from polyonnx.schedule.astgen import build_ast
 from polyonnx.schedule.strategies import Tiling, default_schedule, parallel
@@ -132,3 +132,32 @@ def test_a_gemv_runs_in_parallel_when_it_streams_enough_weights():
     tiling = Tiling.for_vector_bits(512, threads=2)
     assert "// parallel" in _ast(matmul(1, 1024, 512), tiling=tiling)
     assert "// parallel" not in _ast(matmul(1, 128, 1024), tiling=tiling)
+
+
+def test_a_window_is_not_streamed_in_chunks():
+    # y[o, c] = sum_k x[o + k, c]: a pool along o on channels-last data. Each x row is read by
+    # 12 neighbouring outputs (a window, not a stream read once): the 12 taps stay inside each
+    # output tile, one pass over y, where chunks of 8 taps outside the tiles made two.
+    o, k, c = Aff.var("o"), Aff.var("k"), Aff.var("c")
+    acc = Load("y", (o, c), "float32")
+    body = (
+        Stmt("S0", Access("y", (o, c)), Const(0.0, "float32")),
+        Loop(
+            "k", 0, 12, (Stmt("S1", Access("y", (o, c)), acc + Load("x", (o + k, c), "float32")),)
+        ),
+    )
+    kernel = Kernel(
+        "window",
+        (Buffer("x", "float32", (75, 32), "input"), Buffer("y", "float32", (64, 32), "output")),
+        (Loop("o", 0, 64, (Loop("c", 0, 32, body),)),),
+    )
+    text = _ast(kernel, tiling=Tiling.for_vector_bits(256))
+    assert text.count("S0(") == 1 and text.index("S0(") < text.index("S1(")
+    first_loop = text[text.index("for") : text.index("\n", text.index("for"))]
+    assert "c0 <= 63" in first_loop or "c0 <= 31" in first_loop  # (an output loop comes first)
+    x = np.random.default_rng(0).random((75, 32), np.float32)
+    y = np.zeros((64, 32), np.float32)
+    loops = la.from_isl(build_ast(default_schedule(kernel).schedule))
+    kernel_callable(kernel, loops, Options(num_threads=1))({"x": x, "y": y})
+    want = sum(x[j : j + 64] for j in range(12))
+    np.testing.assert_allclose(y, want, rtol=1e-5)

@@ -7,9 +7,10 @@ constant weights, float32; ungrouped with output channels a multiple of ``block`
 the channels of each group whole blocks, or depthwise on a value that is blocked already) to
 ``polyonnx.ConvBlocked`` with output ``[N, C/block, spatial..., block]`` (its input blocked
 too, unless its channels are not a multiple of ``block``: an image's three colours), and moves
-the element-wise ops that follow blocked values, MaxPools of blocked values
-(``polyonnx.MaxPoolBlocked``) and their global pools (a ``ReduceMean`` or ``ReduceMax`` over
-the spatial axes, the block of channels still the contiguous axis), Concats and Splits along
+the element-wise ops that follow blocked values, MaxPools and AveragePools of blocked values
+(``polyonnx.MaxPoolBlocked``, ``polyonnx.AveragePoolBlocked``) and their global pools (a
+``ReduceMean`` or ``ReduceMax`` over the spatial axes, the block of channels still the
+contiguous axis), Concats and Splits along
 the channels in whole blocks and Resizes of the spatial axes into the blocked domain with it.
 An element-wise op follows when one input is a blocked value of its output's shape and the
 others broadcast over the blocks: blocked values, one-element tensors, constants (a
@@ -133,13 +134,13 @@ class _Rewrite:
         graph, block, blocked = self.graph, self.block, self.blocked
         if _eligible(graph, node, block, bool(node.inputs) and node.inputs[0] in blocked):
             self.conv(node)
-        elif _pool_follows_blocked(node, blocked):
+        elif _pool_follows_blocked(node, blocked) and (pad := self.pool_padding(node)) is not None:
             self.nodes.append(
                 Node(
                     node.name,
-                    "MaxPoolBlocked",
+                    f"{node.op_type}Blocked",
                     (blocked[node.inputs[0]],),
-                    (self.twin_of(node.outputs[0], self.pads.get(blocked[node.inputs[0]])),),
+                    (self.twin_of(node.outputs[0], pad),),
                     node.attrs,
                     DOMAIN,
                 )
@@ -169,6 +170,17 @@ class _Rewrite:
             assert pad is not None and math.isfinite(pad)  # (what padding_after checks)
             self.pads[twin] = pad
         return twin
+
+    def pool_padding(self, node: Node) -> float | None:
+        """The number a pool of a blocked value leaves in its output's padding: its input's
+        (a max or a mean of that number), 0 without padding; None when it is not known (an
+        average counting the window's taps in the spatial padding, which it does not read,
+        of a non-zero number)."""
+        pad = self.pads.get(self.blocked[node.inputs[0]])
+        if pad is None:
+            return 0.0
+        counts_outside = node.op_type == "AveragePool" and bool(node.attr("count_include_pad", 0))
+        return None if counts_outside and pad != 0.0 else pad
 
     def padded(self, name: str) -> bool:
         """Whether NCHW value ``name``'s channels are not whole blocks."""
@@ -414,10 +426,10 @@ def _graph_block(graph: Graph, block: int, smallest: int) -> int:
 
 
 def _pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
-    """A MaxPool of a blocked value, without the Indices output (whose flat NCHW positions
-    the blocked layout would have to recompute)."""
+    """A MaxPool (without the Indices output, whose flat NCHW positions the blocked layout
+    would have to recompute) or an AveragePool of a blocked value."""
     return (
-        node.op_type == "MaxPool"
+        node.op_type in ("MaxPool", "AveragePool")
         and not node.domain
         and len(node.outputs) == 1
         and bool(node.inputs)

@@ -44,6 +44,7 @@ from polyonnx.krnl.lower.common import (
     zero,
 )
 from polyonnx.krnl.lower.conv import padded_input
+from polyonnx.krnl.lower.pool import average_pool
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
@@ -192,6 +193,13 @@ def lower_max_pool_blocked(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]
             *nest(pairs(k_names, win.kernel), (update,)),
         ),
     )
+
+
+@register("AveragePoolBlocked", domain=DOMAIN)
+def lower_average_pool_blocked(node: Node, ctx: LowerContext) -> Lowered:
+    """AveragePool over blocked tensors, the block of channels the vector loop (the window,
+    divisors and guards as :func:`polyonnx.krnl.lower.pool.average_pool` makes them)."""
+    return average_pool(node, ctx, blocked=True)
 
 
 @register("ToBlocked", domain=DOMAIN)

@@ -44,18 +44,20 @@ from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
 def _pool_setup(
-    node: Node, ctx: LowerContext, *, dilations: bool
+    node: Node, ctx: LowerContext, *, dilations: bool, blocked: bool = False
 ) -> tuple[str, str, tuple[int, ...], tuple[int, ...], Window, list[str], list[str]]:
-    """X, Y, their shapes, the checked window and the output / tap iterator names."""
+    """X, Y, their shapes, the checked window and the output / tap iterator names. ``blocked``:
+    the tensors are ``[N, C/b, spatial..., b]`` (:mod:`polyonnx.krnl.lower.blocked`)."""
     x, y = node.input(0), node.outputs[0]
     xs, ys = ctx.shape(x), ctx.shape(y)
-    if len(xs) < 3:
+    if len(xs) < 3 + blocked:
         raise ShapeError(f"node {node.name!r} ({node.op_type}): X {xs} must be [N, C, spatial...]")
-    rank = len(xs) - 2
+    rank = len(xs) - 2 - blocked
     kernel = ints_attr(node, "kernel_shape", rank, None)
     ceil_mode = bool(node.attr("ceil_mode", 0))
-    win = window(node, ctx, xs[2:], kernel, ceil_mode=ceil_mode, dilations_attr=dilations)
-    check_out_spatial(node, win, xs[2:], ys[2:], ceil_mode)
+    in_spatial, out_spatial = xs[2 : 2 + rank], ys[2 : 2 + rank]
+    win = window(node, ctx, in_spatial, kernel, ceil_mode=ceil_mode, dilations_attr=dilations)
+    check_out_spatial(node, win, in_spatial, out_spatial, ceil_mode)
     names = spatial_names(rank)
     return x, y, xs, ys, win, [f"o{s}" for s in names], [f"k{s}" for s in names]
 
@@ -175,11 +177,23 @@ def _root(x: ir.Expr, p: float) -> ir.Expr:
 @register("AveragePool")
 def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
     """AveragePool: sum the valid taps, divide by a constant or by the counted taps."""
+    return average_pool(node, ctx, blocked=False)
+
+
+def average_pool(node: Node, ctx: LowerContext, *, blocked: bool) -> Lowered:
+    """AveragePool on ``[N, C, spatial...]`` tensors, or with ``blocked`` on channel-blocked
+    ``[N, C/b, spatial..., b]`` ones, the block of channels the innermost loop."""
     dtype = require_float(node, ctx, node.input(0))
-    x, y, xs, ys, win, o_names, k_names = _pool_setup(node, ctx, dilations=opset(ctx) >= 19)
-    rank = len(xs) - 2
+    setup = _pool_setup(node, ctx, dilations=opset(ctx) >= 19, blocked=blocked)
+    x, y, xs, ys, win, o_names, k_names = setup
+    rank = len(o_names)
     include_pad = bool(node.attr("count_include_pad", 0))
-    in_spatial, out_spatial = xs[2:], ys[2:]
+    in_spatial, out_spatial = xs[2 : 2 + rank], ys[2 : 2 + rank]
+    lanes = (("c", xs[-1]),) if blocked else ()  # (the block of channels)
+
+    def at(spatial: Sequence[Aff]) -> tuple[Aff, ...]:
+        channel = (var("cb"),) if blocked else (var("c"),)
+        return (var("n"), *channel, *spatial, *(var("c") for _ in lanes))
 
     def counted_range(k: int) -> tuple[int, int]:
         # Taps in the padding count towards the divisor only with count_include_pad, and even
@@ -200,19 +214,18 @@ def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
         for k in range(rank)
         for g in win.guards(k, o_names[k], k_names[k], out_spatial[k], 0, in_spatial[k])
     )
-    out = ir.Access(y, (var("n"), var("c"), *(var(o) for o in o_names)))
-    out_load = ir.Load(y, out.index, dtype)
-    tap = load(
-        ctx,
-        x,
-        (var("n"), var("c"), *(win.position(k, o_names[k], k_names[k]) for k in range(rank))),
-    )
-    init = ir.Stmt("S", out, zero(dtype))
-    update = ir.Stmt("S", out, out_load + tap, read_guards)
+    # The sum goes to a temp and the division to the output: a reduction nest and its finish,
+    # which the krnl passes make a register-tiled reduction with a fused epilogue.
+    point = at([var(o) for o in o_names])
+    total = ir.Buffer(f"{node.name}__sum", dtype, ys)
+    total_at, total_load = ir.Access(total.name, point), ir.Load(total.name, point, dtype)
+    tap = load(ctx, x, at([win.position(k, o_names[k], k_names[k]) for k in range(rank)]))
+    init = ir.Stmt("S", total_at, zero(dtype))
+    update = ir.Stmt("S", total_at, total_load + tap, read_guards)
 
     counts = [{taps(k, o) for o in range(out_spatial[k])} for k in range(rank)]
     nests: tuple[ir.Node, ...] = ()
-    temps: tuple[ir.Buffer, ...] = ()
+    temps: tuple[ir.Buffer, ...] = (total,)
     if all(len(c) == 1 for c in counts):
         divisor: ir.Expr = ir.Const(float(math.prod(next(iter(c)) for c in counts)), dtype)
     else:
@@ -240,11 +253,12 @@ def lower_average_pool(node: Node, ctx: LowerContext) -> Lowered:
                 ),
             ),
         )
-        nests, temps = count_nest, (count,)
+        nests, temps = count_nest, (count, total)
         divisor = ir.Load(count.name, count_at.index, dtype)
-    finish = ir.Stmt("S", out, out_load / divisor)
+    finish = ir.Stmt("S", ir.Access(y, point), total_load / divisor)
+    channels = ("cb" if blocked else "c", xs[1])
     main = nest(
-        [("n", xs[0]), ("c", xs[1]), *pairs(o_names, out_spatial)],
+        [("n", xs[0]), channels, *pairs(o_names, out_spatial), *lanes],
         (init, *nest(pairs(k_names, win.kernel), (update,)), finish),
     )
     return Lowered(nests + main, temps)

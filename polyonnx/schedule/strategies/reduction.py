@@ -312,7 +312,7 @@ def plan_reduction(
         and all(o.invariant(n) for o in moving)
         for k, n in enumerate(names)
     )
-    if not reused:
+    if not reused and not _windowed(nest, moving):
         streamed = _streamed_chunks(nest, plan, tiling)
         if streamed is None:
             return plan
@@ -322,9 +322,22 @@ def plan_reduction(
         max(np.dtype(kernel.buffer(o.load.buffer).dtype).itemsize for o in moving) if moving else 4
     )
     cut = reduction_chunks(nest, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
-    if cut is None or (epilogues and ragged):
+    if not reused or cut is None or (epilogues and ragged):
         return plan
     return replace(plan, chunks=_place_chunks(nest, plan, cut, tiling))
+
+
+def _windowed(nest: ReductionNest, moving: list[Operand]) -> bool:
+    """Whether a moving operand is read through a window: some index combines an outer and a
+    reduction loop (a pool's ``2*oh + kh``), so neighbouring tiles read overlapping elements
+    and the operand is no stream read once (it is re-read from cache, not from memory)."""
+    outer = {lp.iterator for lp in nest.outer}
+    inner = {lp.iterator for lp in nest.inner}
+    return any(
+        isinstance(i, Aff) and outer & set(i.vars) and inner & set(i.vars)
+        for o in moving
+        for i in o.load.index
+    )
 
 
 def _streamed_chunks(nest: ReductionNest, plan: ReductionPlan, tiling: Tiling) -> Chunks | None:

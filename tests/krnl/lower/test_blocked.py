@@ -107,41 +107,70 @@ def test_conv_on_unblocked_channels(pads: list[int]) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "attrs",
-    [
-        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
-        {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]},
-        {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
-    ],
-)
-def test_max_pool_blocked(attrs: dict) -> None:
-    w = rand(4, 2, 1, 1, seed=1)
+POOLS = [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [0, 1, 1, 0]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [0, 1, 1, 0]}),
+]
+
+
+def _pool_model(op: str, attrs: dict, channels: int, act: str | None = None) -> onnx.ModelProto:
+    """x -> 1x1 conv to ``channels`` -> ``act`` -> the pool."""
+    w = rand(channels, 2, 1, 1, seed=1)
     f = onnx.TensorProto.FLOAT
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"])]
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["a"]))
+    nodes.append(helper.make_node(op, ["a" if act else "c"], ["y"], **attrs))
     graph = helper.make_graph(
-        [
-            helper.make_node("Conv", ["x", "w"], ["c"]),
-            helper.make_node("MaxPool", ["c"], ["y"], **attrs),
-        ],
+        nodes,
         "pool",
         [helper.make_tensor_value_info("x", f, [1, 2, 7, 8])],
         [helper.make_tensor_value_info("y", f, None)],
         [numpy_helper.from_array(w, "w")],
     )
-    model = onnx.shape_inference.infer_shapes(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     )
+
+
+@pytest.mark.parametrize("channels", [4, 3])  # (3 in blocks of 2: the last one padded)
+@pytest.mark.parametrize(("op", "attrs"), POOLS)
+def test_pools_blocked(op: str, attrs: dict, channels: int) -> None:
+    model = _pool_model(op, attrs, channels)
     feeds = {"x": rand(1, 2, 7, 8)}
     blocked = blocked_layout(graph_from_model(model), BLOCK)
     assert [n.op_type for n in blocked.nodes] == [
         "ToBlocked",
         "ConvBlocked",
-        "MaxPoolBlocked",
+        f"{op}Blocked",
         "FromBlocked",
     ]
     np.testing.assert_allclose(
         run_krnl(blocked, feeds)["y"], onnxruntime_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6
     )
+
+
+def test_an_average_counting_the_padding_of_a_non_zero_padding_stays_nchw() -> None:
+    # Sigmoid leaves 0.5 in the padding of the last block; an average dividing by taps it does
+    # not read would leave 0.5 * taps read / all taps there: not the number the layout knows.
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}
+    model = _pool_model("AveragePool", attrs, 3, act="Sigmoid")
+    blocked = blocked_layout(graph_from_model(model), BLOCK)
+    assert [n.op_type for n in blocked.nodes][-2:] == ["FromBlocked", "AveragePool"]
+    feeds = {"x": rand(1, 2, 7, 8)}
+    np.testing.assert_allclose(
+        run_krnl(blocked, feeds)["y"], onnxruntime_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6
+    )
+    # Without counting the padding, or on whole blocks, the average follows the blocks.
+    for other, channels in (({**attrs, "count_include_pad": 0}, 3), (attrs, 4)):
+        model = _pool_model("AveragePool", other, channels, act="Sigmoid")
+        ops = [n.op_type for n in blocked_layout(graph_from_model(model), BLOCK).nodes]
+        assert "AveragePoolBlocked" in ops
 
 
 GROUPED = {
