@@ -161,3 +161,35 @@ def test_a_window_is_not_streamed_in_chunks():
     kernel_callable(kernel, loops, Options(num_threads=1))({"x": x, "y": y})
     want = sum(x[j : j + 64] for j in range(12))
     np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
+def test_a_gemm_streams_its_b_panels_once_not_per_row_tile():
+    # 64x3136x256 with a constant B, packed in 98 panels of 32 columns (3.2 MB): the panels'
+    # loop goes before the row tiles, so each panel's chunk serves all 8 row tiles from L1
+    # (A, 64 KiB, is re-read per panel from L2) instead of B streamed once per row tile.
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import polyonnx
+    from polyonnx.schedule_driver import target_tiling
+
+    rng = np.random.default_rng(0)
+    b = rng.random((256, 3136), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [64, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 3136])],
+        [numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    options = Options(num_threads=1)
+    (info,) = polyonnx.list_kernels(model, options=options)
+    text = _ast(info.kernel, tiling=target_tiling(options))
+    (packed,) = [buf for buf in info.kernel.buffers if buf.name.endswith("__panels")]
+    first_loop = text[text.index("for") : text.index("\n", text.index("for"))]
+    assert f"c0 <= {packed.shape[0] - 1};" in first_loop, text
+    a = rng.random((64, 256), np.float32)
+    got = polyonnx.InferenceSession(model, options=options).run(None, {"a": a})[0]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4)
