@@ -43,6 +43,7 @@ import numpy as np
 
 from polyonnx.krnl import ir
 from polyonnx.krnl.ir import Aff, Kernel, Loop, Node, Stmt
+from polyonnx.krnl.lower.common import highest, lowest, zero
 
 _EXACT = ("float16", "float32", "float64", *ir.INT_DTYPES)
 _ASSOCIATIVE: dict[str, tuple[str, ...]] = {
@@ -64,16 +65,11 @@ def identity(op: str, dtype: str) -> ir.Const:
         >>> str(identity("max", "float32")), str(identity("mul", "int32"))
         ('-inf', '1')
     """
-    if op in ("or", "and"):
-        return ir.Const(op == "and", dtype)
-    floating = dtype in ir.FLOAT_DTYPES
-    if op in ("add", "mul"):
-        one = op == "mul"
-        return ir.Const(float(one) if floating else int(one), dtype)
-    if floating:
-        return ir.Const(float("-inf") if op == "max" else float("inf"), dtype)
-    info = np.iinfo(dtype)
-    return ir.Const(int(info.min if op == "max" else info.max), dtype)
+    if op == "add":
+        return zero(dtype)
+    if op == "mul":
+        return ir.Const(1.0 if dtype in ir.FLOAT_DTYPES else 1, dtype)
+    return lowest(dtype) if op in ("max", "or") else highest(dtype)  # (min, and)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,15 @@ def lowest(dtype: str) -> ir.Const:
     return ir.Const(int(np.iinfo(dtype).min), dtype)
 
 
+def highest(dtype: str) -> ir.Const:
+    """The identity of ``min``: +inf for floats, the largest value for integers."""
+    if dtype in ir.FLOAT_DTYPES:
+        return ir.Const(float("inf"), dtype)
+    if dtype == "bool":
+        return ir.Const(True, dtype)
+    return ir.Const(int(np.iinfo(dtype).max), dtype)
+
+
 def zero(dtype: str) -> ir.Const:
     return ir.Const(0.0 if dtype in ir.FLOAT_DTYPES else 0, dtype)
 

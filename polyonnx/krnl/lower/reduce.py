@@ -26,6 +26,7 @@ from polyonnx.graph.ir import Node
 from polyonnx.graph.shapes import REDUCTIONS
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
+    highest,
     lowest,
     nest,
     normalize_axis,
@@ -37,15 +38,6 @@ from polyonnx.krnl.lower.elementwise import ALL, FLOATS, INTS, NUMERIC, check_dt
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 Aff = ir.Aff
-
-
-def highest(dtype: str) -> ir.Const:
-    """The identity of ``min``: +inf for floats, the largest value for integers."""
-    if dtype in FLOATS:
-        return ir.Const(float("inf"), dtype)
-    if dtype == "bool":
-        return ir.Const(True, dtype)
-    return ir.Const(int(np.iinfo(dtype).max), dtype)
 
 
 def reduce_axes(node: Node, ctx: LowerContext, rank: int, axes_input: bool) -> list[int] | None:

@@ -441,6 +441,16 @@ def _lanes(vector_extent: int, tiling: Tiling) -> int:
     return vector_extent if 2 * vector_extent == tiling.vector else tiling.vector
 
 
+def _operand_bytes(nest: ReductionNest, kernel: Kernel, moving: list[Operand]) -> tuple[int, int]:
+    """The bytes of the update's moving operands, and of its other operands (the
+    accumulator left out): what a tile order re-reads, whole."""
+    sizes = {b.name: b.nbytes for b in kernel.buffers}
+    moving_buffers = {o.load.buffer for o in moving}
+    others = {ld.buffer for ld in loads(nest.update.body)} - moving_buffers
+    others.discard(nest.update.write.buffer)
+    return sum(sizes[b] for b in moving_buffers), sum(sizes[b] for b in others)
+
+
 def _vector_first(
     nest: ReductionNest,
     kernel: Kernel,
@@ -456,14 +466,7 @@ def _vector_first(
     the smaller traffic wins."""
     names = [lp.iterator for lp in nest.outer]
     vec = names[lane]
-    sizes = {b.name: b.nbytes for b in kernel.buffers}
-    moving_buffers = {o.load.buffer for o in moving}
-    moving_bytes = sum(sizes[b] for b in moving_buffers)
-    other_bytes = sum(
-        sizes[b]
-        for b in {ld.buffer for ld in loads(nest.update.body)}
-        if b != nest.update.write.buffer and b not in moving_buffers
-    )
+    moving_bytes, other_bytes = _operand_bytes(nest, kernel, moving)
     sweeps = int(np.prod([extent(nest.outer, n) for n in names if n not in (vec, row)]))
     sweeps *= -(-extent(nest.outer, row) // rows) if row else 1
     return other_bytes * -(-extent(nest.outer, vec) // vector) < moving_bytes * sweeps
@@ -494,14 +497,7 @@ def _moving_first(
     )
     if not deps:
         return ()
-    sizes = {b.name: b.nbytes for b in kernel.buffers}
-    moving_buffers = {o.load.buffer for o in moving}
-    moving_bytes = sum(sizes[b] for b in moving_buffers)
-    other_bytes = sum(
-        sizes[b]
-        for b in {ld.buffer for ld in loads(nest.update.body)}
-        if b != nest.update.write.buffer and b not in moving_buffers
-    )
+    moving_bytes, other_bytes = _operand_bytes(nest, kernel, moving)
     row_tiles = -(-extent(nest.outer, row) // rows)
     iterations = int(np.prod([extent(nest.outer, names[k]) for k in deps]))
     return deps if other_bytes * iterations < moving_bytes * row_tiles else ()
