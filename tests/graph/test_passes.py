@@ -267,6 +267,33 @@ def test_bn_folds_into_conv(group, bias):
     _check_same(m, g, {"x": RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)}, 1e-4, 1e-4)
 
 
+@pytest.mark.parametrize("group,bias", [(1, True), (2, False), (3, True)])
+def test_bn_folds_into_conv_transpose(group, bias):
+    """A ConvTranspose's weights are [C, M/group, k...]: output channel g * M/group + m of
+    group g is column m of that group's input channels."""
+    cin, cout = 6, 12
+    inits = {
+        "w": RNG.standard_normal((cin, cout // group, 3, 3)),
+        "s": RNG.uniform(0.5, 2, cout),
+        "beta": RNG.standard_normal(cout),
+        "mu": RNG.standard_normal(cout),
+        "var": RNG.uniform(0.1, 2, cout),
+    }
+    inits = {k: np.asarray(v, np.float32) for k, v in inits.items()}
+    inputs = ["x", "w"]
+    if bias:
+        inits["b"] = RNG.standard_normal(cout).astype(np.float32)
+        inputs.append("b")
+    nodes = [
+        helper.make_node("ConvTranspose", inputs, ["c"], strides=[2, 2], group=group),
+        helper.make_node("BatchNormalization", ["c", "s", "beta", "mu", "var"], ["y"]),
+    ]
+    m = _model(nodes, [("x", [1, cin, 4, 4])], [("y", [1, cout, 9, 9])], inits)
+    g = eliminate_dead_code(fold_batchnorm(import_model(m)))
+    assert _ops(g) == ["ConvTranspose"]
+    _check_same(m, g, {"x": RNG.standard_normal((1, cin, 4, 4)).astype(np.float32)}, 1e-4, 1e-4)
+
+
 def test_bn_not_folded_when_conv_output_is_shared():
     g = fold_batchnorm(import_model(_conv_bn_model(extra_use=True)))
     assert "BatchNormalization" in _ops(g)

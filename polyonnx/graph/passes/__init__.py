@@ -55,11 +55,12 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     the ops that read them until they cancel (:mod:`~polyonnx.graph.passes.transpose_sink`),
     remove repeated nodes (:mod:`~polyonnx.graph.passes.cse`), turn quantize-dequantize pairs
     into float ops (:mod:`~polyonnx.graph.passes.fake_quant`), fold zero Pads into the
-    convolutions that read them (:mod:`~polyonnx.graph.passes.pad_fold`), compute
-    ConvTransposes as a 1x1 Conv and an overlap-add (:mod:`~polyonnx.graph.passes.deconv`), fold
-    BatchNormalization into Conv (any other becomes a per-channel multiply-add, merged with the
-    multiplications and additions by constants around it), cut convolution taps that read only
-    padding (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
+    convolutions that read them (:mod:`~polyonnx.graph.passes.pad_fold`), fold
+    BatchNormalization into Conv and ConvTranspose (any other becomes a per-channel
+    multiply-add, merged with the multiplications and additions by constants around it),
+    compute ConvTransposes as a 1x1 Conv and an overlap-add
+    (:mod:`~polyonnx.graph.passes.deconv`), cut convolution taps that read only padding
+    (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -73,7 +74,8 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     graph = fold_constants(graph, max_fold_bytes)
     graph = sink_transposes(remove_identities(qlinear_as_float(graph)))
     graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
-    graph = deconv_as_columns(fold_pads_into_convs(graph))
-    graph = merge_affine(batchnorm_to_affine(fold_batchnorm(graph)))
+    # BatchNormalization folds into a ConvTranspose's weights before those are regrouped.
+    graph = deconv_as_columns(fold_batchnorm(fold_pads_into_convs(graph)))
+    graph = merge_affine(batchnorm_to_affine(graph))
     graph = trim_dead_taps(graph)
     return eliminate_dead_code(graph)

@@ -1,9 +1,11 @@
-"""Fold an inference BatchNormalization into the Conv that feeds it.
+"""Fold an inference BatchNormalization into the Conv or ConvTranspose that feeds it.
 
 With ``f = scale / sqrt(var + eps)`` per output channel, ``BN(Conv(x, w, b))`` equals
-``Conv(x, w * f, (b - mean) * f + beta)``. The fold applies when the Conv's weights (and bias)
-and all four BN parameters are constants and the Conv's output is read only by the BN. A
-BatchNormalization elsewhere is left alone: it has its own lowering.
+``Conv(x, w * f, (b - mean) * f + beta)``; likewise for a ConvTranspose, whose weights hold
+output channel ``g * M/group + m`` of group ``g`` at ``w[c, m]`` for the input channels ``c``
+of that group. The fold applies when the weights (and bias) and all four BN parameters are
+constants and the convolution's output is read only by the BN. A BatchNormalization elsewhere
+is left alone: it has its own lowering.
 
 Example:
     >>> from polyonnx.frontend import import_model
@@ -38,13 +40,13 @@ def fold_batchnorm(graph: Graph) -> Graph:
         if conv is None:
             continue
         w = consts[conv.inputs[1]]
-        m = w.shape[0]
-        b = consts[conv.input(2)] if conv.input(2) else np.zeros(m, w.dtype)
         scale, beta, mean, var = (consts[i].astype(np.float64) for i in bn.inputs[1:5])
         f = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+        m = len(f)
+        b = consts[conv.input(2)] if conv.input(2) else np.zeros(m, w.dtype)
         # (The factor per channel in float64, the product in the weights' own type: a float64
         # copy of all the weights is slow to make.)
-        new_w = w * f.astype(w.dtype).reshape((m,) + (1,) * (w.ndim - 1))
+        new_w = w * _weight_factors(conv, w, f.astype(w.dtype))
         new_b = ((b - mean) * f + beta).astype(w.dtype)
         # Fresh names: the original weights may be shared with other Convs.
         w_name = add.constant(f"{conv.name}_w_bn", new_w)
@@ -65,7 +67,7 @@ def _foldable_conv(
     consts: dict[str, np.ndarray],
     graph_outputs: set[str],
 ) -> Node | None:
-    """The Conv that ``bn`` can be folded into, or None."""
+    """The Conv or ConvTranspose that ``bn`` can be folded into, or None."""
     if bn.op_type != "BatchNormalization" or bn.domain or bn.attr("training_mode", 0):
         return None
     if not int(bn.attr("spatial", 1)):
@@ -73,13 +75,33 @@ def _foldable_conv(
     if any(o for o in bn.outputs[1:]) or any(i not in consts for i in bn.inputs[1:5]):
         return None
     conv = producers.get(bn.inputs[0])
-    if conv is None or conv.op_type != "Conv" or conv.domain:
+    if conv is None or conv.op_type not in ("Conv", "ConvTranspose") or conv.domain:
         return None
     x = conv.outputs[0]
     if x in graph_outputs or len(consumers.get(x, ())) != 1:
         return None
     if conv.inputs[1] not in consts or (conv.input(2) and conv.input(2) not in consts):
         return None
-    if consts[conv.inputs[1]].dtype.kind != "f":
+    w = consts[conv.inputs[1]]
+    if w.dtype.kind != "f" or w.ndim < 3:
+        return None
+    group = int(conv.attr("group", 1))
+    channels = w.shape[0] if conv.op_type == "Conv" else w.shape[1] * group
+    if conv.op_type == "ConvTranspose" and w.shape[0] % group:
+        return None
+    if any(consts[i].shape != (channels,) for i in bn.inputs[1:5]):
         return None
     return conv
+
+
+def _weight_factors(conv: Node, w: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``f`` (one factor per output channel) shaped to multiply ``conv``'s weights."""
+    taps = (1,) * (w.ndim - 2)
+    if conv.op_type == "Conv":  # w[o, c, *taps]
+        return f.reshape((len(f), 1) + taps)
+    # ConvTranspose: w[c, m, *taps], where input channel c is in group c // (C / group) and
+    # m counts that group's output channels.
+    group = int(conv.attr("group", 1))
+    per_group = w.shape[0] // group
+    by_group = f.reshape(group, 1, len(f) // group)
+    return np.repeat(by_group, per_group, axis=1).reshape((w.shape[0], w.shape[1]) + taps)

@@ -9,8 +9,9 @@ multiply-adds run in the fast path:
 1. a 1x1 Conv from the ``C`` input channels to ``M * K`` channels (``K`` the taps), the
    weights regrouped at compile time: ``Z[n, (m, k), i] = sum_c X[n, c, i] * W[c, m, k]``
    (grouped convolutions stay grouped, each group's channels ordered ``(m, k)``);
-2. the overlap-add of ``Z``'s columns into the image, which is ONNX's Col2Im with the
-   ConvTranspose's strides, pads and dilations, then the bias. When the taps never overlap
+2. the overlap-add of ``Z``'s columns into the image (polyonnx's ``OverlapAdd``: ONNX's
+   Col2Im with the ConvTranspose's strides, pads and dilations, on columns ordered ``(k, m)``
+   per group, see :mod:`polyonnx.krnl.lower.col2im`), then the bias. When the taps never overlap
    (2-D, kernel = stride, no pads, no output padding: U-Net's up-convolutions) it is a
    DepthToSpace, and the bias goes into the Conv.
 
@@ -93,8 +94,11 @@ class _Plan:
         out_channels = self.y.dims[1]
         taps = math.prod(self.kernel)
         cg, mg = channels // self.group, out_channels // self.group
-        # W[c, m, k] with c = (g, c'), regrouped to the 1x1 conv's [(g, m, k), c', 1...].
-        w = self.weights.reshape(self.group, cg, mg, taps).transpose(0, 2, 3, 1)
+        # W[c, m, k] with c = (g, c'), regrouped to the 1x1 conv's [(g, m, k), c', 1...] for
+        # DepthToSpace, [(g, k, m), c', 1...] for OverlapAdd (tap-major: a block of channels
+        # at one tap is a block of columns when the layout is channel-blocked).
+        order = (0, 2, 3, 1) if self.blocks else (0, 3, 2, 1)
+        w = self.weights.reshape(self.group, cg, mg, taps).transpose(order)
         w = np.ascontiguousarray(w.reshape(out_channels * taps, cg, *([1] * len(spatial))))
 
         bias, dtype = n.input(2), self.y.dtype
@@ -114,21 +118,22 @@ class _Plan:
                 {"blocksize": self.kernel[0], "mode": "CRD"},
             )  # fmt: skip
             return [conv, d2s]
-        flat = add.value(f"{columns}_flat", dtype, (batch, out_channels * taps, math.prod(spatial)))
-        shape = add.constant(f"{flat}_shape", np.array(add.values[flat].shape, np.int64))
-        reshape = Node(add.name(f"{n.name}_flatten"), "Reshape", (columns, shape), (flat,))
         summed = add.value(f"{n.outputs[0]}_summed", dtype, self.y.dims) if bias else n.outputs[0]
-        image = add.constant(f"{n.name}_image", np.array(self.y.dims[2:], np.int64))
-        block = add.constant(f"{n.name}_block", np.array(self.kernel, np.int64))
-        col2im = Node(
+        overlap_add = Node(
             n.name if not bias else add.name(f"{n.name}_overlap_add"),
-            "Col2Im",
-            (flat, image, block),
+            "OverlapAdd",
+            (columns,),
             (summed,),
-            {"dilations": self.dilations, "pads": self.pads, "strides": self.strides},
+            {
+                "kernel_shape": self.kernel,
+                "dilations": self.dilations,
+                "pads": self.pads,
+                "strides": self.strides,
+                "group": self.group,
+            },
             INTERNAL_DOMAIN,
         )
-        out = [conv, reshape, col2im]
+        out = [conv, overlap_add]
         if bias:  # (a constant: _plan refuses a run-time bias)
             channel_bias = add.constants[bias].reshape(1, out_channels, *([1] * len(spatial)))
             shaped = add.constant(f"{bias}_channels", channel_bias)

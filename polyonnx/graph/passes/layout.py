@@ -10,7 +10,8 @@ too, unless its channels are not a multiple of ``block``: an image's three colou
 the element-wise ops that follow blocked values, MaxPools and AveragePools of blocked values
 (``polyonnx.MaxPoolBlocked``, ``polyonnx.AveragePoolBlocked``) and their global pools (a
 ``ReduceMean`` or ``ReduceMax`` over the spatial axes, the block of channels still the
-contiguous axis), Concats and Splits along
+contiguous axis), ConvTransposes' overlap-adds (``polyonnx.OverlapAddBlocked``), Concats and
+Splits along
 the channels in whole blocks and Resizes of the spatial axes into the blocked domain with it.
 An element-wise op follows when one input is a blocked value of its output's shape and the
 others broadcast over the blocks: blocked values, one-element tensors, constants (a
@@ -147,6 +148,12 @@ class _Rewrite:
             )
         elif _global_pool_follows_blocked(node, blocked):
             self.nodes.append(self.reduce_blocked(node))
+        elif _overlap_add_follows_blocked(graph, node, blocked, block):
+            twin = self.twin_of(node.outputs[0])
+            self.nodes.append(
+                Node(node.name, "OverlapAddBlocked", (blocked[node.inputs[0]],), (twin,),
+                     node.attrs, DOMAIN)
+            )  # fmt: skip
         elif _moves_whole_blocks(graph, node, blocked, block):
             self.nodes.append(self.move_blocks(node))
         elif _follows_blocked(graph, node, blocked) and math.isfinite(
@@ -445,6 +452,19 @@ _AXES_INPUT_SINCE = 18
 
 def _global_pool_follows_blocked(node: Node, blocked: dict[str, str]) -> bool:
     return node.op_type in _GLOBAL_POOLS and not node.domain and node.inputs[0] in blocked
+
+
+def _overlap_add_follows_blocked(
+    graph: Graph, node: Node, blocked: dict[str, str], block: int
+) -> bool:
+    """A ConvTranspose's overlap-add (:mod:`polyonnx.graph.passes.deconv`) of blocked columns
+    whose groups' output channels are whole blocks: its columns are tap-major, so a block of
+    columns is one tap of a block of output channels."""
+    if node.domain != DOMAIN or node.op_type != "OverlapAdd" or node.inputs[0] not in blocked:
+        return False
+    channels = graph.value(node.outputs[0]).shape[1]
+    group = int(node.attr("group", 1))
+    return isinstance(channels, int) and channels % group == 0 and (channels // group) % block == 0
 
 
 #: The opset from which Split takes its sizes as an input.
