@@ -22,7 +22,7 @@ Example:
     >>> module = ir.Module()
     >>> config = CodegenConfig(vector_bits=128)  # 4 lanes: the whole loop, one vector
     >>> fn = emit_kernel(module, kernel, (la.Mark("vector", (loop,)),), config)
-    >>> "fmul contract <4 x float>" in str(module)
+    >>> "fmul <4 x float>" in str(module)
     True
 """
 
@@ -49,6 +49,7 @@ from polyonnx.codegen.llvm_types import (
     constant,
     declare,
     i64,
+    is_float,
     like,
     memory_type,
     no_unroll,
@@ -79,6 +80,7 @@ from polyonnx.krnl.ir import (
     LaneFold,
     Load,
     Select,
+    Stmt,
     Unary,
 )
 
@@ -397,7 +399,7 @@ class KernelEmitter:
             assert tile is not None and lanes is not None
             vty = ir.VectorType(memory_type(buf.dtype), lanes.width)
             held = None if tile.reads_memory else (stmt.write.buffer, slot, vty)
-            value = self._expr(stmt.body, _Instance(point, lanes, held))
+            value = self._body(stmt, _Instance(point, lanes, held))
             if not isinstance(value.type, ir.VectorType):
                 value = scalars.splat(value, lanes.width)
             self._filled.add((self._unrolled, self._vector_step))
@@ -405,7 +407,7 @@ class KernelEmitter:
                 b.store(value, slot)
                 return
         else:
-            value = self._expr(stmt.body, at)
+            value = self._body(stmt, at)
         ptr, step = self._address(stmt.write.buffer, stmt.write.index, at)
         if lanes is not None and not isinstance(value.type, ir.VectorType):
             value = scalars.splat(value, lanes.width)
@@ -520,6 +522,25 @@ class KernelEmitter:
         return b.extract_element(v, ir.Constant(I32, 0))
 
     # ------------------------------------------------------------------ scalar expressions
+
+    def _body(self, stmt: Stmt, at: _Instance) -> ir.Value:
+        """The value ``stmt`` stores: an accumulation ``acc + x * y`` (``acc`` the point it
+        writes) as one multiply-add, which may be an FMA; any other expression as written."""
+        e = stmt.body
+        if isinstance(e, Binary) and e.op == "add" and is_float(e.dtype):
+            for acc, product in ((e.a, e.b), (e.b, e.a)):
+                if (
+                    isinstance(acc, Load)
+                    and (acc.buffer, acc.index) == (stmt.write.buffer, stmt.write.index)
+                    and isinstance(product, Binary)
+                    and product.op == "mul"
+                ):
+                    scalars = self.frame.scalars
+                    a, x, y = scalars.match(
+                        self._expr(acc, at), self._expr(product.a, at), self._expr(product.b, at)
+                    )
+                    return scalars.multiply_add(a, x, y)
+        return self._expr(e, at)
 
     def _expr(self, e: Expr, at: _Instance) -> ir.Value:
         b, scalars = self.frame.builder, self.frame.scalars

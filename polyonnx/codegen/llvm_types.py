@@ -35,8 +35,8 @@ def i64(value: int) -> ir.Constant:
 
 
 FAST = ("contract",)
-"""The fast-math flags of floating-point adds, subtractions and multiplications: LLVM may
-fuse them into FMAs, never reassociate them (see :mod:`polyonnx.codegen.scalar`)."""
+"""The fast-math flags of an accumulation's multiply-add and of the vector math's polynomials:
+LLVM may fuse them into FMAs, never reassociate them (see :mod:`polyonnx.codegen.scalar`)."""
 
 _SCALAR_TYPES: dict[str, ir.Type] = {
     "float16": ir.HalfType(),

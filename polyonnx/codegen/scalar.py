@@ -6,10 +6,13 @@ Which instructions an op becomes is data: a table per operand kind (float, signe
 integer; bool is unsigned) from op name to its emitter. :class:`ScalarEmitter` needs only a
 builder and a way to declare the external functions it calls.
 
-Floating-point adds and multiplies carry ``contract`` only, so LLVM forms FMAs but never
-reassociates a sum: every output element is summed in the order its loops say, the same order
-for every element (with ``reassoc``, equal outputs came out unequal; see docs/performance.md).
-Vector code comes from the schedule's vector loops, which never need it.
+Floating-point adds and multiplies round as ONNX says, each on its own (a ``Mul`` then an
+``Add`` round twice, as the reference does), except an accumulation's multiply-add
+(:meth:`ScalarEmitter.multiply_add`, a Conv's or MatMul's ``acc + x * w``), whose ``contract``
+lets LLVM form an FMA: the order of such a sum is the schedule's anyway. Nothing carries
+``reassoc``: every output element is summed in the order its loops say, the same order for
+every element (with it, equal outputs came out unequal; see docs/performance.md). Vector code
+comes from the schedule's vector loops, which never need it.
 
 Example:
     >>> from polyonnx.codegen.llvm_types import declare
@@ -26,7 +29,9 @@ Example:
     False
     >>> product = s.binary("mul", x, x, "float32")
     >>> product.opname, product.flags
-    ('fmul', ['contract'])
+    ('fmul', [])
+    >>> s.multiply_add(x, x, x).flags
+    ['contract']
 """
 
 from __future__ import annotations
@@ -88,6 +93,11 @@ class ScalarEmitter:
         if emit is None:
             raise CodegenError(f"binary op {op} is not supported for {dtype}")
         return emit(self, x, y, dtype)
+
+    def multiply_add(self, acc: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``acc + x * y`` of floats, which LLVM may compute as one FMA (one rounding)."""
+        b = self.builder
+        return b.fadd(acc, b.fmul(x, y, flags=FAST), flags=FAST)
 
     def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
         """``x`` of dtype ``src`` converted to ``dst`` (bool: whether it is non-zero)."""
@@ -367,9 +377,9 @@ def _float_mod(s: ScalarEmitter, x: ir.Value, y: ir.Value, dtype: str) -> ir.Val
 
 
 _FLOAT_BINARY: dict[str, BinaryEmit] = {
-    "add": _instr("fadd", flags=FAST),
-    "sub": _instr("fsub", flags=FAST),
-    "mul": _instr("fmul", flags=FAST),
+    "add": _instr("fadd"),
+    "sub": _instr("fsub"),
+    "mul": _instr("fmul"),
     "div": _instr("fdiv"),
     "max": _float_pick(">"),
     "min": _float_pick("<"),

@@ -4,9 +4,11 @@ stand for.
 onnxruntime's quantizer in its QOperator format, and the int8 models of the ONNX model zoo,
 write the ops it has no standard ``QLinear*`` for in onnxruntime's own domain: ``QLinearAdd``,
 ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``,
-``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSoftmax``, ``QLinearWhere`` and ``QGemm``.
-Each means: dequantize the integer inputs, apply the float op, quantize the result with the
-output's scale and zero point::
+``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSoftmax``, ``QLinearWhere`` and ``QGemm``;
+its QDQ format with 16-bit or 4-bit integers (or on request) writes onnxruntime's own
+``QuantizeLinear`` and ``DequantizeLinear``, which are the standard ops. Each ``QLinear*`` op
+means: dequantize the integer inputs, apply the float op, quantize the result with the output's
+scale and zero point::
 
     QLinearAdd(a, sa, za, b, sb, zb, sc, zc)
         = QuantizeLinear(Add(DequantizeLinear(a, sa, za), DequantizeLinear(b, sb, zb)), sc, zc)
@@ -162,7 +164,21 @@ def _qgemm(w: _Writer) -> None:
         w.quantize(y, sy, zy, a)
 
 
+def _same(op: str) -> Callable[[_Writer], None]:
+    """The contrib op as the standard op of the same inputs and attributes (onnxruntime's
+    QuantizeLinear and DequantizeLinear: the standard ones with 16-bit and 4-bit integers
+    before the opsets that have them)."""
+
+    def write(w: _Writer) -> None:
+        attrs = {a.name: helper.get_attribute_value(a) for a in w.node.attribute}
+        w.op(op, list(w.node.input), w.node.output[0], **attrs)
+
+    return write
+
+
 _EXPANSIONS: dict[str, Callable[[_Writer], None]] = {
+    "QuantizeLinear": _same("QuantizeLinear"),
+    "DequantizeLinear": _same("DequantizeLinear"),
     "QLinearAdd": _binary("Add"),
     "QLinearMul": _binary("Mul"),
     "QLinearSigmoid": _unary("Sigmoid"),

@@ -152,3 +152,29 @@ def test_address_arithmetic_is_folded_and_numbered():
     c = np.zeros((32, 64), np.float32)
     _run(k, default_schedule(k).schedule, {"A": a, "B": b, "C": c})
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def test_only_an_accumulation_multiply_add_may_fuse():
+    """``y = x * w + b`` rounds the product, then the sum, as ONNX's reference does (an FMA
+    would round once: a different float in about a third of the elements); a reduction's
+    ``acc + x * w`` may be an FMA (its order is the schedule's anyway)."""
+    from onnx import TensorProto, helper
+
+    import polyonnx
+    from polyonnx.testing import onnx_reference_outputs
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"])],
+        "muladd",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4099]) for n in "xwb"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4099])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(4099).astype(np.float32) for n in "xwb"}
+    [got] = polyonnx.InferenceSession(model).run(None, feeds)
+    np.testing.assert_array_equal(got, onnx_reference_outputs(model, feeds)[0])
+
+    kernel = matmul(4, 4, 4)
+    text = _llvm_text(kernel, default_schedule(kernel).schedule)
+    assert "fmul contract" in text and "fadd contract" in text

@@ -5,6 +5,7 @@ within a few quantization steps; what cannot be expressed is refused by name."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -64,19 +65,18 @@ CONTRIB = {
 }
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_a_qoperator_model_matches_onnxruntime(tmp_path: Path, per_channel: bool) -> None:
+def _quantized(tmp_path: Path, **options: Any) -> onnx.ModelProto:
+    """:func:`_float_model` quantized by onnxruntime's tool with ``options``."""
     src, dst = tmp_path / "float.onnx", tmp_path / "quant.onnx"
     float_model = _float_model()
     onnx.save(float_model, src)
-    quantize_static(
-        src,
-        dst,
-        CalibrationReader(float_model),
-        quant_format=QuantFormat.QOperator,
-        per_channel=per_channel,
-    )
-    model = onnx.load(dst)
+    quantize_static(src, dst, CalibrationReader(float_model), **options)
+    return onnx.load(dst)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_qoperator_model_matches_onnxruntime(tmp_path: Path, per_channel: bool) -> None:
+    model = _quantized(tmp_path, quant_format=QuantFormat.QOperator, per_channel=per_channel)
     assert {n.op_type for n in model.graph.node if n.domain == "com.microsoft"} >= CONTRIB
     assert all(n.domain != "com.microsoft" for n in expand_contrib(model).graph.node)
     feeds = model_feeds(model, 7)
@@ -174,3 +174,26 @@ def test_qgemm_scales_its_bias_by_alpha_as_onnxruntime(
     assert got.dtype == want.dtype
     atol = 1 if quantized_output else 1e-5  # (one step of a uint8)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("activations", ["QUInt8", "QUInt16"])
+def test_a_qdq_model_in_onnxruntime_domain_matches_onnxruntime(
+    tmp_path: Path, activations: str
+) -> None:
+    """onnxruntime's QDQ format with its own QuantizeLinear / DequantizeLinear (asked for, or
+    needed for 16-bit integers under opset 17) runs as the standard ops."""
+    from onnxruntime.quantization import QuantType
+
+    model = _quantized(
+        tmp_path,
+        quant_format=QuantFormat.QDQ,
+        activation_type=getattr(QuantType, activations),
+        weight_type=QuantType.QInt8,
+        extra_options={"UseQDQContribOps": True},
+    )
+    contrib = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert contrib == {"QuantizeLinear", "DequantizeLinear"}
+    feeds = model_feeds(model, 7)
+    [want] = onnxruntime_outputs(model, feeds)
+    [got] = polyonnx.InferenceSession(model).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4 / 256)

@@ -10,8 +10,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
+from polyonnx import pipeline
 from polyonnx.frontend import import_model
 from polyonnx.graph.passes import fuse, optimize, qlinear
+from polyonnx.testing import onnxruntime_outputs
 
 RNG = np.random.default_rng(5)
 
@@ -119,11 +121,12 @@ def test_float32_float64_and_int32_sums_agree_bit_for_bit(
         np.testing.assert_array_equal(f64.run(None, feeds)[0], want)
 
 
-def test_a_sum_float32_could_round_is_summed_in_float64() -> None:
+def test_a_sum_float32_could_round_even_in_digits_is_summed_in_float64() -> None:
     inits = {
         "s": np.float32(0.1),
         "z": np.uint8(0),
-        "w": np.full((2, 64, 3, 3), -128, np.int8),  # 576 * 128 * 255 > 2**24
+        # 9216 * 128 * 255 > 2**24, and so is 9216 * 8 * 255 (the high base-16 digits')
+        "w": np.full((2, 1024, 3, 3), -128, np.int8),
         "ws": np.float32(0.001),
         "wz": np.int8(0),
     }
@@ -133,14 +136,14 @@ def test_a_sum_float32_could_round_is_summed_in_float64() -> None:
     graph = helper.make_graph(
         [node],
         "big",
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 64, 4, 4])],
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1024, 4, 4])],
         [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
         [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     g = optimize(import_model(model))
     assert [g.value(n.outputs[0]).dtype for n in g.nodes if n.op_type == "Conv"] == ["float64"]
-    x = {"x": np.full((1, 64, 4, 4), 255, np.uint8)}
+    x = {"x": np.full((1, 1024, 4, 4), 255, np.uint8)}
     [y] = polyonnx.InferenceSession(model).run(None, x)
     assert y.dtype == np.uint8 and (y == 0).all()  # (negative sums saturate at 0)
 
@@ -186,3 +189,70 @@ def test_dynamic_quantization_sums_in_float_bit_for_bit(
     results = [session.run(None, x)[0] for _, session in sessions]
     for got in results[:2]:
         np.testing.assert_array_equal(got, results[2])
+
+
+@pytest.mark.parametrize("op", ["ConvInteger", "QLinearConv"])
+def test_a_3x3_integer_sum_never_takes_the_winograd_form(op: str) -> None:
+    """A 3x3 stride-1 layer with many channels is one Winograd would take as a float Conv;
+    its transforms round, so the integer sum stays a direct convolution: exact."""
+    c, size = 64, 14
+    w = _ints(np.int8, c, c, 3, 3, low=-40, high=40)  # (float32 sums it exactly: bound < 2^24)
+    if op == "ConvInteger":
+        inputs, inits = ["x", "w", "xz"], {"w": w, "xz": np.uint8(128)}
+        out = TensorProto.INT32
+    else:
+        inputs = ["x", "s", "xz", "w", "ws", "wz", "ys", "yz"]
+        inits = {"s": np.float32(0.02), "xz": np.uint8(128), "w": w, "ws": np.float32(0.01),
+                 "wz": np.int8(0), "ys": np.float32(0.5), "yz": np.uint8(128)}  # fmt: skip
+        out = TensorProto.UINT8
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    ops = [n.op_type for n in pipeline.to_graph(model, None, polyonnx.Options()).nodes]
+    assert "ConvBlocked" in ops and "WinogradConv" not in ops, ops
+    x = {"x": _ints(np.uint8, 1, c, size, size)}
+    [got] = polyonnx.InferenceSession(model).run(None, x)
+    # (onnxruntime requantizes in float32, as polyonnx does; the ONNX reference in float64)
+    np.testing.assert_array_equal(got, onnxruntime_outputs(model, x)[0])
+
+
+@pytest.mark.parametrize("op", ["QLinearConv", "QLinearMatMul"])
+def test_a_sum_float32_could_round_is_summed_in_digits(
+    monkeypatch: pytest.MonkeyPatch, op: str
+) -> None:
+    """Full-range int8 weights over 3x3x256 inputs (per-channel quantization's usual case):
+    a sum could pass 2^24, but each base-16 digit's cannot, so two float32 sums (high and low
+    digits) give ``16 * hi + lo`` rounded once: the integer lowering's answer bit for bit."""
+    c = 256
+    conv = op == "QLinearConv"
+    w = _ints(np.int8, 8, c, 3, 3) if conv else _ints(np.int8, 9 * c, 8)
+    inits = {"s": np.float32(0.02), "xz": np.uint8(128), "w": w,
+             "ws": RNG.uniform(0.001, 0.003, 8).astype(np.float32), "wz": np.zeros(8, np.int8),
+             "ys": np.float32(2.0), "yz": np.uint8(128),
+             "b": RNG.integers(-(1 << 20), 1 << 20, 8).astype(np.int32)}  # fmt: skip
+    inputs = ["x", "s", "xz", "w", "ws", "wz", "ys", "yz"] + (["b"] if conv else [])
+    shape = [1, c, 5, 5] if conv else [5, 9 * c]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], **({"pads": [1] * 4} if conv else {}))],
+        "digits",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items() if n in inputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    (digit_ops, digits), _, (int_ops, integer) = _sessions(model, monkeypatch, threads=1)
+    monkeypatch.setattr(qlinear, "EXACT", 1 << 24)
+    g = optimize(import_model(model))
+    sums = [n for n in g.nodes if n.op_type in ("Conv", "MatMul")]
+    assert [g.value(n.outputs[0]).dtype for n in sums] == ["float32", "float32"]
+    assert op in int_ops
+    for seed in range(3):
+        x = {"x": np.random.default_rng(seed).integers(0, 256, shape).astype(np.uint8)}
+        want = integer.run(None, x)[0]
+        np.testing.assert_array_equal(digits.run(None, x)[0], want)
+        np.testing.assert_array_equal(want, onnxruntime_outputs(model, x)[0])

@@ -17,12 +17,21 @@ its schedule sums, so the op becomes::
 
 bit for bit the integer lowering's result (:mod:`polyonnx.krnl.lower.qconv`), with the float
 convolution's blocked layout, register tiles and fused epilogue instead of an int32 loop nest.
+Exact in any order of the sum, but only as a sum of the products: the Conv carries
+:data:`EXACT_ATTR`, which keeps it out of Winograd's form (whose transforms round).
 The ``QuantizeLinear -> DequantizeLinear`` pair between two such ops then becomes float ops in
-the first one's epilogue (:mod:`polyonnx.graph.passes.fake_quant`). An op whose bound reaches
-2^24 (large integer weights over a long window) sums in float64 instead, which holds every
-integer below 2^53: half the vector lanes, still far faster than int32 loops, and the one
-conversion of the exact sum to float32 rounds it as the integer lowering's ``float32(acc)``
-does, so the result is the same bit for bit.
+the first one's epilogue (:mod:`polyonnx.graph.passes.fake_quant`).
+
+An op whose bound reaches 2^24 (large integer weights over a long window: per-channel int8
+weights over 3x3x512 inputs) splits its weights (and bias) into digits of base
+:data:`DIGIT`, ``w = DIGIT * hi + lo`` with ``lo`` in ``[-DIGIT/2, DIGIT/2)``, and sums each in
+float32 when both bounds are below 2^24: two exact float32 convolutions, on the fast path,
+then ``DIGIT * hi + lo``, where ``DIGIT * hi`` is exact and the addition rounds the exact sum
+once, as the integer lowering's ``float32(acc)`` does. Past that (or for ConvInteger and
+MatMulInteger, whose int32 output is the sum itself) the op sums in float64, which holds
+every integer below 2^53: half the vector lanes and no blocked layout, and the one conversion
+of the exact sum to float32 again rounds it as ``float32(acc)``. Either way the result is the
+same bit for bit.
 
 ConvInteger and MatMulInteger (dynamic quantization: their x zero point often comes from a
 DynamicQuantizeLinear at run time, so the bound takes the whole range of x's type) output the
@@ -54,9 +63,15 @@ from onnx import TensorProto
 
 from polyonnx.graph.ir import Graph, Node, Value, fresh_name
 
+EXACT_ATTR = "exact_integers"
+"""The attribute (1) of a Conv this pass writes: its sum must stay exact, so no later pass may
+compute it another way that rounds (Winograd's transforms do)."""
+
 #: float32 (float64) holds every integer of smaller magnitude exactly.
 EXACT = 1 << 24
 EXACT_FLOAT64 = 1 << 53
+#: The base of the weights' digits when one float32 sum could round (see the module docstring).
+DIGIT = 16
 _INTEGERS = ("int8", "uint8")
 
 
@@ -68,8 +83,9 @@ class _Plan:
 
     x: str
     x_zero: str
-    weights: np.ndarray
-    bias: np.ndarray | None
+    terms: tuple[tuple[np.ndarray, np.ndarray | None], ...]
+    """(weights, bias) of each sum: one, or the high and low digits of the weights (and bias)
+    in base :data:`DIGIT`, whose sums ``hi`` and ``lo`` give ``DIGIT * hi + lo``."""
     multiplier: np.ndarray | None
     y_zero: str
     dtype: str  # of the sum: float32, or float64 past float32's bound
@@ -134,22 +150,45 @@ def _plan(n: Node, graph: Graph) -> _Plan | None:
     centred = _centred(weights, c.get(r["wz"]), channel_axis)
     if (requantized and multiplier is None) or centred is None:
         return None
-    bias = np.asarray(c[r["b"]]).astype(np.int64).reshape(-1) if r["b"] else np.zeros(1)
+    bias = np.asarray(c[r["b"]]).astype(np.int64).reshape(-1) if r["b"] else np.zeros(1, np.int64)
     x_zero = c.get(xz) if xz else np.zeros(1, np.int64)
-    bound = np.abs(centred).reshape(channels, -1).sum(axis=1) * _reach(x_dtype, x_zero)
-    largest = (bound + np.abs(bias)).max(initial=0)
-    if largest >= EXACT_FLOAT64:
-        return None
-    dtype = np.float32 if largest < EXACT else np.float64
+    reach = _reach(x_dtype, x_zero)
+
+    def largest(w: np.ndarray, b: np.ndarray) -> int:
+        """The largest magnitude a sum with these weights and bias can reach."""
+        return int((np.abs(w).reshape(channels, -1).sum(axis=1) * reach + np.abs(b)).max(initial=0))
+
+    terms = [(centred, bias)]
+    dtype: type[np.floating] = np.float32
+    if largest(centred, bias) >= EXACT:
+        # Digits in [-DIGIT/2, DIGIT/2): each digit's sum in float32, then one rounding of
+        # DIGIT * hi + lo (DIGIT * hi is exact) gives float32(acc) as the requantization
+        # reads it; an int32 output needs the sum itself, in float64.
+        digits = [_digits(a) for a in (centred, bias)]
+        hi, lo = [(w, b) for w, b in zip(*digits, strict=True)]
+        if requantized and max(largest(*hi), largest(*lo)) < EXACT:
+            terms = [hi, lo]
+        elif largest(centred, bias) < EXACT_FLOAT64:
+            dtype = np.float64
+        else:
+            return None
     return _Plan(
         r["x"],
         xz,
-        np.moveaxis(centred, 0, channel_axis).astype(dtype),
-        bias.astype(dtype) if r["b"] else None,
+        tuple(
+            (np.moveaxis(w, 0, channel_axis).astype(dtype), b.astype(dtype) if r["b"] else None)
+            for w, b in terms
+        ),
         multiplier,
         r["yz"],
         np.dtype(dtype).name,
     )
+
+
+def _digits(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(hi, lo)`` with ``a = DIGIT * hi + lo`` and ``-DIGIT/2 <= lo < DIGIT/2``."""
+    lo = (a + DIGIT // 2) % DIGIT - DIGIT // 2
+    return (a - lo) // DIGIT, lo
 
 
 def _multiplier(
@@ -225,13 +264,22 @@ def _float_nodes(
                 to=TensorProto.DOUBLE,
             )
             centred = node("centre", "Sub", [centred, zero], x_shape, plan.dtype)
-    operands = [centred, constant("weights", plan.weights)]
-    if n.op_type in ("QLinearConv", "ConvInteger"):
-        if plan.bias is not None:
-            operands.append(constant("bias", plan.bias))
-        acc = node("conv", "Conv", operands, y.shape, plan.dtype, **dict(n.attrs))
-    else:
-        acc = node("matmul", "MatMul", operands, y.shape, plan.dtype)
+    sums = []
+    for k, (weights, bias) in enumerate(plan.terms):
+        suffix = "" if len(plan.terms) == 1 else ("_hi", "_lo")[k]
+        operands = [centred, constant(f"weights{suffix}", weights)]
+        if n.op_type in ("QLinearConv", "ConvInteger"):
+            if bias is not None:
+                operands.append(constant(f"bias{suffix}", bias))
+            attrs = {**dict(n.attrs), EXACT_ATTR: 1}
+            sums.append(node(f"conv{suffix}", "Conv", operands, y.shape, plan.dtype, **attrs))
+        else:
+            sums.append(node(f"matmul{suffix}", "MatMul", operands, y.shape, plan.dtype))
+    acc = sums[0]
+    if len(sums) == 2:  # DIGIT * hi + lo, rounded once (DIGIT * hi is exact)
+        digit = constant("digit", np.array(DIGIT, np.float32))
+        shifted = node("shift", "Mul", [sums[0], digit], y.shape, "float32")
+        acc = node("digits", "Add", [shifted, sums[1]], y.shape, "float32")
     acc32 = acc
     if plan.dtype != "float32":  # (rounded once, as the integer lowering's float32(acc))
         acc32 = node("narrow", "Cast", [acc], y.shape, "float32", to=TensorProto.FLOAT)

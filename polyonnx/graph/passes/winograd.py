@@ -12,7 +12,9 @@ transforms dominate) and small maps (where ragged tiles waste work) stay direct.
 
 The lowering transforms the weights once, at compile time (``G w G^T`` in float64, stored in
 the weights' type). ``F(4, 3)``'s transforms grow rounding errors by about ten times a direct sum's
-(relative errors ~1e-6 in float32), well within the ONNX suite's tolerances.
+(relative errors ~1e-6 in float32), well within the ONNX suite's tolerances; but a quantized
+convolution computed as an exact float sum of integers (:mod:`~polyonnx.graph.passes.qlinear`)
+must stay exact, so it stays direct.
 
 Example:
     >>> winograd_tile(56, 56, 64, 64), winograd_tile(14, 14, 256, 256)
@@ -28,6 +30,7 @@ import math
 
 from polyonnx.graph.ir import INTERNAL_DOMAIN as DOMAIN
 from polyonnx.graph.ir import Graph, Node
+from polyonnx.graph.passes.qlinear import EXACT_ATTR
 
 #: Tile sizes tried, with the additions of their input and output transforms per tile and
 #: channel (two passes of ``a`` rows, each term of ``B^T`` / ``A^T`` once).
@@ -95,6 +98,8 @@ def _tile_for(n: Node, graph: Graph, lanes: int) -> int | None:
     if (n.domain, n.op_type) != (DOMAIN, "ConvBlocked") or n.inputs[1] not in graph.constants:
         return None
     if int(n.attr("plain_input", 0)) or int(n.attr("group", 1)) != 1:
+        return None
+    if int(n.attr(EXACT_ATTR, 0)):  # (an integer sum, which the transforms would round)
         return None
     w = graph.constants[n.inputs[1]]
     x, y = graph.value(n.inputs[0]), graph.value(n.outputs[0])
