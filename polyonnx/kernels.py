@@ -12,7 +12,7 @@ Example:
     >>> from polyonnx.testing.examples import conv_model
     >>> for info in polyonnx.list_kernels(conv_model()):  # a path, bytes or ModelProto
     ...     print(info)
-    k0_Conv  Conv+Relu  [1, 8, 8, 8] [8] [8, 3, 3, 8] -> [1, 8, 8, 8]  0.1 MFLOP  ...
+    k0_Conv  Conv+Relu  [1, 8, 8, 8] [8] [8, 8, 3, 3] -> [1, 8, 8, 8]  0.1 MFLOP  ...
 """
 
 from __future__ import annotations

@@ -114,10 +114,8 @@ def lower(graph: Graph, tiling: Tiling | None = None, *, after: str | None = Non
     passes (:data:`polyonnx.krnl.passes.PASSES`; up to the one named ``after`` when given),
     for the target ``tiling`` describes (default: the host's, :func:`target_tiling`)."""
     tiling = tiling or target_tiling(Options())
-    partial_bytes = 4 * tiling.vector  # a register tile's width of float32
-    return build_program(
-        graph, [g.nodes for g in fuse(graph)], after=after, partial_bytes=partial_bytes
-    )
+    tile_bytes = 4 * tiling.vector  # a register tile's width of float32
+    return build_program(graph, [g.nodes for g in fuse(graph)], after=after, tile_bytes=tile_bytes)
 
 
 def schedule(

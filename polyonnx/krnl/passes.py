@@ -77,9 +77,10 @@ class KernelContext:
     placements: Mapping[str, Placement] = field(default_factory=dict)
     """Values stored in a slice of a concatenation's memory, by value name
     (:func:`polyonnx.krnl.placement.concat_placements`)."""
-    partial_bytes: int = 0
-    """Bytes of partial accumulators a reduction along a contiguous loop folds into
-    (:mod:`polyonnx.krnl.partials`): the target's register-tile width; 0: none."""
+    tile_bytes: int = 0
+    """The target's register-tile width in bytes (two vectors): how many bytes of partial
+    accumulators a reduction along a contiguous loop folds into (:mod:`polyonnx.krnl.partials`;
+    0: none), and what lowerings ask of a vector loop (:attr:`LowerContext.tile_bytes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ PASSES: tuple[KernelPass, ...] = (
     KernelPass("residual_in_place", _residual_in_place),
     KernelPass("store_placed", lambda k, c: PassResult(store_placed(k, c.placements))),
     KernelPass("store_bordered", lambda k, c: PassResult(store_bordered(k, c.borders))),
-    KernelPass("fold_in_partials", lambda k, c: PassResult(fold_in_partials(k, c.partial_bytes))),
+    KernelPass("fold_in_partials", lambda k, c: PassResult(fold_in_partials(k, c.tile_bytes))),
     KernelPass("renumber_statements", lambda k, _: PassResult(renumber_statements(k))),
 )
 """The krnl passes in the order they run (see the module docstring for why)."""

@@ -137,7 +137,7 @@ def build_kernel(
     adds may be updated in place), which keep their own memory, which are stored
     zero-bordered.
     """
-    lowered = lower_nodes(nodes, LowerContext(graph, context.borders))
+    lowered = lower_nodes(nodes, LowerContext(graph, context.borders, context.tile_bytes))
     viewed = {value for _, value in lowered.views}
     if viewed & context.borders.keys():  # (zero_borders leaves out values that views read)
         raise ValueError(
@@ -257,7 +257,7 @@ def build_program(
     groups: Sequence[Sequence[Node]],
     *,
     after: str | None = None,
-    partial_bytes: int = 0,
+    tile_bytes: int = 0,
 ) -> Program:
     """Lower fusion groups (in execution order) into a :class:`Program`.
 
@@ -265,8 +265,8 @@ def build_program(
     value last. Then each group in turn: a group of views only gives its outputs its input's
     storage, any other becomes a kernel (:func:`build_kernel`, its passes up to ``after``).
     Last, each graph output gets memory of its own (a copy kernel where it has none).
-    ``partial_bytes``: the partial accumulators of reductions along contiguous loops
-    (:attr:`~polyonnx.krnl.passes.KernelContext.partial_bytes`).
+    ``tile_bytes``: the target's register-tile width
+    (:attr:`~polyonnx.krnl.passes.KernelContext.tile_bytes`).
     """
     computed = {o for group in groups if not _views_only(group) for n in group for o in n.outputs}
     computed -= {"", *loop_boundary(graph)}
@@ -303,7 +303,7 @@ def build_program(
             fixed=graph_outputs | placed,
             borders=borders,
             placements=placements,
-            partial_bytes=partial_bytes,
+            tile_bytes=tile_bytes,
         )
         seen = flat_view(graph, group, keep_shapes) or graph
         built = build_kernel(f"k{gi}_{group[0].op_type}", seen, group, context, after=after)

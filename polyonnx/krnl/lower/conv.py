@@ -23,7 +23,11 @@ the pixels and writes Y itself, so its epilogue fuses. A grouped direct nest acc
 ``acc[n, g, oc, spatial...]`` (the output index a point of the nest) and then writes Y.
 Convolutions whose channels fit blocks run channel-blocked instead
 (:mod:`polyonnx.krnl.lower.blocked`): these NCHW nests are what is left (odd channel counts per
-group, depthwise multipliers, a depthwise conv on an NCHW value).
+group, depthwise multipliers, a depthwise conv on an NCHW value). An ungrouped one with at
+least a register tile's width of output channels (:attr:`LowerContext.tile_bytes`)
+accumulates channels-last (:func:`_channels_last`); with fewer (a style-transfer network's
+last conv to 3 colours) the direct nest's vector loop runs along the output row instead, where
+channels-last would leave most lanes of each vector empty.
 """
 
 from __future__ import annotations
@@ -157,7 +161,8 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
     one_row = all(s == 1 for s in (*out_spatial[:-1], *win.strides))
     if pointwise and not (group == 1 and one_row):
         return _pointwise(node, ctx, dtype, group, out_spatial, win.strides)
-    if weights is not None and group == 1 and not pointwise:
+    channels_last = out_channels * np.dtype(dtype).itemsize >= ctx.tile_bytes
+    if weights is not None and group == 1 and not pointwise and channels_last:
         return _channels_last(
             node,
             ctx,
@@ -173,8 +178,9 @@ def lower_conv(node: Node, ctx: LowerContext) -> Lowered:
         )
 
     # The direct nest: ungrouped (a 1x1 conv on one row of pixels: rows of output channels
-    # along the pixels; weights given at run time), depthwise, or grouped into ``acc[n, g, oc,
-    # spatial...]`` (its index a point of the nest) and then copied to Y.
+    # along the pixels; fewer output channels than a register tile is wide; weights given at
+    # run time), depthwise, or grouped into ``acc[n, g, oc, spatial...]`` (its index a point
+    # of the nest) and then copied to Y.
     spatial = tuple(var(o) for o in o_names)
     if grouped:
         acc = ir.Buffer(f"{node.name}__acc", dtype, (n_batch, group, mg, *out_spatial), "temp")

@@ -46,6 +46,9 @@ class LowerContext:
 
     graph: Graph
     borders: Mapping[str, ir.Border] = field(default_factory=dict)
+    tile_bytes: int = 0
+    """The target's register-tile width in bytes (two vectors; 0: not known), for lowerings
+    whose best loop nest depends on how a loop fills vectors."""
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(int(d) for d in self.graph.value(name).shape)

@@ -153,3 +153,29 @@ def test_conv_bad_attributes(attrs: dict) -> None:
     bad = type(node)(node.name, node.op_type, node.inputs, node.outputs, attrs)
     with pytest.raises(ModelError, match="conv_0"):
         node_kernel(graph, bad)
+
+
+@pytest.mark.parametrize("out_channels", [3, 16])
+def test_few_output_channels_run_along_the_row(out_channels: int) -> None:
+    """Fewer output channels than a register tile is wide (a style-transfer net's last conv to
+    3 colours) would leave most vector lanes empty channels-last: the direct nest's vector
+    loop runs along the output row instead. A full tile's worth accumulates channels-last."""
+    import numpy as np
+
+    import polyonnx
+    from polyonnx.krnl.lower.registry import LowerContext, lower_node
+    from polyonnx.testing import onnxruntime_outputs
+
+    w, b = rand(out_channels, 8, 5, 5, seed=1), rand(out_channels, seed=2)
+    model = make_model(
+        "Conv", [("x", rand(1, 8, 20, 20)), ("w", w), ("b", b)], {"pads": [2, 2, 2, 2]},
+        constants={"w": w, "b": b},
+    )  # fmt: skip
+    graph = graph_from_model(model)
+    lowered = lower_node(graph.nodes[0], LowerContext(graph, tile_bytes=64))  # (16 float32)
+    packed = [name for name, _ in lowered.constants if name.endswith("__packed_ic_k_oc")]
+    assert bool(packed) == (out_channels >= 16)
+    x = {"x": rand(1, 8, 20, 20, seed=3)}
+    options = polyonnx.Options(channel_blocks=False)
+    [got] = polyonnx.InferenceSession(model, options=options).run(None, x)
+    np.testing.assert_allclose(got, onnxruntime_outputs(model, x)[0], rtol=1e-4, atol=1e-5)
