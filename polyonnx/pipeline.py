@@ -44,7 +44,7 @@ from polyonnx.graph.passes.dense import conv_as_gemm
 from polyonnx.graph.passes.fuse import fuse
 from polyonnx.graph.passes.layout import blocked_layout
 from polyonnx.graph.passes.panels import matmul_panels
-from polyonnx.graph.passes.pixels import flat_pixels
+from polyonnx.graph.passes.pixels import flat_pixels, flat_rows
 from polyonnx.graph.passes.strings import type_strings
 from polyonnx.graph.passes.winograd import winograd_convs
 from polyonnx.graph.validate import validate
@@ -88,11 +88,12 @@ def choose_layouts(graph: Graph, tiling: Tiling | None) -> Graph:
     """The layout passes: the convolutions that fit channel blocks of ``tiling`` blocked
     (None: none), the 3x3 ones among them that pay for it as Winograd convolutions; then,
     of the convolutions left in ONNX's layout, those that are fully-connected layers as
-    ``Gemm`` and the 1x1 ones on one row of pixels."""
+    ``Gemm`` and the 1x1 ones on one row of pixels; MatMuls of a batched ``A`` by a 2-D
+    ``B`` on all of ``A``'s rows at once."""
     if tiling is not None:
         graph = blocked_layout(graph, *channel_blocks(tiling))
         graph = winograd_convs(graph, tiling.lanes)
-    return flat_pixels(conv_as_gemm(graph))
+    return flat_rows(flat_pixels(conv_as_gemm(graph)))
 
 
 def channel_blocks(tiling: Tiling) -> tuple[int, int]:

@@ -149,6 +149,8 @@ def validate_node(node: Node, values: Mapping[str, Value]) -> None:
     if node.domain:
         return
     _same_types(node, values)
+    if node.op_type == "Reshape":
+        _same_size(node, values)
     check = _CHECKS.get(node.op_type)
     if check is not None:
         check(node, [_shape(values, i) for i in node.inputs])
@@ -249,6 +251,19 @@ def _same_types(node: Node, values: Mapping[str, Value]) -> None:
                 f"node {node.name!r} ({node.op_type}): inputs {which} must have "
                 "the same element type"
             )
+
+
+def _same_size(node: Node, values: Mapping[str, Value]) -> None:
+    """A Reshape's output holds as many elements as its input (ONNX's shape inference takes
+    the target shape as it is given: a target fixed at export time, such as a sequence
+    length, would otherwise read past the input or leave the output half written)."""
+    x, y = _shape(values, node.inputs[0]), _shape(values, node.outputs[0])
+    if x is not None and y is not None and int(np.prod(x)) != int(np.prod(y)):
+        raise ShapeError(
+            f"node {node.name!r} (Reshape): input {node.inputs[0]!r} of shape {list(x)} "
+            f"({int(np.prod(x))} elements) cannot be reshaped to {list(y)} "
+            f"({int(np.prod(y))} elements)"
+        )
 
 
 def _shape(values: Mapping[str, Value], name: str) -> tuple[int, ...] | None:

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from polyonnx.graph.passes.pixels import flat_pixels
+from polyonnx.graph.passes.pixels import flat_pixels, flat_rows
 from polyonnx.testing import onnxruntime_outputs
 from tests.krnl.harness import graph_from_model, rand, run_krnl
 
@@ -107,3 +107,29 @@ def test_3d_conv_keeps_its_rank() -> None:
     ]
     ops = _check(_model(nodes, inits, ["y"], shape=(1, 6, 3, 4, 2)))
     assert ops == ["Reshape", "Conv", "Relu", "Reshape"]
+
+
+@pytest.mark.parametrize("shape", [(5, 2, 8), (2, 3, 2, 8)])
+def test_matmul_of_batched_rows_by_a_matrix_runs_on_all_rows(shape: tuple) -> None:
+    # An exporter's [sequence, batch, features] attention projection: A [5, 2, 8] by a 2-D B,
+    # its bias (broadcast along the last axis) and a residual (reshaped too) on the flat rows
+    # [1, 10, 6]; a broadcast along the batch axis stops the chain.
+    inits = {"w": rand(8, 6, seed=1), "b": rand(6, seed=2), "r": rand(*shape[:-1], 6, seed=3),
+             "g": rand(*shape[:-2], 1, 6, seed=4)}  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Add", ["a", "r"], ["h"]),
+        helper.make_node("Relu", ["h"], ["y"]),
+        helper.make_node("Mul", ["y", "g"], ["z"]),
+    ]
+    model = _model(nodes, inits, ["z"], shape)
+    graph = flat_rows(graph_from_model(model))
+    matmul = next(n for n in graph.nodes if n.op_type == "MatMul")
+    flat = (*(1,) * (len(shape) - 2), int(np.prod(shape[:-1])), 6)
+    assert graph.value(matmul.outputs[0]).dims == flat
+    ops = [n.op_type for n in graph.nodes]
+    assert ops == ["Reshape", "MatMul", "Add", "Reshape", "Add", "Relu", "Reshape", "Mul"], ops
+    feeds = {"x": rand(*shape)}
+    [want] = onnxruntime_outputs(model, feeds)
+    np.testing.assert_allclose(run_krnl(graph, feeds)["z"], want, rtol=1e-4, atol=1e-5)

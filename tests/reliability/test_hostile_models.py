@@ -255,6 +255,19 @@ CASES: dict[str, tuple[Callable[[], object], type[PolyonnxError], tuple[str, ...
         ShapeError,
         ("'fc' (Gemm)", "inner dimension"),
     ),
+    "reshape to another size": (
+        lambda: model(
+            [
+                helper.make_node("Reshape", ["x", "s"], ["y"], name="r"),
+                helper.make_node("ReduceSum", ["y"], ["z"], name="sum", keepdims=0),
+            ],
+            [tensor("x", [1, 256])],
+            [tensor("z", [])],
+            [const("s", np.array([8192, 8192], np.int64))],
+        ),  # fmt: skip
+        ShapeError,
+        ("'r' (Reshape)", "[1, 256] (256 elements)", "[8192, 8192]"),
+    ),
     # shapes and types
     # (A negative dimension is a dynamic one, as older exporters write it: tests/frontend.)
     "huge input": (lambda: relu((100_000, 100_000, 10)), ModelError, ("'x'", "max_tensor_bytes")),
@@ -292,6 +305,22 @@ def test_model_file_errors_name_the_file(tmp_path):
         polyonnx.compile(str(tmp_path / "absent.onnx"))
     with pytest.raises(ModelError, match="does not exist"):
         polyonnx.compile(str(tmp_path))  # a folder is not a model file
+
+
+def test_a_reshape_fixed_at_export_is_refused_at_other_sizes():
+    """An exporter wrote the sequence length (64) into a Reshape's target; a symbolic
+    sequence axis run at 37 must be refused, not read past the input."""
+    m = model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="heads")],
+        [tensor("x", ["S", 256])],
+        [tensor("y", [None, None, None])],
+        [const("s", np.array([64, 4, 64], np.int64))],
+    )
+    session = polyonnx.InferenceSession(m)
+    x = np.ones((64, 256), np.float32)
+    assert session.run(None, {"x": x})[0].shape == (64, 4, 64)
+    with pytest.raises(PolyonnxError, match=r"'heads' \(Reshape\).*\[37, 256\]"):
+        session.run(None, {"x": x[:37]})
 
 
 def test_memory_limit_is_an_option():

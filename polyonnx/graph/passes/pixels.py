@@ -1,19 +1,29 @@
-"""Flat pixels: an NCHW 1x1 convolution and the element-wise ops after it on ``[N, C, 1, H*W]``.
+"""Flat views: an NCHW 1x1 convolution on ``[N, C, 1, H*W]`` pixels, a MatMul of a batched
+``A`` by a 2-D ``B`` on ``[1, P*M, K]`` rows, and the element-wise ops after them on those
+shapes.
 
-A 1x1 convolution with stride 1 and no padding treats pixels alike, so it computes the same on
-its input reshaped to one row of ``H*W`` pixels. In ONNX's layout the loops over a feature map
-run along its width, which at 7x7 or 14x14 is shorter than the vectors of an AVX-512 register
-tile (or leaves a ragged edge): the conv, its bias and activation epilogue and the residual
-Add after it would mostly run in scalar code. On one row of pixels they run along all of them.
+**Pixels.** A 1x1 convolution with stride 1 and no padding treats pixels alike, so it computes
+the same on its input reshaped to one row of ``H*W`` pixels. In ONNX's layout the loops over a
+feature map run along its width, which at 7x7 or 14x14 is shorter than the vectors of an
+AVX-512 register tile (or leaves a ragged edge): the conv, its bias and activation epilogue
+and the residual Add after it would mostly run in scalar code. On one row of pixels they run
+along all of them. :func:`flat_pixels` rewrites every such ``Conv`` left in ONNX's layout (not
+channel-blocked by :mod:`polyonnx.graph.passes.layout`; constant weights, float32) to read a
+``Reshape`` of its input and write ``[N, M, 1, H*W]`` (``[N, M, 1, 1, D*H*W]`` in 3-D: the
+rank is kept, and with it the weights).
 
-This pass rewrites every such ``Conv`` left in ONNX's layout (not channel-blocked by
-:mod:`polyonnx.graph.passes.layout`; constant weights, float32) to read a ``Reshape`` of its
-input and write ``[N, M, 1, H*W]`` (``[N, M, 1, 1, D*H*W]`` in 3-D: the rank is kept, and
-with it the weights), and moves the element-wise ops that follow it onto that
-shape with it (their other inputs reshaped the same way when they have the output's shape;
-broadcast inputs such as per-channel constants or an SE gate ``[N, M, 1, 1]`` kept as they
-are). A ``Reshape`` back to ``[N, M, H, W]`` is inserted where a flat value is read by any other
-op or is a graph output. Reshapes are views (no kernel, no copy).
+**Rows.** A MatMul of ``A[P..., M, K]`` by a 2-D ``B[K, N]`` multiplies every row of ``A`` by
+the same ``B``: it is one product of ``P*M`` rows, but as written its loops are ``P`` products
+of ``M`` rows, and with a small ``M`` (an exporter's ``[sequence, batch, features]``
+attention layout: ViT at batch 2 gives ``M = 2``) no register tile of rows fits.
+:func:`flat_rows` rewrites it to read ``A`` as ``[1..., P*M, K]`` (the rank kept, so
+broadcast operands keep their meaning) and write ``[1..., P*M, N]``.
+
+Both move the element-wise ops that follow onto the flat shape (their other inputs reshaped
+the same way when they have the output's shape; inputs that broadcast along the axes the view
+keeps, such as a bias or per-channel constants, kept as they are). A ``Reshape`` back is
+inserted where a flat value is read by any other op or is a graph output. Reshapes are views
+(no kernel, no copy).
 
 Example (ShuffleNet's stem conv stays, its first 1x1 conv reads a flat Reshape)::
 
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,7 +47,50 @@ from polyonnx.graph.passes.fuse import ELEMENTWISE
 def flat_pixels(graph: Graph) -> Graph:
     """``graph`` with its eligible 1x1 convolutions on flat pixels (see the module docstring);
     a graph with none is returned unchanged."""
-    if not any(_eligible(graph, n) for n in graph.nodes):
+    return _flatten(graph, _eligible, _pixels, _pixel_operand)
+
+
+def flat_rows(graph: Graph) -> Graph:
+    """``graph`` with its MatMuls of a batched ``A`` by a 2-D ``B`` on flat rows (see the
+    module docstring); a graph with none is returned unchanged."""
+    return _flatten(graph, _eligible_matmul, _rows, _row_operand)
+
+
+def _pixels(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``[N, C, spatial...]`` as ``[N, C, 1..., prod(spatial)]``."""
+    n, c, *spatial = shape
+    return (n, c, *(1,) * (len(spatial) - 1), math.prod(spatial))
+
+
+def _rows(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``[P..., M, N]`` as ``[1..., P*M, N]``."""
+    return (*(1,) * (len(shape) - 2), math.prod(shape[:-1]), shape[-1])
+
+
+def _pixel_operand(operand: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """An operand broadcasting only along the channels and batch (size 1 over the spatial
+    axes) means the same against the flat pixels."""
+    spatial = len(shape) - 2
+    return all(int(d) == 1 for d in operand[max(len(operand) - spatial, 0) :])
+
+
+def _row_operand(operand: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """An operand broadcasting along every axis but the last (a bias) means the same against
+    the flat rows."""
+    return all(int(d) == 1 for d in operand[:-1]) and len(operand) <= len(shape)
+
+
+def _flatten(
+    graph: Graph,
+    eligible: Callable[[Graph, Node], bool],
+    flat_shape: Callable[[tuple[int, ...]], tuple[int, ...]],
+    broadcasts: Callable[[tuple[int, ...], tuple[int, ...]], bool],
+) -> Graph:
+    """``graph`` with every ``eligible`` node reading its first input, and writing its
+    output, as the views ``flat_shape`` gives, and the element-wise nodes after it with it
+    (their other inputs of the output's shape viewed the same way; the others kept when
+    ``broadcasts(operand shape, output shape)``)."""
+    if not any(eligible(graph, n) for n in graph.nodes):
         return graph
     values = dict(graph.values)
     constants = dict(graph.constants)
@@ -51,10 +105,9 @@ def flat_pixels(graph: Graph) -> Graph:
         nodes.append(Node(f"{out}__reshape", "Reshape", (name, target), (out,)))
 
     def twin_of(name: str) -> str:
-        n, c, *spatial = graph.value(name).dims
         twin = f"{name}__flat"
-        ones = (1,) * (len(spatial) - 1)  # the rank kept: the conv's weights stay as they are
-        values[twin] = Value(twin, graph.value(name).dtype, (n, c, *ones, math.prod(spatial)))
+        value = graph.value(name)
+        values[twin] = Value(twin, value.dtype, flat_shape(value.dims))
         flat[name] = twin
         return twin
 
@@ -71,14 +124,14 @@ def flat_pixels(graph: Graph) -> Graph:
         return name
 
     for node in graph.nodes:
-        if _eligible(graph, node):
+        if eligible(graph, node):
             x, y = node.inputs[0], node.outputs[0]
             nodes.append(
                 dataclasses.replace(
                     node, inputs=(to_flat(x), *node.inputs[1:]), outputs=(twin_of(y),)
                 )
             )
-        elif _follows_flat(graph, node, flat):
+        elif _follows_flat(graph, node, flat, broadcasts):
             shape = graph.value(node.outputs[0]).shape
             ins = tuple(
                 to_flat(i) if i and graph.value(i).shape == shape else i for i in node.inputs
@@ -116,10 +169,25 @@ def _eligible(graph: Graph, node: Node) -> bool:
     )
 
 
-def _follows_flat(graph: Graph, node: Node, flat: dict[str, str]) -> bool:
+def _eligible_matmul(graph: Graph, node: Node) -> bool:
+    """An ONNX MatMul of a static float ``A`` of rank 3 or more, with more than one matrix, by
+    a 2-D ``B``."""
+    if node.op_type != "MatMul" or node.domain or len(node.inputs) != 2:
+        return False
+    a, b = graph.value(node.inputs[0]), graph.value(node.inputs[1])
+    if a.dtype not in ("float32", "float64") or not (a.is_static and b.is_static):
+        return False
+    return len(a.shape) >= 3 and len(b.shape) == 2 and math.prod(a.dims[:-2]) > 1
+
+
+def _follows_flat(
+    graph: Graph,
+    node: Node,
+    flat: dict[str, str],
+    broadcasts: Callable[[tuple[int, ...], tuple[int, ...]], bool],
+) -> bool:
     """An element-wise node reading a flat value, with its output's shape, whose other inputs
-    have that shape too or broadcast only along the channels and batch (size 1 over the
-    spatial axes)."""
+    have that shape too or keep their meaning on the flat view (``broadcasts``)."""
     if node.domain or node.op_type not in ELEMENTWISE or len(node.outputs) != 1:
         return False
     shape = graph.value(node.outputs[0]).shape
@@ -128,9 +196,5 @@ def _follows_flat(graph: Graph, node: Node, flat: dict[str, str]) -> bool:
         graph.value(i).shape != shape for i in ins if i in flat
     ):
         return False
-    spatial = len(shape) - 2
-    for i in ins:
-        s = graph.value(i).shape
-        if s != shape and any(int(d) != 1 for d in s[max(len(s) - spatial, 0) :]):
-            return False
-    return True
+    dims = graph.value(node.outputs[0]).dims
+    return all(graph.value(i).shape == shape or broadcasts(graph.value(i).dims, dims) for i in ins)
