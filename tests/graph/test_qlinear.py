@@ -148,10 +148,10 @@ def test_a_sum_float32_could_round_even_in_digits_is_summed_in_float64() -> None
     assert y.dtype == np.uint8 and (y == 0).all()  # (negative sums saturate at 0)
 
 
-def _dynamic(conv: bool) -> onnx.ModelProto:
+def _dynamic(conv: bool, depth: int = 24) -> onnx.ModelProto:
     """Dynamic quantization as onnxruntime's tool writes it: DynamicQuantizeLinear (zero point
     known at run time) -> MatMulInteger / ConvInteger -> Cast -> Mul by both scales."""
-    w = _ints(np.int8, 8, 6, 3, 3) if conv else _ints(np.int8, 24, 16)
+    w = _ints(np.int8, 8, 6, 3, 3) if conv else _ints(np.int8, depth, 16)
     inits = {"w": w, "wz": np.int8(0), "ws": np.float32(0.01)}
     op = "ConvInteger" if conv else "MatMulInteger"
     nodes = [
@@ -163,7 +163,7 @@ def _dynamic(conv: bool) -> onnx.ModelProto:
         helper.make_node("Mul", ["qs", "ws"], ["scale"]),
         helper.make_node("Mul", ["accf", "scale"], ["y"]),
     ]
-    shape = [1, 6, 5, 5] if conv else [3, 24]
+    shape = [1, 6, 5, 5] if conv else [3, depth]
     graph = helper.make_graph(
         nodes,
         "dynamic",
@@ -256,3 +256,20 @@ def test_a_sum_float32_could_round_is_summed_in_digits(
         want = integer.run(None, x)[0]
         np.testing.assert_array_equal(digits.run(None, x)[0], want)
         np.testing.assert_array_equal(want, onnxruntime_outputs(model, x)[0])
+
+
+def test_dynamic_quantization_past_float32s_bound_sums_in_digits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 3072-deep MatMulInteger (BERT's second FFN layer) of full-range weights could sum
+    past 2^24; only a Cast to float32 reads it, so two digit sums rounded once give what that
+    Cast gives: the int32 lowering's answer bit for bit, without a float64 sum."""
+    model = _dynamic(conv=False, depth=3072)
+    g = optimize(import_model(model))
+    sums = [n for n in g.nodes if n.op_type == "MatMul"]
+    assert [g.value(n.outputs[0]).dtype for n in sums] == ["float32", "float32"]
+    x = {"x": RNG.standard_normal([3, 3072]).astype(np.float32)}
+    sessions = _sessions(model, monkeypatch, threads=1)
+    assert "MatMulInteger" in sessions[2][0]
+    want = sessions[2][1].run(None, x)[0]
+    np.testing.assert_array_equal(sessions[0][1].run(None, x)[0], want)

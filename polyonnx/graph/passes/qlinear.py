@@ -27,9 +27,10 @@ weights over 3x3x512 inputs) splits its weights (and bias) into digits of base
 :data:`DIGIT`, ``w = DIGIT * hi + lo`` with ``lo`` in ``[-DIGIT/2, DIGIT/2)``, and sums each in
 float32 when both bounds are below 2^24: two exact float32 convolutions, on the fast path,
 then ``DIGIT * hi + lo``, where ``DIGIT * hi`` is exact and the addition rounds the exact sum
-once, as the integer lowering's ``float32(acc)`` does. Past that (or for ConvInteger and
-MatMulInteger, whose int32 output is the sum itself) the op sums in float64, which holds
-every integer below 2^53: half the vector lanes and no blocked layout, and the one conversion
+once, as the integer lowering's ``float32(acc)`` does. Past that (or for a ConvInteger or
+MatMulInteger whose int32 output is read as an integer, not only cast to float32 as dynamic
+quantization does) the op sums in float64, which holds every integer below 2^53: half the
+vector lanes and no blocked layout, and the one conversion
 of the exact sum to float32 again rounds it as ``float32(acc)``. Either way the result is the
 same bit for bit.
 
@@ -100,12 +101,24 @@ def qlinear_as_float(graph: Graph) -> Graph:
     taken = set(consts) | set(values) | {n.name for n in graph.nodes}
     nodes: list[Node] = []
     sums: dict[str, str] = {}  # an int32 sum -> the float32 value it was cast from
+    consumers = graph.consumers()
+    outputs = {v.name for v in graph.outputs}
+
+    def read_as_float(value: str) -> bool:
+        """Whether only Casts to float32 read ``value`` (dynamic quantization's int32 sum)."""
+        readers = consumers.get(value, [])
+        return (
+            value not in outputs
+            and bool(readers)
+            and all(r.op_type == "Cast" and r.attr("to") == TensorProto.FLOAT for r in readers)
+        )
+
     for n in graph.nodes:
         if n.op_type == "Cast" and n.input(0) in sums and n.attr("to") == TensorProto.FLOAT:
             # (an exact integer cast to int32 and back: the float sum itself)
             nodes.append(Node(n.name, "Identity", [sums[n.inputs[0]]], n.outputs, guard=n.guard))
             continue
-        plan = None if n.domain else _plan(n, graph)
+        plan = None if n.domain else _plan(n, graph, read_as_float(n.outputs[0]))
         if plan is None:
             nodes.append(n)
             continue
@@ -125,7 +138,9 @@ _ROLES = {
 }
 
 
-def _plan(n: Node, graph: Graph) -> _Plan | None:
+def _plan(n: Node, graph: Graph, read_as_float: bool = False) -> _Plan | None:
+    """How ``n`` computes as float ops, or None; ``read_as_float``: only Casts to float32 read
+    its output (so its sum need only be exact once rounded to float32)."""
     if n.op_type not in _ROLES:
         return None
     r = dict.fromkeys(("xs", "ws", "ys", "yz", "b"), "")
@@ -163,10 +178,11 @@ def _plan(n: Node, graph: Graph) -> _Plan | None:
     if largest(centred, bias) >= EXACT:
         # Digits in [-DIGIT/2, DIGIT/2): each digit's sum in float32, then one rounding of
         # DIGIT * hi + lo (DIGIT * hi is exact) gives float32(acc) as the requantization
-        # reads it; an int32 output needs the sum itself, in float64.
+        # (or a Cast to float32) reads it; an int32 output read as such needs the sum
+        # itself, in float64.
         digits = [_digits(a) for a in (centred, bias)]
         hi, lo = [(w, b) for w, b in zip(*digits, strict=True)]
-        if requantized and max(largest(*hi), largest(*lo)) < EXACT:
+        if (requantized or read_as_float) and max(largest(*hi), largest(*lo)) < EXACT:
             terms = [hi, lo]
         elif largest(centred, bias) < EXACT_FLOAT64:
             dtype = np.float64
