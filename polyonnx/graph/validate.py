@@ -258,11 +258,13 @@ def _same_size(node: Node, values: Mapping[str, Value]) -> None:
     the target shape as it is given: a target fixed at export time, such as a sequence
     length, would otherwise read past the input or leave the output half written)."""
     x, y = _shape(values, node.inputs[0]), _shape(values, node.outputs[0])
-    if x is not None and y is not None and int(np.prod(x)) != int(np.prod(y)):
+    if x is None or y is None:
+        return
+    have, want = int(np.prod(x)), int(np.prod(y))
+    if have != want:
         raise ShapeError(
             f"node {node.name!r} (Reshape): input {node.inputs[0]!r} of shape {list(x)} "
-            f"({int(np.prod(x))} elements) cannot be reshaped to {list(y)} "
-            f"({int(np.prod(y))} elements)"
+            f"({have} elements) cannot be reshaped to {list(y)} ({want} elements)"
         )
 
 

@@ -229,21 +229,29 @@ def test_training_dropout_with_ratio_zero_is_the_identity():
 # --------------------------------------------------------------------------- bn_fold
 
 
-def _conv_bn_model(group: int = 1, bias: bool = True, extra_use: bool = False):
-    cin, cout = 4, 6
-    w = RNG.standard_normal((cout, cin // group, 3, 3)).astype(np.float32)
+def _bn_inits(
+    weights: tuple[int, ...], cout: int, bias: bool
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Random weights ``w`` of shape ``weights`` (and bias ``b``) and BatchNormalization
+    parameters ``s, beta, mu, var`` for ``cout`` channels; the convolution's input names."""
     inits = {
-        "w": w,
+        "w": RNG.standard_normal(weights),
         "s": RNG.uniform(0.5, 2, cout),
         "beta": RNG.standard_normal(cout),
         "mu": RNG.standard_normal(cout),
         "var": RNG.uniform(0.1, 2, cout),
     }
     inits = {k: np.asarray(v, np.float32) for k, v in inits.items()}
-    conv_in = ["x", "w"]
+    inputs = ["x", "w"]
     if bias:
         inits["b"] = RNG.standard_normal(cout).astype(np.float32)
-        conv_in.append("b")
+        inputs.append("b")
+    return inits, inputs
+
+
+def _conv_bn_model(group: int = 1, bias: bool = True, extra_use: bool = False):
+    cin, cout = 4, 6
+    inits, conv_in = _bn_inits((cout, cin // group, 3, 3), cout, bias)
     nodes = [
         helper.make_node("Conv", conv_in, ["c"], pads=[1, 1, 1, 1], group=group),
         helper.make_node(
@@ -272,18 +280,7 @@ def test_bn_folds_into_conv_transpose(group, bias):
     """A ConvTranspose's weights are [C, M/group, k...]: output channel g * M/group + m of
     group g is column m of that group's input channels."""
     cin, cout = 6, 12
-    inits = {
-        "w": RNG.standard_normal((cin, cout // group, 3, 3)),
-        "s": RNG.uniform(0.5, 2, cout),
-        "beta": RNG.standard_normal(cout),
-        "mu": RNG.standard_normal(cout),
-        "var": RNG.uniform(0.1, 2, cout),
-    }
-    inits = {k: np.asarray(v, np.float32) for k, v in inits.items()}
-    inputs = ["x", "w"]
-    if bias:
-        inits["b"] = RNG.standard_normal(cout).astype(np.float32)
-        inputs.append("b")
+    inits, inputs = _bn_inits((cin, cout // group, 3, 3), cout, bias)
     nodes = [
         helper.make_node("ConvTranspose", inputs, ["c"], strides=[2, 2], group=group),
         helper.make_node("BatchNormalization", ["c", "s", "beta", "mu", "var"], ["y"]),

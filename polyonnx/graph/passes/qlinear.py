@@ -175,16 +175,17 @@ def _plan(n: Node, graph: Graph, read_as_float: bool = False) -> _Plan | None:
 
     terms = [(centred, bias)]
     dtype: type[np.floating] = np.float32
-    if largest(centred, bias) >= EXACT:
+    whole = largest(centred, bias)
+    if whole >= EXACT:
         # Digits in [-DIGIT/2, DIGIT/2): each digit's sum in float32, then one rounding of
         # DIGIT * hi + lo (DIGIT * hi is exact) gives float32(acc) as the requantization
         # (or a Cast to float32) reads it; an int32 output read as such needs the sum
         # itself, in float64.
-        digits = [_digits(a) for a in (centred, bias)]
-        hi, lo = [(w, b) for w, b in zip(*digits, strict=True)]
+        (w_hi, w_lo), (b_hi, b_lo) = _digits(centred), _digits(bias)
+        hi, lo = (w_hi, b_hi), (w_lo, b_lo)
         if (requantized or read_as_float) and max(largest(*hi), largest(*lo)) < EXACT:
             terms = [hi, lo]
-        elif largest(centred, bias) < EXACT_FLOAT64:
+        elif whole < EXACT_FLOAT64:
             dtype = np.float64
         else:
             return None

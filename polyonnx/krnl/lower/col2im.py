@@ -148,18 +148,18 @@ def _internal(node: Node, ctx: LowerContext, blocked: bool) -> tuple[ir.Node, ..
     group = int(node.attr("group", 1))
     taps = int(np.prod(block))
     per_group = ys[1] // group if group >= 1 else 0  # channels (blocks when blocked)
-    lanes = [ys[-1]] if blocked else []
+    inner = [("l", ys[-1])] if blocked else []  # the block's lanes
     if (
         per_group < 1
         or per_group * group != ys[1]
-        or list(xs) != [ys[0], ys[1] * taps, *frame.counts, *lanes]
+        or list(xs) != [ys[0], ys[1] * taps, *frame.counts, *(e for _, e in inner)]
     ):
         raise bad_attr(
             node,
             "kernel_shape",
             f"{frame}, group {group} does not fit columns of shape {list(xs)}",
         )
-    lane = (var("l"),) if blocked else ()
+    lane = tuple(var(name) for name, _ in inner)
 
     def column(tap: Sequence[int], blocks: Sequence[Aff]) -> tuple[Aff, ...]:
         flat = 0
@@ -170,7 +170,6 @@ def _internal(node: Node, ctx: LowerContext, blocked: bool) -> tuple[ir.Node, ..
 
     channels = [("n", ys[0]), ("g", group), ("m", per_group)]
     out = (var("n"), var("g") * per_group + var("m"))
-    inner = [("l", ys[-1])] if blocked else []
     return _overlap_add(x, y, dtype, channels, out, inner, column, frame)
 
 
