@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from polyonnx.codegen import aot
+from polyonnx.codegen.target import dot4_bits
 from polyonnx.compiled import Compiled
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.importer import CONTROL_FLOW, import_model
@@ -75,7 +76,8 @@ def to_graph(
     (:mod:`polyonnx.graph.strings`)."""
     options = options or Options()
     graph = type_strings(import_model(model, input_shapes, expand=_expanded), string_widths or {})
-    graph = optimize(compute_bfloat16(validate(graph, options.max_tensor_bytes)))
+    graph = compute_bfloat16(validate(graph, options.max_tensor_bytes))
+    graph = optimize(graph, dot4=dot4_bits(options) > 0)
     # (Guarded nodes, the branches of an If, keep NCHW: layout conversions run unguarded.)
     unguarded = not any(n.guard for n in graph.nodes)
     tiling = target_tiling(options)

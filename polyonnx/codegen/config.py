@@ -30,6 +30,10 @@ class CodegenConfig:
     vector_registers: int = 0
     """Vector registers a register tile may budget for; 0: an x86-64 CPU's for
     ``vector_bits`` (:func:`~polyonnx.codegen.isa.x86_vector_registers`)."""
+    dot4_bits: int = 0
+    """The widest vector the target's byte dot-product instruction takes (x86's VNNI
+    ``vpdpbusd``: 512 with AVX512-VNNI, 256 with AVX-VNNI), which krnl's ``dot4`` becomes;
+    0: none (``dot4`` is computed from its bytes: :func:`~polyonnx.codegen.target.dot4_bits`)."""
 
     def __post_init__(self) -> None:
         if not self.vector_registers:
@@ -49,4 +53,5 @@ class CodegenConfig:
                 if registers != x86_vector_registers(self.vector_bits)
                 else ""
             )
+            + (f",dot4_bits={self.dot4_bits}" if self.dot4_bits else "")
         )

@@ -132,7 +132,7 @@ class KernelEmitter:
             arg.name = "b_" + "".join(ch if ch.isalnum() else "_" for ch in buf.name)
             arg.add_attribute("noalias")
         pointers = {buf.name: arg for buf, arg in zip(self.kernel.buffers, fn.args, strict=True)}
-        self.frame = open_frame(fn, pointers, self._declare)
+        self.frame = open_frame(fn, pointers, self._declare, dot4_bits=self.config.dot4_bits)
         self._nodes(ast, {})
         close_frame(self.frame)
         return fn
@@ -525,21 +525,26 @@ class KernelEmitter:
 
     def _body(self, stmt: Stmt, at: _Instance) -> ir.Value:
         """The value ``stmt`` stores: an accumulation ``acc + x * y`` (``acc`` the point it
-        writes) as one multiply-add, which may be an FMA; any other expression as written."""
+        writes) as one multiply-add, which may be an FMA, and ``acc + dot4(x, y)`` as the
+        target's byte dot product; any other expression as written."""
         e = stmt.body
-        if isinstance(e, Binary) and e.op == "add" and is_float(e.dtype):
-            for acc, product in ((e.a, e.b), (e.b, e.a)):
+        # (the term each kind of accumulator fuses, and how)
+        fused = "mul" if is_float(e.dtype) else "dot4" if e.dtype == "int32" else None
+        if isinstance(e, Binary) and e.op == "add" and fused:
+            for acc, term in ((e.a, e.b), (e.b, e.a)):
                 if (
                     isinstance(acc, Load)
                     and (acc.buffer, acc.index) == (stmt.write.buffer, stmt.write.index)
-                    and isinstance(product, Binary)
-                    and product.op == "mul"
+                    and isinstance(term, Binary)
+                    and term.op == fused
                 ):
                     scalars = self.frame.scalars
                     a, x, y = scalars.match(
-                        self._expr(acc, at), self._expr(product.a, at), self._expr(product.b, at)
+                        self._expr(acc, at), self._expr(term.a, at), self._expr(term.b, at)
                     )
-                    return scalars.multiply_add(a, x, y)
+                    if fused == "mul":
+                        return scalars.multiply_add(a, x, y)
+                    return scalars.dot4_add(a, x, y)
         return self._expr(e, at)
 
     def _expr(self, e: Expr, at: _Instance) -> ir.Value:

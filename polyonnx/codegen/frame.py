@@ -36,9 +36,14 @@ class Frame:
 
 
 def open_frame(
-    fn: ir.Function, pointers: Mapping[str, ir.Value], declare: Declare, outlined: bool = False
+    fn: ir.Function,
+    pointers: Mapping[str, ir.Value],
+    declare: Declare,
+    outlined: bool = False,
+    dot4_bits: int = 0,
 ) -> Frame:
-    """``fn``'s entry block (the builder at its end) and failure block."""
+    """``fn``'s entry block (the builder at its end) and failure block; ``dot4_bits``: see
+    :attr:`~polyonnx.codegen.config.CodegenConfig.dot4_bits`."""
     entry = fn.append_basic_block("entry")
     fail = fn.append_basic_block("index_out_of_range")
     ir.IRBuilder(fail).ret(ir.Constant(I32, STATUS_INDEX_OUT_OF_RANGE))
@@ -50,7 +55,7 @@ def open_frame(
         fail,
         declare,
         IndexEmitter(builder),
-        ScalarEmitter(builder, declare),
+        ScalarEmitter(builder, declare, dot4_bits),
         outlined,
     )
 

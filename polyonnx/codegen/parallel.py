@@ -157,7 +157,11 @@ def run_on_pool(
     inner_env = dict(zip(names, args[len(buffers) + 2 :], strict=True))
     inner_env["parallel.lo"], inner_env["parallel.hi"] = first, last
     inner = open_frame(
-        body_fn, dict(zip(buffers, args[: len(buffers)], strict=True)), frame.declare, outlined=True
+        body_fn,
+        dict(zip(buffers, args[: len(buffers)], strict=True)),
+        frame.declare,
+        outlined=True,
+        dot4_bits=frame.scalars.dot4_bits,
     )
     bounded = la.IOp("le", (la.IVar(node.iterator), la.IVar("parallel.hi")))
     emit_chunk(

@@ -77,6 +77,9 @@ class ScalarEmitter:
 
     builder: ir.IRBuilder
     declare: Declare
+    dot4_bits: int = 0
+    """The widest vector the target's byte dot-product instruction takes (0: none; see
+    :attr:`~polyonnx.codegen.config.CodegenConfig.dot4_bits`)."""
 
     def unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
         """``op(x)`` for an operand of ``dtype``."""
@@ -98,6 +101,57 @@ class ScalarEmitter:
         """``acc + x * y`` of floats, which LLVM may compute as one FMA (one rounding)."""
         b = self.builder
         return b.fadd(acc, b.fmul(x, y, flags=FAST), flags=FAST)
+
+    def dot4_add(self, acc: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``acc + dot4(x, y)`` of int32s (krnl's ``dot4``: the four products of ``x``'s bytes,
+        unsigned, by ``y``'s, signed): one ``vpdpbusd`` per vector register the target's
+        instruction takes, else from the bytes (:meth:`dot4`)."""
+        ty = acc.type
+        lanes = ty.count if isinstance(ty, ir.VectorType) else 0
+        per = self.dot4_bits // 32
+        if not per or lanes < 4 or (lanes % per and lanes > per):
+            return self.builder.add(acc, self.dot4(x, y))
+        b = self.builder
+        step = min(lanes, per)
+        parts = []
+        for first in range(0, lanes, step):
+            pick = ir.Constant(ir.VectorType(I32, step), list(range(first, first + step)))
+            a_, x_, y_ = (v if step == lanes else b.shuffle_vector(v, v, pick) for v in (acc, x, y))
+            vty = ir.VectorType(I32, step)
+            fn = self.declare(f"llvm.x86.avx512.vpdpbusd.{32 * step}", vty, [vty] * 3)
+            parts.append(b.call(fn, [a_, x_, y_]))
+        while len(parts) > 1:  # (concatenate the halves back)
+            width = parts[0].type.count * 2
+            parts = [
+                b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, width), list(range(width))))
+                for lo, hi in zip(parts[::2], parts[1::2], strict=True)
+            ]
+        return parts[0]
+
+    def dot4(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        """krnl's ``dot4`` of int32s (scalars or vectors) from their bytes: widened, multiplied
+        and summed four by four (LLVM makes ``vpmaddwd`` of it on x86)."""
+        b = self.builder
+        ty = x.type
+        lanes = ty.count if isinstance(ty, ir.VectorType) else 1
+        wide = ir.VectorType(I32, 4 * lanes)
+        xb = b.zext(b.bitcast(x, ir.VectorType(ir.IntType(8), 4 * lanes)), wide)
+        yb = b.sext(b.bitcast(y, ir.VectorType(ir.IntType(8), 4 * lanes)), wide)
+        products = b.mul(xb, yb)
+        quarters = [
+            b.shuffle_vector(
+                products,
+                products,
+                ir.Constant(ir.VectorType(I32, lanes), [4 * k + q for k in range(lanes)]),
+            )
+            for q in range(4)
+        ]
+        total = b.add(b.add(quarters[0], quarters[1]), b.add(quarters[2], quarters[3]))
+        return (
+            total
+            if lanes > 1 or isinstance(ty, ir.VectorType)
+            else b.extract_element(total, ir.Constant(I32, 0))
+        )
 
     def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
         """``x`` of dtype ``src`` converted to ``dst`` (bool: whether it is non-zero)."""
@@ -432,6 +486,7 @@ def _int_binary(signed: bool) -> dict[str, BinaryEmit]:
         "max": _pick(compare, ">"),
         "min": _pick(compare, "<"),
         **{op: _int_arith(op, signed) for op in ("div", "mod", "fmod", "pow")},
+        "dot4": lambda s, x, y, dtype: s.dot4(x, y),
     }
 
 

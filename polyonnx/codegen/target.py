@@ -97,6 +97,25 @@ def vector_registers(options: Options) -> int:
     return 64 if architecture(triple).startswith("powerpc") else 32
 
 
+def dot4_bits(options: Options) -> int:
+    """The widest vector (bits) the target's unsigned-by-signed byte dot product takes: x86's
+    ``vpdpbusd`` sums four ``uint8 * int8`` products into each int32 lane, on 512-bit vectors
+    with AVX512-VNNI (and AVX-512 vectors), on 256-bit ones with AVX-VNNI or AVX512-VNNI's VL
+    forms; 0 without (other architectures, and a CPU named without features: llvmlite cannot
+    list those). Quantized MatMuls sum their bytes with it (:mod:`polyonnx.graph.passes.qlinear`)
+    where it is; elsewhere their exact float32 form is as fast."""
+    triple, _, features = machine(options)
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if not is_x86(triple):
+        return 0
+    bits = vector_bits(options)
+    if "avx512vnni" in enabled and bits >= 512:
+        return 512
+    if "avxvnni" in enabled or {"avx512vnni", "avx512vl"} <= enabled:
+        return min(bits, 256)
+    return 0
+
+
 def codegen_config(options: Options) -> CodegenConfig:
     """The codegen configuration ``options`` ask for on their target (the host's unless
     another is set): checks, vector width and registers, threads, prefetch threshold."""
@@ -106,6 +125,7 @@ def codegen_config(options: Options) -> CodegenConfig:
         thread_count(options),
         prefetch_above(options),
         vector_registers(options),
+        dot4_bits(options),
     )
 
 

@@ -212,8 +212,12 @@ BINARY_OPS = frozenset(
         "bitand",
         "bitor",
         "bitxor",
+        "dot4",
     }
 )
+"""Binary ops, each the ONNX op of its name or the arithmetic it says; ``dot4`` (of int32s):
+the sum of the four products of ``a``'s bytes, unsigned, by ``b``'s, signed, as int32 (x86's
+``vpdpbusd`` lane), from which quantized MatMuls build their sums."""
 COMPARISONS = frozenset(
     {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isposinf", "isneginf"}
 )
@@ -322,6 +326,8 @@ class Binary(Expr):
             raise ValueError(f"unknown binary op {self.op!r}")
         if self.a.dtype != self.b.dtype and self.op not in ("shl", "shr"):
             raise ValueError(f"{self.op}: operand dtypes differ ({self.a.dtype}, {self.b.dtype})")
+        if self.op == "dot4" and self.a.dtype != "int32":
+            raise ValueError(f"dot4 of {self.a.dtype}s: it sums the bytes of int32s")
         if not self.dtype:
             object.__setattr__(self, "dtype", "bool" if self.op in COMPARISONS else self.a.dtype)
 

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx import pipeline
+from polyonnx.codegen.target import dot4_bits
 from polyonnx.frontend import import_model
 from polyonnx.graph.passes import fuse, optimize, qlinear
 from polyonnx.testing import onnxruntime_outputs
@@ -94,8 +95,10 @@ def test_the_chain_becomes_float_kernels_with_fused_requantization() -> None:
 
 def _sessions(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch, threads: int) -> list:
     """(ops, session) of ``model`` summing in float32, in float64 (float32's bound lowered to
-    0) and in int32 (both bounds 0: the integer lowering)."""
+    0) and in int32 (both bounds 0: the integer lowering), never in bytes (a target's byte
+    dot product: see :func:`test_byte_dot_products_agree_with_the_integer_lowering`)."""
     options = polyonnx.Options(num_threads=threads, cache=False)
+    monkeypatch.setattr(qlinear, "_packed", lambda *args: None)
     out = []
     bounds = [(qlinear.EXACT, qlinear.EXACT_FLOAT64), (0, qlinear.EXACT_FLOAT64), (0, 0)]
     for float32, float64 in bounds:
@@ -273,3 +276,27 @@ def test_dynamic_quantization_past_float32s_bound_sums_in_digits(
     assert "MatMulInteger" in sessions[2][0]
     want = sessions[2][1].run(None, x)[0]
     np.testing.assert_array_equal(sessions[0][1].run(None, x)[0], want)
+
+
+@pytest.mark.parametrize("model", [_chain(), _dynamic(False, depth=64)], ids=["static", "dynamic"])
+def test_byte_dot_products_agree_with_the_integer_lowering(
+    monkeypatch: pytest.MonkeyPatch, model: onnx.ModelProto
+) -> None:
+    """On a target with a byte dot product (VNNI), the quantized MatMuls sum bytes
+    (PackedMatMulInteger): the integer lowering's answer bit for bit."""
+    options = polyonnx.Options(cache=False)
+    if not dot4_bits(options):
+        pytest.skip("this host has no byte dot product (x86 VNNI)")
+    assert "PackedMatMulInteger" in [n.op_type for n in pipeline.to_graph(model).nodes]
+    packed = polyonnx.InferenceSession(model, options=options)
+    monkeypatch.setattr(qlinear, "_packed", lambda *args: None)
+    monkeypatch.setattr(qlinear, "EXACT", 0)
+    monkeypatch.setattr(qlinear, "EXACT_FLOAT64", 0)
+    integer = polyonnx.InferenceSession(model, options=options)
+    name = model.graph.input[0].name
+    for _ in range(3):
+        if name == "x" and model.graph.input[0].type.tensor_type.elem_type == TensorProto.UINT8:
+            feeds = {"x": _ints(np.uint8, 1, 3, 8, 8)}
+        else:
+            feeds = {"x": RNG.standard_normal([3, 64]).astype(np.float32)}
+        np.testing.assert_array_equal(packed.run(None, feeds)[0], integer.run(None, feeds)[0])

@@ -157,6 +157,15 @@ _UNARY: dict[str, Callable[[Scalar], object]] = {
     "sigmoid": _sigmoid,
     "erf": lambda x: type(x)(math.erf(float(x))),
 }
+
+
+def _dot4(a: Scalar, b: Scalar) -> np.int32:
+    """krnl's ``dot4``: ``a``'s four bytes (unsigned) times ``b``'s (signed), summed."""
+    ua = np.asarray(a, np.int32).reshape(1).view(np.uint8).astype(np.int64)
+    sb = np.asarray(b, np.int32).reshape(1).view(np.int8).astype(np.int64)
+    return np.int32(ua @ sb)
+
+
 _BINARY: dict[str, Callable[[Scalar, Scalar], object]] = {
     "add": lambda a, b: a + b,
     "sub": lambda a, b: a - b,
@@ -181,6 +190,7 @@ _BINARY: dict[str, Callable[[Scalar, Scalar], object]] = {
     "bitand": np.bitwise_and,
     "bitor": np.bitwise_or,
     "bitxor": np.bitwise_xor,
+    "dot4": _dot4,
 }
 
 

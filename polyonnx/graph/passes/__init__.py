@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
+def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES, dot4: bool = False) -> Graph:
     """Fold constants, compute quantized Conv/MatMul in float where that is exact
     (:mod:`~polyonnx.graph.passes.qlinear`), remove Identity/Dropout, sink Transposes below
     the ops that read them until they cancel (:mod:`~polyonnx.graph.passes.transpose_sink`),
@@ -62,6 +62,8 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
     (:mod:`~polyonnx.graph.passes.deconv`), cut convolution taps that read only padding
     (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
 
+    ``dot4``: the target has a byte dot product (quantized MatMuls sum bytes with it).
+
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
 
@@ -72,7 +74,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES) -> Graph:
         ['Conv', 'Relu']
     """
     graph = fold_constants(graph, max_fold_bytes)
-    graph = sink_transposes(remove_identities(qlinear_as_float(graph)))
+    graph = sink_transposes(remove_identities(qlinear_as_float(graph, dot4)))
     graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
     # BatchNormalization folds into a ConvTranspose's weights before those are regrouped.
     graph = deconv_as_columns(fold_batchnorm(fold_pads_into_convs(graph)))

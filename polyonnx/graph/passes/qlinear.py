@@ -34,6 +34,13 @@ vector lanes and no blocked layout, and the one conversion
 of the exact sum to float32 again rounds it as ``float32(acc)``. Either way the result is the
 same bit for bit.
 
+On a target with a byte dot product (x86 VNNI: ``dot4=True``), a MatMulInteger or
+QLinearMatMul whose centred weights are bytes (int8) and whose depth is a multiple of 4 sums
+those bytes instead, in int32 as the definition does: polyonnx's ``PackedMatMulInteger`` of A,
+the weights packed four to an int32 and their column sums (and A's zero point), see
+:mod:`polyonnx.krnl.lower.quant`; its sum, as int32 or (for a requantization, or for Casts to
+float32) as float32, is requantized by the same nodes as the float form's.
+
 ConvInteger and MatMulInteger (dynamic quantization: their x zero point often comes from a
 DynamicQuantizeLinear at run time, so the bound takes the whole range of x's type) output the
 int32 sum itself: the float sum cast to int32, and a Cast of that back to float32 (what
@@ -62,7 +69,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node, Value, fresh_name
 
 EXACT_ATTR = "exact_integers"
 """The attribute (1) of a Conv this pass writes: its sum must stay exact, so no later pass may
@@ -92,10 +99,13 @@ class _Plan:
     dtype: str  # of the sum: float32, or float64 past float32's bound
 
 
-def qlinear_as_float(graph: Graph) -> Graph:
+def qlinear_as_float(graph: Graph, dot4: bool = False) -> Graph:
     """Each quantized Conv / MatMul that float32 computes exactly as the float ops of the
-    module docstring (other nodes unchanged). Runs before Identity nodes are removed (it
-    writes some)."""
+    module docstring (other nodes unchanged); with ``dot4`` (the target has a byte dot
+    product: :func:`polyonnx.codegen.target.dot4_bits`), a quantized MatMul whose centred
+    weights are bytes and whose depth is a multiple of 4 sums them as bytes instead
+    (``PackedMatMulInteger``: see the module docstring). Runs before Identity nodes are
+    removed (it writes some)."""
     consts = dict(graph.constants)
     values = dict(graph.values)
     taken = set(consts) | set(values) | {n.name for n in graph.nodes}
@@ -118,6 +128,15 @@ def qlinear_as_float(graph: Graph) -> Graph:
             # (an exact integer cast to int32 and back: the float sum itself)
             nodes.append(Node(n.name, "Identity", [sums[n.inputs[0]]], n.outputs, guard=n.guard))
             continue
+        packed = _packed(n, graph) if dot4 and not n.domain else None
+        if packed is not None:
+            written, float_sum = _packed_nodes(
+                n, packed, read_as_float(n.outputs[0]), values, consts, taken
+            )
+            nodes.extend(written)
+            if float_sum:
+                sums[n.outputs[0]] = float_sum
+            continue
         plan = None if n.domain else _plan(n, graph, read_as_float(n.outputs[0]))
         if plan is None:
             nodes.append(n)
@@ -138,27 +157,42 @@ _ROLES = {
 }
 
 
-def _plan(n: Node, graph: Graph, read_as_float: bool = False) -> _Plan | None:
-    """How ``n`` computes as float ops, or None; ``read_as_float``: only Casts to float32 read
-    its output (so its sum need only be exact once rounded to float32)."""
+def _roles(n: Node, graph: Graph) -> dict[str, str] | None:
+    """Each input of quantized op ``n`` by role ("" where it has none), when the op's form
+    suits a rewrite: constant weights, scales and zero points (x's may be computed at run
+    time, by DynamicQuantizeLinear, but is one element of x's type), integer x, weights and
+    output. None otherwise (the integer lowering names what is wrong, if anything)."""
     if n.op_type not in _ROLES:
         return None
     r = dict.fromkeys(("xs", "ws", "ys", "yz", "b"), "")
     r.update((role, n.input(k)) for k, role in enumerate(_ROLES[n.op_type]))
-    requantized = n.op_type.startswith("QLinear")
-    channel_axis = 1 if "MatMul" in n.op_type else 0  # of the weights: outputs first, or columns
     c = graph.constants
-    # (x's zero point may be computed at run time, by DynamicQuantizeLinear)
     if not all(r[k] in c for k in ("w", "xs", "ws", "ys", "wz", "yz", "b") if r[k]):
         return None
+    requantized = n.op_type.startswith("QLinear")
     x_dtype, y_dtype = graph.value(r["x"]).dtype, graph.value(n.outputs[0]).dtype
     if x_dtype not in _INTEGERS or y_dtype not in (_INTEGERS if requantized else ("int32",)):
         return None
     xz = r["xz"]
     if xz and (graph.value(xz).dtype != x_dtype or math.prod(graph.value(xz).dims) != 1):
-        return None  # (the integer lowering names what is wrong)
+        return None
+    if np.asarray(c[r["w"]]).dtype.name not in _INTEGERS:
+        return None
+    return r
+
+
+def _plan(n: Node, graph: Graph, read_as_float: bool = False) -> _Plan | None:
+    """How ``n`` computes as float ops, or None; ``read_as_float``: only Casts to float32 read
+    its output (so its sum need only be exact once rounded to float32)."""
+    r = _roles(n, graph)
+    if r is None:
+        return None
+    requantized = n.op_type.startswith("QLinear")
+    channel_axis = 1 if "MatMul" in n.op_type else 0  # of the weights: outputs first, or columns
+    c = graph.constants
+    x_dtype, xz = graph.value(r["x"]).dtype, r["xz"]
     weights = np.asarray(c[r["w"]])
-    if weights.dtype.name not in _INTEGERS or (channel_axis == 1 and weights.ndim != 2):
+    if channel_axis == 1 and weights.ndim != 2:
         return None
     channels = weights.shape[channel_axis]
     multiplier = _multiplier(c, r, channels) if requantized else None
@@ -240,6 +274,55 @@ def _reach(x_dtype: str, zero: np.ndarray | None) -> int:
     return max(abs(int(info.min) - z), abs(int(info.max) - z))
 
 
+@dataclasses.dataclass
+class _Writer:
+    """Writes the nodes (and their values and constants) that replace the quantized op ``n``;
+    ``nodes`` in order."""
+
+    n: Node
+    values: dict[str, Value]
+    consts: dict[str, np.ndarray]
+    taken: set[str]
+    nodes: list[Node] = dataclasses.field(default_factory=list)
+
+    def constant(self, label: str, array: np.ndarray) -> str:
+        name = fresh_name(f"{self.n.name}_{label}", self.taken)
+        self.consts[name] = array
+        self.values[name] = Value(name, str(array.dtype), array.shape)
+        return name
+
+    def node(
+        self,
+        label: str,
+        op: str,
+        inputs: list[str],
+        shape: tuple,
+        dtype: str,
+        domain: str = "",
+        **attrs: Any,
+    ) -> str:
+        """A node making a new value of ``shape`` and ``dtype``; the value's name."""
+        out = fresh_name(f"{self.n.name}_{label}", self.taken)
+        self.values[out] = Value(out, dtype, shape)
+        name = fresh_name(f"{self.n.name}_{label}", self.taken)
+        self.nodes.append(Node(name, op, inputs, [out], attrs, domain, self.n.guard))
+        return out
+
+    def last(self, op: str, inputs: list[str], domain: str = "", **attrs: Any) -> None:
+        """The node making ``n``'s own output, under ``n``'s name."""
+        n = self.n
+        self.nodes.append(Node(n.name, op, inputs, n.outputs, attrs, domain, n.guard))
+
+    def requantize(self, acc32: str, multiplier: np.ndarray, y_zero: str) -> None:
+        """``n``'s output: ``QuantizeLinear(acc32 * multiplier, 1, y_zero)``."""
+        shape = self.values[self.n.outputs[0]].shape
+        scaled = self.node(
+            "rescale", "Mul", [acc32, self.constant("multiplier", multiplier)], shape, "float32"
+        )
+        one = self.constant("one", np.array(1.0, np.float32))
+        self.last("QuantizeLinear", [scaled, one, *([y_zero] if y_zero else [])])
+
+
 def _float_nodes(
     n: Node,
     plan: _Plan,
@@ -249,64 +332,112 @@ def _float_nodes(
 ) -> tuple[list[Node], str]:
     """The nodes replacing ``n`` (see the module docstring), and the float32 value of the sum."""
     y = values[n.outputs[0]]
-
-    def constant(label: str, array: np.ndarray) -> str:
-        name = fresh_name(f"{n.name}_{label}", taken)
-        consts[name] = array
-        values[name] = Value(name, str(array.dtype), array.shape)
-        return name
-
-    def node(label: str, op: str, inputs: list[str], shape: tuple, dtype: str, **attrs: Any) -> str:
-        out = fresh_name(f"{n.name}_{label}", taken)
-        values[out] = Value(out, dtype, shape)
-        nodes.append(
-            Node(fresh_name(f"{n.name}_{label}", taken), op, inputs, [out], attrs, "", n.guard)
-        )
-        return out
-
-    nodes: list[Node] = []
+    w = _Writer(n, values, consts, taken)
     x_shape, x_zero = values[plan.x].shape, [plan.x_zero] if plan.x_zero else []
-    one = constant("one", np.array(1.0, np.float32))  # (the unit scale of both quantizers)
     if plan.dtype == "float32":  # (x - x_zero_point, exact in float32)
-        centred = node("centre", "DequantizeLinear", [plan.x, one, *x_zero], x_shape, "float32")
+        one = w.constant("unit", np.array(1.0, np.float32))
+        centred = w.node("centre", "DequantizeLinear", [plan.x, one, *x_zero], x_shape, "float32")
     else:
-        centred = node("widen", "Cast", [plan.x], x_shape, plan.dtype, to=TensorProto.DOUBLE)
+        centred = w.node("widen", "Cast", [plan.x], x_shape, plan.dtype, to=TensorProto.DOUBLE)
         if x_zero:
-            zero = node(
-                "widen_zero",
-                "Cast",
-                x_zero,
-                values[plan.x_zero].shape,
-                plan.dtype,
-                to=TensorProto.DOUBLE,
-            )
-            centred = node("centre", "Sub", [centred, zero], x_shape, plan.dtype)
+            zero_shape = values[plan.x_zero].shape
+            to = TensorProto.DOUBLE
+            zero = w.node("widen_zero", "Cast", x_zero, zero_shape, plan.dtype, to=to)
+            centred = w.node("centre", "Sub", [centred, zero], x_shape, plan.dtype)
     sums = []
     for k, (weights, bias) in enumerate(plan.terms):
         suffix = "" if len(plan.terms) == 1 else ("_hi", "_lo")[k]
-        operands = [centred, constant(f"weights{suffix}", weights)]
+        operands = [centred, w.constant(f"weights{suffix}", weights)]
         if n.op_type in ("QLinearConv", "ConvInteger"):
             if bias is not None:
-                operands.append(constant(f"bias{suffix}", bias))
+                operands.append(w.constant(f"bias{suffix}", bias))
             attrs = {**dict(n.attrs), EXACT_ATTR: 1}
-            sums.append(node(f"conv{suffix}", "Conv", operands, y.shape, plan.dtype, **attrs))
+            sums.append(w.node(f"conv{suffix}", "Conv", operands, y.shape, plan.dtype, **attrs))
         else:
-            sums.append(node(f"matmul{suffix}", "MatMul", operands, y.shape, plan.dtype))
+            sums.append(w.node(f"matmul{suffix}", "MatMul", operands, y.shape, plan.dtype))
     acc = sums[0]
     if len(sums) == 2:  # DIGIT * hi + lo, rounded once (DIGIT * hi is exact)
-        digit = constant("digit", np.array(DIGIT, np.float32))
-        shifted = node("shift", "Mul", [sums[0], digit], y.shape, "float32")
-        acc = node("digits", "Add", [shifted, sums[1]], y.shape, "float32")
+        digit = w.constant("digit", np.array(DIGIT, np.float32))
+        shifted = w.node("shift", "Mul", [sums[0], digit], y.shape, "float32")
+        acc = w.node("digits", "Add", [shifted, sums[1]], y.shape, "float32")
     acc32 = acc
     if plan.dtype != "float32":  # (rounded once, as the integer lowering's float32(acc))
-        acc32 = node("narrow", "Cast", [acc], y.shape, "float32", to=TensorProto.FLOAT)
+        acc32 = w.node("narrow", "Cast", [acc], y.shape, "float32", to=TensorProto.FLOAT)
     if plan.multiplier is None:  # the exact sum, as the op's int32
-        nodes.append(Node(n.name, "Cast", [acc], n.outputs, {"to": TensorProto.INT32}, "", n.guard))
-        return nodes, acc32
+        w.last("Cast", [acc], to=TensorProto.INT32)
+        return w.nodes, acc32
     multiplier = plan.multiplier
     if n.op_type == "QLinearConv":  # (per output channel: along axis 1 of the output)
         multiplier = multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
-    scaled = node("rescale", "Mul", [acc32, constant("multiplier", multiplier)], y.shape, "float32")
-    y_zero = [plan.y_zero] if plan.y_zero else []
-    nodes.append(Node(n.name, "QuantizeLinear", [scaled, one, *y_zero], n.outputs, guard=n.guard))
-    return nodes, acc32
+    w.requantize(acc32, multiplier, plan.y_zero)
+    return w.nodes, acc32
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packed:
+    """A quantized MatMul as ``PackedMatMulInteger``: its A and A's zero point, the centred
+    weights four bytes to an int32 (``[K / 4, N]``) and their column sums, and the
+    requantization multiplier and output zero point (None and "" for MatMulInteger)."""
+
+    x: str
+    x_zero: str
+    quads: np.ndarray
+    column_sums: np.ndarray
+    multiplier: np.ndarray | None
+    y_zero: str
+
+
+def _packed(n: Node, graph: Graph) -> _Packed | None:
+    """``n`` as a ``PackedMatMulInteger`` when it is a MatMulInteger or QLinearMatMul with
+    constant 2-D weights whose centred values are bytes (int8) and whose depth is a multiple
+    of 4, else None."""
+    if n.op_type not in ("MatMulInteger", "QLinearMatMul"):
+        return None
+    r = _roles(n, graph)
+    if r is None:
+        return None
+    requantized = n.op_type == "QLinearMatMul"
+    c = graph.constants
+    weights = np.asarray(c[r["w"]])
+    if weights.ndim != 2 or weights.shape[0] % 4:
+        return None
+    if len(graph.value(r["x"]).shape) < 2:
+        return None
+    depth, columns = weights.shape
+    multiplier = _multiplier(c, r, columns) if requantized else None
+    centred = _centred(weights, c.get(r["wz"]), 1)  # [N, K]
+    if (requantized and multiplier is None) or centred is None:
+        return None
+    if centred.size and (centred.min() < -128 or centred.max() > 127):
+        return None
+    quads = np.ascontiguousarray(
+        centred.astype(np.int8).reshape(columns, depth // 4, 4).transpose(1, 0, 2)
+    ).view(np.int32)[..., 0]
+    return _Packed(
+        r["x"], r["xz"], quads, centred.sum(axis=1).astype(np.int32), multiplier, r["yz"]
+    )
+
+
+def _packed_nodes(
+    n: Node,
+    p: _Packed,
+    read_as_float: bool,
+    values: dict[str, Value],
+    consts: dict[str, np.ndarray],
+    taken: set[str],
+) -> tuple[list[Node], str]:
+    """The nodes replacing ``n`` by its ``PackedMatMulInteger`` (then requantized as the float
+    form is), and the float32 value of its sum ("" where only the int32 sum is made)."""
+    w = _Writer(n, values, consts, taken)
+    inputs = [p.x, w.constant("quads", p.quads), w.constant("column_sums", p.column_sums)]
+    inputs += [p.x_zero] if p.x_zero else []
+    op = "PackedMatMulInteger"
+    if p.multiplier is None and not read_as_float:  # (the int32 sum itself)
+        w.last(op, inputs, INTERNAL_DOMAIN)
+        return w.nodes, ""
+    acc = w.node("bytes", op, inputs, values[n.outputs[0]].shape, "float32", INTERNAL_DOMAIN)
+    if p.multiplier is None:  # (read only by Casts to float32, which read ``acc``)
+        w.last("Cast", [acc], to=TensorProto.INT32)
+    else:
+        w.requantize(acc, p.multiplier, p.y_zero)
+    return w.nodes, acc

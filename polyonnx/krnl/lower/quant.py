@@ -1,9 +1,25 @@
-"""Quantized linear algebra: MatMulInteger and QLinearMatMul.
+"""Quantized linear algebra: MatMulInteger and QLinearMatMul, and polyonnx's
+``PackedMatMulInteger``, the sum of both on a target with a byte dot product.
 
 Both accumulate ``(A - a_zero_point) * (B - b_zero_point)`` in int32 with MatMul's batch
 broadcasting; QLinearMatMul then rescales by ``a_scale * b_scale / y_scale`` in float32, rounds
 half to even, adds ``y_zero_point`` and saturates to the output type. Zero points and scales are
 per tensor, or per row of A / per column of B.
+
+``PackedMatMulInteger(A, B4, B_sums[, a_zero_point])`` sums four bytes at a time with krnl's
+``dot4`` (x86's ``vpdpbusd``: :mod:`polyonnx.graph.passes.qlinear` writes it where the target
+has one): ``B4[k, j]`` holds the four centred weights ``B[4k..4k+3, j] - b_zero_point`` as the
+bytes of one int32, ``B_sums[j]`` their column's sum, and A's four bytes along K are read as
+one int32 (unsigned: an int8 A's bytes have their sign bit flipped, ``a + 128``, and its zero
+point moves by 128 with them). The zero point comes off once per element::
+
+    for b..., i, j:
+      S: acc[b.., i, j] = -(a_zero_point (+ 128)) * B_sums[j]
+      for k < K / 4:
+        S: acc[b.., i, j] = acc[b.., i, j] + dot4(A[b.., i, 4k : 4k + 4] (^ 0x80808080), B4[k, j])
+      S: Y[b.., i, j] = float32(acc[b.., i, j])       (a float32 Y; an int32 Y is acc itself)
+
+The same int32 arithmetic as MatMulInteger's, so the same sums, wrapping included.
 """
 
 from __future__ import annotations
@@ -11,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from polyonnx.errors import ShapeError
-from polyonnx.graph.ir import Node
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import Aff, broadcast_index, nest, unsupported, var
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
@@ -111,3 +127,68 @@ def lower_qlinear_matmul(node: Node, ctx: LowerContext) -> Lowered:
     value = ir.minimum(ir.maximum(value, float(info.min)), float(info.max))
     finish = ir.Stmt("S", ir.Access(y, out), ir.Cast(value, ydt))
     return Lowered(nest(iters, (*body, finish)), (acc,))
+
+
+#: An int8 A's four bytes with their sign bits flipped (``a + 128`` each, as uint8).
+_SIGN_BITS = np.array(0x80808080, np.uint32).view(np.int32).item()
+
+
+@register("PackedMatMulInteger", domain=INTERNAL_DOMAIN)
+def lower_packed_matmul_integer(node: Node, ctx: LowerContext) -> Lowered:
+    """``Y = (A - a_zero_point) @ B`` four bytes at a time: see the module docstring."""
+    a, packed, sums = node.input(0), node.input(1), node.input(2)
+    a_zp = node.input(3) if len(node.inputs) > 3 else ""
+    y = node.outputs[0]
+    a_shape, (quads, columns), ys = ctx.shape(a), ctx.shape(packed), ctx.shape(y)
+    signed = ctx.dtype(a) == "int8"
+    if (
+        ctx.dtype(a) not in ("int8", "uint8")
+        or (ctx.dtype(packed), ctx.dtype(sums)) != (I32, I32)
+        or len(a_shape) < 2
+        or a_shape[-1] != 4 * quads
+        or ys != (*a_shape[:-1], columns)
+        or ctx.dtype(y) not in (I32, "float32")
+    ):
+        raise ShapeError(
+            f"node {node.name!r} (PackedMatMulInteger): A {ctx.dtype(a)}{list(a_shape)}, "
+            f"weights {ctx.dtype(packed)}{[quads, columns]}, Y {ctx.dtype(y)}{list(ys)}"
+        )
+    names = [f"b{d}" for d in range(len(ys) - 2)]
+    out = (*(var(n) for n in names), var("i"), var("j"))
+    k = var("k")
+
+    def byte(q: int) -> ir.Expr:
+        v: ir.Expr = ir.Load(a, (*out[:-1], k * 4 + q), ctx.dtype(a))
+        if signed:
+            v = ir.Bitcast(v, "uint8")
+        shifted = ir.Cast(v, I32)
+        return shifted if q == 0 else ir.binary("shl", shifted, 8 * q)
+
+    quad = ir.binary(
+        "bitor", ir.binary("bitor", byte(0), byte(1)), ir.binary("bitor", byte(2), byte(3))
+    )
+    if signed:
+        quad = ir.binary("bitxor", quad, _SIGN_BITS)
+    zero: ir.Expr = ir.Const(128 if signed else 0, I32)
+    if a_zp:
+        zero = _required(ctx, a_zp, var("i"), I32) + zero
+    float_out = ctx.dtype(y) == "float32"
+    acc = ir.Buffer(f"{node.name}__acc", I32, tuple(ys)) if float_out else None
+    at = ir.Access(acc.name if acc else y, out)
+    acc_load = ir.Load(at.buffer, out, I32)
+    column_sum = ir.Load(sums, (var("j"),), I32)
+    body: tuple[ir.Node, ...] = (
+        ir.Stmt("S", at, ir.Const(0, I32) - zero * column_sum),
+        *nest(
+            [("k", quads)],
+            (
+                ir.Stmt(
+                    "S", at, acc_load + ir.Binary("dot4", quad, ir.Load(packed, (k, var("j")), I32))
+                ),
+            ),
+        ),
+    )
+    if acc is not None:
+        body = (*body, ir.Stmt("S", ir.Access(y, out), ir.Cast(acc_load, "float32")))
+    iters = [*zip(names, ys[:-2], strict=True), ("i", ys[-2]), ("j", ys[-1])]
+    return Lowered(nest(iters, body), (acc,) if acc else ())
