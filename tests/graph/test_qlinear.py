@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import polyonnx
 from polyonnx import pipeline
@@ -15,6 +16,7 @@ from polyonnx.codegen.target import dot4_bits
 from polyonnx.frontend import import_model
 from polyonnx.graph.passes import fuse, optimize, qlinear
 from polyonnx.testing import onnxruntime_outputs
+from tests.krnl.harness import run_krnl
 
 RNG = np.random.default_rng(5)
 
@@ -300,3 +302,65 @@ def test_byte_dot_products_agree_with_the_integer_lowering(
         else:
             feeds = {"x": RNG.standard_normal([3, 64]).astype(np.float32)}
         np.testing.assert_array_equal(packed.run(None, feeds)[0], integer.run(None, feeds)[0])
+
+
+def _qdq_matmul(depth: int = 64, weight_axis: int = 1, per_column: bool = True) -> onnx.ModelProto:
+    """A QDQ MatMul as onnxruntime's static quantizer writes it: x -> QuantizeLinear ->
+    DequantizeLinear, times DequantizeLinear of int8 weights (per-column scales), + bias."""
+    columns = 24
+    scales = RNG.uniform(0.001, 0.01, columns if per_column else 1).astype(np.float32)
+    inits = {
+        "xs": np.float32(0.03),
+        "xz": np.uint8(131),
+        "w": _ints(np.int8, depth, columns),
+        "ws": scales if per_column else scales.reshape(()),
+        "wz": np.zeros(columns if per_column else (), np.int8),
+        "b": RNG.standard_normal(columns).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "xs", "xz"], ["a"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=weight_axis),
+        helper.make_node("MatMul", ["a", "wf"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, depth])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, columns])],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def test_a_qdq_matmul_sums_bytes_and_scales_once() -> None:
+    """With a byte dot product, a QDQ MatMul is the integers' exact sum times the product of
+    the scales: the float definition's answer up to float32 rounding."""
+    model = _qdq_matmul()
+    graph = optimize(import_model(model), dot4=True)
+    assert "PackedMatMulInteger" in [n.op_type for n in graph.nodes]
+    x = RNG.standard_normal([2, 5, 64]).astype(np.float32)
+    got = run_krnl(graph, {"x": x})["y"]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [_qdq_matmul(depth=62), _qdq_matmul(weight_axis=0, per_column=False)],
+    ids=["depth-not-4k", "per-tensor-on-axis-0"],
+)
+def test_qdq_matmuls_that_do_not_pack_stay_float(model: onnx.ModelProto) -> None:
+    ops = [n.op_type for n in optimize(import_model(model), dot4=True).nodes]
+    packed = "PackedMatMulInteger" in ops
+    assert packed == (model.graph.input[0].type.tensor_type.shape.dim[2].dim_value % 4 == 0)
+
+
+def test_a_qdq_matmul_on_this_host_matches_onnxruntime() -> None:
+    model = _qdq_matmul(depth=128)
+    x = {"x": RNG.standard_normal([2, 5, 128]).astype(np.float32)}
+    got = polyonnx.InferenceSession(model).run(None, x)[0]
+    np.testing.assert_allclose(got, onnxruntime_outputs(model, x)[0], rtol=1e-4, atol=1e-4)

@@ -396,26 +396,124 @@ def _packed(n: Node, graph: Graph) -> _Packed | None:
     r = _roles(n, graph)
     if r is None:
         return None
-    requantized = n.op_type == "QLinearMatMul"
     c = graph.constants
     weights = np.asarray(c[r["w"]])
+    packed = _pack(weights, c.get(r["wz"])) if len(graph.value(r["x"]).shape) >= 2 else None
+    if packed is None:
+        return None
+    multiplier = None
+    if n.op_type == "QLinearMatMul":
+        multiplier = _multiplier(c, r, weights.shape[1])
+        if multiplier is None:
+            return None
+    return _Packed(r["x"], r["xz"], *packed, multiplier, r["yz"])
+
+
+def _pack(weights: np.ndarray, zero: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Integer weights ``[K, N]`` less their zero point (per tensor or per column) four bytes
+    to an int32 (``[K / 4, N]``), and each column's sum; None unless they are 2-D, ``K`` is a
+    multiple of 4 and the centred weights fit int8."""
     if weights.ndim != 2 or weights.shape[0] % 4:
         return None
-    if len(graph.value(r["x"]).shape) < 2:
-        return None
     depth, columns = weights.shape
-    multiplier = _multiplier(c, r, columns) if requantized else None
-    centred = _centred(weights, c.get(r["wz"]), 1)  # [N, K]
-    if (requantized and multiplier is None) or centred is None:
-        return None
-    if centred.size and (centred.min() < -128 or centred.max() > 127):
+    centred = _centred(weights, zero, 1)  # [N, K]
+    if centred is None or (centred.size and (centred.min() < -128 or centred.max() > 127)):
         return None
     quads = np.ascontiguousarray(
         centred.astype(np.int8).reshape(columns, depth // 4, 4).transpose(1, 0, 2)
     ).view(np.int32)[..., 0]
-    return _Packed(
-        r["x"], r["xz"], quads, centred.sum(axis=1).astype(np.int32), multiplier, r["yz"]
-    )
+    return quads, centred.sum(axis=1).astype(np.int32)
+
+
+def qdq_matmuls_as_bytes(graph: Graph) -> Graph:
+    """Each QDQ MatMul (``MatMul(DequantizeLinear(a), DequantizeLinear(W))`` with constant
+    integer weights and constant scales and zero points) whose weights pack (see
+    :func:`_pack`) as ``PackedMatMulInteger`` of ``a`` times the product of the two scales,
+    for a target with a byte dot product. Runs before constant folding (which would fold
+    ``DequantizeLinear(W)`` into float weights).
+
+    The definition dequantizes first and sums the float products; this sums the integers
+    exactly and scales once, as onnxruntime's int8 kernels do: the same sum up to float32
+    rounding (each product, and each partial sum, is rounded there), as any other order of
+    a float MatMul's sum is. The dequantizations left unread go as dead code.
+
+    Example:
+        >>> import numpy as np
+        >>> from polyonnx.graph.ir import Graph, Node, Value
+        >>> consts = {"s": np.array(0.1, "float32"), "z": np.array(128, "uint8"),
+        ...           "w": np.ones((8, 3), "int8"), "ws": np.array(0.5, "float32")}
+        >>> v = {n: Value(n, str(a.dtype), a.shape) for n, a in consts.items()}
+        >>> v.update({"q": Value("q", "uint8", (2, 8)), "a": Value("a", "float32", (2, 8)),
+        ...           "b": Value("b", "float32", (8, 3)), "y": Value("y", "float32", (2, 3))})
+        >>> g = Graph("g", (v["q"],), (v["y"],), (
+        ...     Node("da", "DequantizeLinear", ("q", "s", "z"), ("a",)),
+        ...     Node("dw", "DequantizeLinear", ("w", "ws"), ("b",)),
+        ...     Node("mm", "MatMul", ("a", "b"), ("y",))), v, consts)
+        >>> [n.op_type for n in qdq_matmuls_as_bytes(g).nodes]
+        ['DequantizeLinear', 'DequantizeLinear', 'PackedMatMulInteger', 'Mul']
+    """
+    consts = dict(graph.constants)
+    values = dict(graph.values)
+    taken = set(consts) | set(values) | {n.name for n in graph.nodes}
+    producers = {o: n for n in graph.nodes for o in n.outputs if o}
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        operands = _qdq_operands(n, graph, producers)
+        if operands is None:
+            nodes.append(n)
+            continue
+        x, x_zero, packed, scale = operands
+        w = _Writer(n, values, consts, taken)
+        inputs = [x, w.constant("quads", packed[0]), w.constant("column_sums", packed[1])]
+        shape = values[n.outputs[0]].shape
+        op = "PackedMatMulInteger"
+        acc = w.node("bytes", op, [*inputs, *x_zero], shape, "float32", INTERNAL_DOMAIN)
+        w.last("Mul", [acc, w.constant("scale", scale)])
+        nodes.extend(w.nodes)
+    return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
+
+
+def _qdq_operands(
+    n: Node, graph: Graph, producers: Mapping[str, Node]
+) -> tuple[str, list[str], tuple[np.ndarray, np.ndarray], np.ndarray] | None:
+    """(a's integers, [a's zero point] or [], the packed weights and column sums, the scales'
+    product per column) of a QDQ MatMul :func:`qdq_matmuls_as_bytes` takes, else None."""
+    if n.op_type != "MatMul" or n.domain:
+        return None
+    da, dw = (producers.get(i) for i in n.inputs[:2])
+    if not all(
+        d is not None and d.op_type == "DequantizeLinear" and not d.domain for d in (da, dw)
+    ):
+        return None
+    assert da is not None and dw is not None
+    c = graph.constants
+
+    def params(d: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The dequantizer's scale and zero point, when constant, unblocked and float32."""
+        scale, zero = d.input(1), d.input(2) if len(d.inputs) > 2 else ""
+        if scale not in c or (zero and zero not in c) or d.attr("block_size", 0):
+            return None
+        s = np.asarray(c[scale])
+        return (s, np.asarray(c[zero]) if zero else None) if s.dtype == np.float32 else None
+
+    a, w_name = da.input(0), dw.input(0)
+    pa, pw = params(da), params(dw)
+    if pa is None or pw is None or w_name not in c or graph.value(a).dtype not in _INTEGERS:
+        return None
+    weights = np.asarray(c[w_name])
+    if weights.dtype.name not in _INTEGERS or len(graph.value(a).shape) < 2:
+        return None
+    (a_scale, a_zero), (w_scale, w_zero) = pa, pw
+    if a_scale.size != 1 or (a_zero is not None and a_zero.size != 1):
+        return None
+    if weights.ndim == 2 and w_scale.size != 1 and dw.attr("axis", 1) not in (1, -1):
+        return None  # (per-row weight scales do not factor out of the sum)
+    packed = _pack(weights, w_zero)
+    if packed is None or w_scale.size not in (1, weights.shape[1]):
+        return None
+    scale = (a_scale.reshape(-1) * w_scale.reshape(-1)).astype(np.float32)
+    x_zero = [da.input(2)] if a_zero is not None else []
+    return a, x_zero, packed, scale
 
 
 def _packed_nodes(
