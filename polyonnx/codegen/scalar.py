@@ -170,7 +170,7 @@ class ScalarEmitter:
                 else b.fptrunc(x, to)
             )
         if is_float(src):
-            return b.fptosi(x, to) if is_signed(dst) else b.fptoui(x, to)
+            return self._float_to_int(x, dst, to)
         signed_src = is_signed(src)
         if is_float(dst):
             return b.sitofp(x, to) if signed_src else b.uitofp(x, to)
@@ -180,6 +180,20 @@ class ScalarEmitter:
         if width_src > width_dst:
             return b.trunc(x, to)
         return b.sext(x, to) if signed_src else b.zext(x, to)
+
+    def _float_to_int(self, x: ir.Value, dst: str, to: ir.Type) -> ir.Value:
+        """A float converted to integer type ``dst`` as the machine converts it: toward zero,
+        an 8- or 16-bit one through int32 and truncated (as C compilers, and so numpy and
+        onnxruntime, do). LLVM calls a value out of range (NaN, 300 to uint8) poison, which
+        later instructions would be free to turn into anything (a Cast to uint8 and back to
+        float gave -2^31 for NaN in one kernel, 0 through memory); frozen, it is the
+        instruction's own answer wherever it is read."""
+        b = self.builder
+        width = scalar_type(to).width
+        if width < 32:
+            wide = b.fptosi(x, like(x.type, I32))
+            return b.trunc(_freeze(b, wide), to)
+        return _freeze(b, b.fptosi(x, to) if is_signed(dst) else b.fptoui(x, to))
 
     def splat(self, v: ir.Value, width: int) -> ir.Value:
         """The scalar ``v`` in every lane of a ``width``-lane vector."""
@@ -260,6 +274,14 @@ class ScalarEmitter:
             )
             r = b.select(fix, b.add(r, y), r)
         return b.select(bad, zero_, r)
+
+
+def _freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """LLVM's ``freeze`` of ``v`` (llvmlite's builder has none): a poison value becomes one
+    fixed value of its type."""
+    instr = ir.Instruction(b.block, v.type, "freeze", [v])
+    b._insert(instr)  # noqa: SLF001 - llvmlite's own way to add an instruction
+    return instr
 
 
 # ---------------------------------------------------------------------- unary ops

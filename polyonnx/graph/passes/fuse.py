@@ -39,6 +39,7 @@ ELEMENTWISE = frozenset(
     {
         "Abs",
         "Add",
+        "Cast",
         "Ceil",
         "Celu",
         "Clip",
