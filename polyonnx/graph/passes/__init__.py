@@ -18,7 +18,7 @@ from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.dead_taps import trim_dead_taps
 from polyonnx.graph.passes.deconv import deconv_as_columns
 from polyonnx.graph.passes.dense import conv_as_gemm
-from polyonnx.graph.passes.fake_quant import fold_quantize_pairs
+from polyonnx.graph.passes.fake_quant import fold_quantize_pairs, unfold_quantizers
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
 from polyonnx.graph.passes.fuse import Group, fuse
 from polyonnx.graph.passes.pad_fold import fold_pads_into_convs
@@ -46,6 +46,7 @@ __all__ = [
     "remove_identities",
     "sink_transposes",
     "trim_dead_taps",
+    "unfold_quantizers",
     "verify",
 ]
 
@@ -79,7 +80,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES, dot4: bool =
         graph = qdq_matmuls_as_bytes(graph)
     graph = fold_constants(graph, max_fold_bytes)
     graph = sink_transposes(remove_identities(qlinear_as_float(graph, dot4)))
-    graph = fold_quantize_pairs(eliminate_common_subexpressions(graph))
+    graph = unfold_quantizers(fold_quantize_pairs(eliminate_common_subexpressions(graph)))
     # BatchNormalization folds into a ConvTranspose's weights before those are regrouped.
     graph = deconv_as_columns(fold_batchnorm(fold_pads_into_convs(graph)))
     graph = merge_affine(batchnorm_to_affine(graph))

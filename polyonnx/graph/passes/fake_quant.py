@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from onnx import helper
 
 from polyonnx.graph.ir import Graph, Node, Value, fresh_name
 from polyonnx.graph.passes.chain import Step, chain
@@ -157,3 +158,88 @@ def _fake_quant(
     if not np.all(d.scale == 1):
         steps.append(Step("Mul", d.scale))
     return chain(dq, x, steps, values, consts, taken)
+
+
+def unfold_quantizers(graph: Graph) -> Graph:
+    """Each QuantizeLinear and DequantizeLinear left alone (not a pair: the integers are read
+    by something else, a byte convolution, a graph output) with float32 data, an 8- or 16-bit
+    integer type and a constant scale and zero point per tensor, as the element-wise ops it
+    amounts to, which fuse into the kernel before them and follow a blocked layout::
+
+        QuantizeLinear(x, s, z)   = Cast(min(max(round(x / s), lo - z), hi - z) + z)
+        DequantizeLinear(q, s, z) = (float32(q) - z) * s
+
+    exactly (see the module docstring; ``/ s`` and ``* s`` left out for a scale of 1, ``+ z``
+    and ``- z`` for a zero point of 0).
+
+    Example:
+        >>> import numpy as np
+        >>> from polyonnx.graph.ir import Graph, Node, Value
+        >>> v = {"x": Value("x", "float32", (1, 4)), "q": Value("q", "uint8", (1, 4))}
+        >>> consts = {"s": np.array(0.5, "float32"), "z": np.array(0, "uint8")}
+        >>> v.update({n: Value(n, str(a.dtype), a.shape) for n, a in consts.items()})
+        >>> g = Graph("g", (v["x"],), (v["q"],), (
+        ...     Node("q", "QuantizeLinear", ("x", "s", "z"), ("q",)),), v, consts)
+        >>> [n.op_type for n in unfold_quantizers(g).nodes]
+        ['Div', 'Round', 'Max', 'Min', 'Cast']
+    """
+    consts = dict(graph.constants)
+    values = dict(graph.values)
+    taken = set(consts) | set(values) | {n.name for n in graph.nodes}
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        integers = n.outputs[0] if n.op_type == "QuantizeLinear" else n.input(0)
+        floats = n.input(0) if n.op_type == "QuantizeLinear" else n.outputs[0]
+        kind = graph.value(integers).dtype if n.op_type.endswith("QuantizeLinear") else ""
+        p = None
+        if (
+            not n.domain
+            and kind in _RANGES
+            and graph.value(floats).dtype == "float32"
+            and (p := _params(graph, n, len(graph.value(floats).shape), kind)) is not None
+            and p.scale.ndim == 0
+        ):
+            nodes.extend(_unfolded(n, p, kind, values, consts, taken))
+        else:
+            nodes.append(n)
+    return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
+
+
+def _unfolded(
+    n: Node,
+    p: _Params,
+    kind: str,
+    values: dict[str, Value],
+    consts: dict[str, np.ndarray],
+    taken: set[str],
+) -> list[Node]:
+    """Quantizer or dequantizer ``n`` (per tensor, parameters ``p``) as element-wise ops."""
+    to = int(helper.np_dtype_to_tensor_dtype(np.dtype(kind if n.op_type[0] == "Q" else "float32")))
+    x, y = n.input(0), n.outputs[0]
+    shape = values[y].shape
+    zero = float(p.zero)
+    if n.op_type == "QuantizeLinear":
+        lo, hi = _RANGES[kind]
+        steps = [] if p.scale == 1 else [Step("Div", p.scale)]
+        steps += [
+            Step("Round"),
+            Step("Max", np.array(lo - zero, np.float32)),
+            Step("Min", np.array(hi - zero, np.float32)),
+        ]
+        steps += [Step("Add", p.zero)] if zero else []
+        rounded = fresh_name(f"{n.name}_rounded", taken)
+        values[rounded] = Value(rounded, "float32", shape)
+        at = Node(n.name, n.op_type, n.inputs, [rounded], guard=n.guard)
+        nodes = chain(at, x, steps, values, consts, taken)
+        nodes[-1] = dataclasses.replace(nodes[-1], name=fresh_name(f"{n.name}_float", taken))
+        return [*nodes, Node(n.name, "Cast", [rounded], [y], {"to": to}, "", n.guard)]
+    widened = fresh_name(f"{n.name}_widened", taken)
+    values[widened] = Value(widened, "float32", shape)
+    cast = Node(
+        fresh_name(f"{n.name}_cast", taken), "Cast", [x], [widened], {"to": to}, "", n.guard
+    )
+    steps = [Step("Sub", p.zero)] if zero else []
+    steps += [] if p.scale == 1 else [Step("Mul", p.scale)]
+    if not steps:
+        return [dataclasses.replace(cast, name=n.name, outputs=(y,))]
+    return [cast, *chain(n, widened, steps, values, consts, taken)]
