@@ -63,7 +63,7 @@ def _input_pads(node: Node, ctx: LowerContext) -> tuple[tuple[int, ...], tuple[i
     if (node.domain, node.op_type) == (INTERNAL_DOMAIN, "WinogradConv"):
         begin, end = input_pads(node, ctx)
         return (0, 0, *begin, 0), (0, 0, *end, 0)
-    if (node.domain, node.op_type) != (INTERNAL_DOMAIN, "ConvBlocked"):
+    if node.domain != INTERNAL_DOMAIN or node.op_type not in ("ConvBlocked", "ConvBlockedBytes"):
         return None
     xs, ws = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])
     rank = len(xs) - (2 if node.attr("plain_input", 0) else 3)

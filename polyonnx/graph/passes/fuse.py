@@ -79,7 +79,9 @@ ELEMENTWISE = frozenset(
 #: form a group of their own.
 ANCHORS = ELEMENTWISE | {"Conv", "Gemm", "MatMul"}
 #: polyonnx's own operators (see :mod:`polyonnx.graph.passes.layout`) that may anchor a group.
-INTERNAL_ANCHORS = frozenset({"ConvBlocked", "PackedMatMulInteger", "WinogradConv"})
+INTERNAL_ANCHORS = frozenset(
+    {"ConvBlocked", "ConvBlockedBytes", "PackedConvInteger", "PackedMatMulInteger", "WinogradConv"}
+)
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,11 @@ class _Rewrite:
         return name
 
     def conv(self, node: Node) -> None:
-        """An eligible Conv as a ConvBlocked on its repacked weights."""
+        """An eligible Conv as a ConvBlocked on its repacked weights (a PackedConvInteger as
+        a ConvBlockedBytes)."""
+        if node.domain == DOMAIN:
+            self.byte_conv(node)
+            return
         x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
         # Too few input channels to block (an RGB image): read them as they are; a value that
         # is blocked already is read with its padding (times zero weights).
@@ -290,6 +294,23 @@ class _Rewrite:
                 {**attrs, "block": self.block, "plain_input": int(plain_input)},
                 DOMAIN,
             )
+        )
+
+    def byte_conv(self, node: Node) -> None:
+        """A PackedConvInteger as a ConvBlockedBytes: its int8 weights repacked to blocks, each
+        four input channels' bytes one int32 (``[OC/b, IC/b, kernel..., b/4, b]``)."""
+        x, w, init, y = (*node.inputs[:3], node.outputs[0])
+        packed = f"{w}__bytes{self.block}"
+        if packed not in self.constants:
+            blocks = _pack_weights(self.graph.constants[w], self.block, False)
+            *outer, b_in, b_out = blocks.shape
+            quads = blocks.reshape(*outer, b_in // 4, 4, b_out).swapaxes(-1, -2)
+            self.constant(packed, np.ascontiguousarray(quads).view(np.int32)[..., 0])
+        attrs = {**dict(node.attrs), "block": self.block}
+        source = self.to_blocked(x)
+        twin = self.twin_of(y)
+        self.nodes.append(
+            Node(node.name, "ConvBlockedBytes", (source, packed, init), (twin,), attrs, DOMAIN)
         )
 
     def constant(self, name: str, array: np.ndarray) -> str:
@@ -365,6 +386,17 @@ class _Rewrite:
         return Node(node.name, node.op_type, tuple(ins), outs, attrs, node.domain)
 
 
+def _byte_conv_eligible(graph: Graph, node: Node, block: int) -> bool:
+    """A PackedConvInteger of static shape whose input and output channels are whole blocks
+    (of at least 4 channels: four bytes of a pixel make one int32)."""
+    if (node.domain, node.op_type) != (DOMAIN, "PackedConvInteger"):
+        return False
+    x, w = graph.value(node.inputs[0]), graph.constants.get(node.inputs[1])
+    if w is None or not x.is_static or len(x.shape) < 3 or block % 4:
+        return False
+    return int(x.shape[1]) % block == 0 and int(w.shape[0]) % block == 0
+
+
 def _eligible(graph: Graph, node: Node, block: int, blocked_input: bool) -> bool:
     """Whether ``node`` is a Conv to run as ``ConvBlocked`` on blocks of ``block`` channels:
     ungrouped with output channels that fit blocks (:func:`_fits`), grouped with whole input
@@ -372,6 +404,8 @@ def _eligible(graph: Graph, node: Node, block: int, blocked_input: bool) -> bool
     group, channels that fit blocks) when its input is blocked already (``blocked_input``: it
     does too little work per element to pay for a layout change). Padded outputs need a
     constant bias (or none), padded with zeros."""
+    if _byte_conv_eligible(graph, node, block):
+        return True
     if not _conv_shapes_static(graph, node):
         return False
     channels = int(graph.value(node.inputs[0]).shape[1])

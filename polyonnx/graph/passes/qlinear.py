@@ -128,6 +128,10 @@ def qlinear_as_float(graph: Graph, dot4: bool = False) -> Graph:
             # (an exact integer cast to int32 and back: the float sum itself)
             nodes.append(Node(n.name, "Identity", [sums[n.inputs[0]]], n.outputs, guard=n.guard))
             continue
+        conv = _packed_conv(n, graph) if dot4 and not n.domain else None
+        if conv is not None:
+            nodes.extend(_packed_conv_nodes(n, conv, values, consts, taken))
+            continue
         packed = _packed(n, graph) if dot4 and not n.domain else None
         if packed is not None:
             written, float_sum = _packed_nodes(
@@ -539,3 +543,67 @@ def _packed_nodes(
     else:
         w.requantize(acc, p.multiplier, p.y_zero)
     return w.nodes, acc
+
+
+@dataclasses.dataclass(frozen=True)
+class _PackedConv:
+    """A QLinearConv as ``PackedConvInteger``: its x, the centred weights (int8), each output
+    channel's initial sum (the bias less x's zero point times the channel's weights), and the
+    requantization multiplier and output zero point."""
+
+    x: str
+    weights: np.ndarray
+    init: np.ndarray
+    multiplier: np.ndarray
+    y_zero: str
+
+
+def _packed_conv(n: Node, graph: Graph) -> _PackedConv | None:
+    """``n`` as a ``PackedConvInteger`` when it is an ungrouped QLinearConv whose centred
+    weights are bytes (int8), whose input channels are a multiple of 4 and whose window reads
+    no padding, or reads it as x's zero point (uint8 x with zero point 0: what a Relu's output
+    quantizes to), else None."""
+    if n.op_type != "QLinearConv" or int(n.attr("group", 1)) != 1:
+        return None
+    r = _roles(n, graph)
+    if r is None or not r["xz"] and graph.value(r["x"]).dtype == "int8":
+        return None
+    c = graph.constants
+    weights = np.asarray(c[r["w"]])
+    if weights.ndim < 3 or weights.shape[1] % 4 or not graph.value(r["x"]).is_static:
+        return None
+    x_zero = int(np.asarray(c[r["xz"]]).reshape(-1)[0]) if r["xz"] else 0
+    unsigned = graph.value(r["x"]).dtype == "uint8"
+    auto_pad = n.attr("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    padded = auto_pad not in ("NOTSET", "VALID") or any(int(p) for p in n.attr("pads", ()) or ())
+    if padded and not (unsigned and x_zero == 0):
+        return None
+    centred = _centred(weights, c.get(r["wz"]), 0)
+    multiplier = _multiplier(c, r, weights.shape[0])
+    if centred is None or multiplier is None or centred.min() < -128 or centred.max() > 127:
+        return None
+    bias = np.asarray(c[r["b"]]).astype(np.int64).reshape(-1) if r["b"] else np.zeros(1, np.int64)
+    byte_zero = x_zero if unsigned else x_zero + 128  # (an int8 x is read as x + 128)
+    init = bias - byte_zero * centred.reshape(centred.shape[0], -1).sum(axis=1)
+    if np.abs(init).max(initial=0) >= 1 << 31:
+        return None
+    return _PackedConv(r["x"], centred.astype(np.int8), init.astype(np.int32), multiplier, r["yz"])
+
+
+def _packed_conv_nodes(
+    n: Node,
+    p: _PackedConv,
+    values: dict[str, Value],
+    consts: dict[str, np.ndarray],
+    taken: set[str],
+) -> list[Node]:
+    """``PackedConvInteger`` (its float32 sum) requantized as the float form is."""
+    w = _Writer(n, values, consts, taken)
+    inputs = [p.x, w.constant("weights", p.weights), w.constant("init", p.init)]
+    y = values[n.outputs[0]]
+    attrs = {k: v for k, v in n.attrs if k != "group"}
+    acc = w.node("bytes", "PackedConvInteger", inputs, y.shape, "float32", INTERNAL_DOMAIN, **attrs)
+    multiplier = p.multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
+    w.requantize(acc, multiplier, p.y_zero)
+    return w.nodes

@@ -45,6 +45,7 @@ from polyonnx.krnl.lower.common import (
 )
 from polyonnx.krnl.lower.conv import padded_input
 from polyonnx.krnl.lower.pool import average_pool
+from polyonnx.krnl.lower.qconv import byte_quad, byte_sum, byte_window
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 
@@ -125,6 +126,58 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
             (init, *nest(reduction_iters, (update,))),
         )
     return Lowered((*prologue, *nests), temps)
+
+
+@register("ConvBlockedBytes", domain=DOMAIN)
+def lower_conv_blocked_bytes(node: Node, ctx: LowerContext) -> Lowered:
+    """``PackedConvInteger`` on blocks (:mod:`polyonnx.graph.passes.layout`): bytes ``X``
+    ``[N, C/b, spatial..., b]``, weights ``W4[OB, IB, kernel..., b/4, b]`` (four input
+    channels' int8 weights to an int32), ``Init[OC]``; four input channels of a pixel are
+    four adjacent bytes, one int32 that every output lane's ``dot4`` shares::
+
+        for n, ob, o..., o:
+          S: acc[n, ob, o.., o] = Init[ob*b + o]
+          for ib, k..., i4:
+            S: acc[..] = acc[..] + dot4(X[n, ib, o*s + k*d.., 4i4 : 4i4+4], W4[ob, ib, k.., i4, o])
+          S: Y[n, ob, o.., o] = float32(acc[..])
+    """
+    x, w, init, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    block = int(node.attr("block"))
+    xs, ws, ys = ctx.shape(x), ctx.shape(w), ctx.shape(y)
+    rank = len(xs) - 3
+    out_blocks, kernel, out_spatial = ws[0], ws[2 : 2 + rank], ys[2 : 2 + rank]
+    if (
+        ctx.dtype(x) not in ("uint8", "int8")
+        or ctx.dtype(w) != "int32"
+        or (ws[1], ws[-2] * 4, ws[-1]) != (xs[1], block, block)
+        or (ys[1], ys[-1], xs[-1]) != (out_blocks, block, block)
+        or ctx.shape(init) != (out_blocks * block,)
+    ):
+        raise ShapeError(
+            f"node {node.name!r} (ConvBlockedBytes): X {ctx.dtype(x)}{list(xs)}, "
+            f"W {ctx.dtype(w)}{list(ws)} and Y {list(ys)} do not agree on blocks of {block}"
+        )
+    win = window(node, ctx, xs[2 : 2 + rank], kernel)
+    check_out_spatial(node, win, xs[2 : 2 + rank], out_spatial, ceil_mode=False)
+    source, prologue, temps, (o_names, k_names, positions) = byte_window(node, ctx, x, win)
+    point = (var("n"), var("ob"), *(var(o) for o in o_names), var("o"))
+    quad = byte_quad(
+        source, ctx.dtype(x), lambda q: (var("n"), var("ib"), *positions, var("i4") * 4 + q)
+    )
+    taps = (*(var(k) for k in k_names), var("i4"), var("o"))
+    body, acc = byte_sum(
+        node,
+        ctx,
+        point,
+        [("n", xs[0]), ("ob", out_blocks), *pairs(o_names, out_spatial), ("o", block)],
+        [("ib", xs[1]), *pairs(k_names, kernel), ("i4", block // 4)],
+        (
+            ir.Load(init, (var("ob") * block + var("o"),), "int32"),
+            quad,
+            ir.Load(w, (var("ob"), var("ib"), *taps), "int32"),
+        ),
+    )
+    return Lowered((*prologue, *body), (*temps, acc))
 
 
 def _depthwise(

@@ -28,13 +28,16 @@ add-then-clip-then-round, the result is the same: the zero point and the bounds 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from polyonnx.errors import ShapeError
-from polyonnx.graph.ir import Node
+from polyonnx.graph.ir import INTERNAL_DOMAIN, Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     Aff,
+    Window,
     load,
     nest,
     pairs,
@@ -42,7 +45,7 @@ from polyonnx.krnl.lower.common import (
     unsupported,
     var,
 )
-from polyonnx.krnl.lower.conv import conv_geometry, pad_input
+from polyonnx.krnl.lower.conv import conv_geometry, pad_input, padded_input
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 I32 = "int32"
@@ -204,3 +207,112 @@ def lower_qlinear_conv(node: Node, ctx: LowerContext) -> Lowered:
         (ir.Stmt("S", ir.Access(y, point), ir.Cast(value, ydt)),),
     )
     return Lowered((*conv.nests, *finish), (*conv.temps, acc), conv.constants)
+
+
+#: An int8 input's four bytes with their sign bits flipped (``x + 128`` each, as uint8).
+_SIGN_BITS = np.array(0x80808080, np.uint32).view(np.int32).item()
+
+
+def byte_quad(x: str, dtype: str, index: Callable[[int], tuple[ir.Index, ...]]) -> ir.Expr:
+    """The four bytes of ``x`` at ``index(0..3)`` as the bytes of one int32, low first, each
+    as unsigned (an int8's sign bit flipped: ``x + 128``): the unsigned operand of ``dot4``."""
+
+    def byte(q: int) -> ir.Expr:
+        v: ir.Expr = ir.Load(x, index(q), dtype)
+        widened = ir.Cast(ir.Bitcast(v, "uint8") if dtype == "int8" else v, I32)
+        return widened if q == 0 else ir.binary("shl", widened, 8 * q)
+
+    quad = ir.binary(
+        "bitor", ir.binary("bitor", byte(0), byte(1)), ir.binary("bitor", byte(2), byte(3))
+    )
+    return ir.binary("bitxor", quad, _SIGN_BITS) if dtype == "int8" else quad
+
+
+def weight_quads(w: np.ndarray, axis: int) -> np.ndarray:
+    """int8 weights with their ``axis`` (a multiple of 4 long) in groups of four bytes, each
+    group one int32 (that axis a quarter as long)."""
+    moved = np.moveaxis(w.astype(np.int8), axis, -1)
+    quads = np.ascontiguousarray(moved).view(np.int32)
+    return np.ascontiguousarray(np.moveaxis(quads, -1, axis))
+
+
+@register("PackedConvInteger", domain=INTERNAL_DOMAIN)
+def lower_packed_conv_integer(node: Node, ctx: LowerContext) -> Lowered:
+    """polyonnx's ``PackedConvInteger(X, W, Init)`` (:mod:`polyonnx.graph.passes.qlinear`):
+    ``Y = float32(Init[oc] + conv(X, W))`` for bytes ``X`` (uint8, or int8 read as ``x + 128``)
+    and int8 weights ``W`` whose input channels are a multiple of 4, four channels at a time
+    with ``dot4``; a window reads the padding as bytes of 0::
+
+        for n, oc, o...:
+          S: acc[n, oc, o...] = Init[oc]
+          for c4, k...:
+            S: acc[..] = acc[..] + dot4(X[n, 4c4 : 4c4 + 4, o*s + k*d...], W4[oc, c4, k...])
+          S: Y[n, oc, o...] = float32(acc[..])
+    """
+    x, w, init, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    weights = ctx.constant(w)
+    if weights is None or ctx.dtype(w) != "int8" or ctx.dtype(x) not in _BYTES:
+        raise unsupported(node, ctx, "weights must be constant int8 and X bytes")
+    geometry = conv_geometry(node, ctx, x, w, y)
+    rank, n_batch, channels, _, out_channels, out_spatial = geometry[:6]
+    group, _, _, kernel, win = geometry[6:]
+    if group != 1 or channels % 4 or ctx.shape(init) != (out_channels,):
+        raise ShapeError(
+            f"node {node.name!r} (PackedConvInteger): {channels} input channels in {group} "
+            f"group(s), Init {list(ctx.shape(init))} for {out_channels} output channels"
+        )
+    source, prologue, temps, (o_names, k_names, positions) = byte_window(node, ctx, x, win)
+    quads = f"{node.name}__w4"
+    point = (var("n"), var("oc"), *(var(o) for o in o_names))
+    quad = byte_quad(source, ctx.dtype(x), lambda q: (var("n"), var("c4") * 4 + q, *positions))
+    w_quad = ir.Load(quads, (var("oc"), var("c4"), *(var(k) for k in k_names)), I32)
+    body, acc = byte_sum(
+        node,
+        ctx,
+        point,
+        [("n", n_batch), ("oc", out_channels), *pairs(o_names, out_spatial)],
+        [("c4", channels // 4), *pairs(k_names, kernel)],
+        (ir.Load(init, (var("oc"),), I32), quad, w_quad),
+    )
+    return Lowered((*prologue, *body), (*temps, acc), ((quads, weight_quads(weights, 1)),))
+
+
+def byte_window(
+    node: Node, ctx: LowerContext, x: str, win: Window
+) -> tuple[str, tuple[ir.Node, ...], tuple[ir.Buffer, ...], tuple[list[str], list[str], list[Aff]]]:
+    """What a byte convolution's window reads: the input (``x``, or its zero-bordered copy:
+    padding reads bytes of 0), the nests that fill a copy and its buffer, and the output and
+    tap iterators with the input position each pair reads."""
+    names = spatial_names(len(win.kernel))
+    o_names, k_names = [f"o{s}" for s in names], [f"k{s}" for s in names]
+    positions = [win.position(k, o_names[k], k_names[k]) for k in range(len(names))]
+    if not (any(win.pads_begin) or any(win.pads_end)):
+        return x, (), (), (o_names, k_names, positions)
+    source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
+    return source, prologue, temps, (o_names, k_names, positions)
+
+
+def byte_sum(
+    node: Node,
+    ctx: LowerContext,
+    point: tuple[Aff, ...],
+    outer: list[tuple[str, int]],
+    reduction: list[tuple[str, int]],
+    terms: tuple[ir.Expr, ir.Expr, ir.Expr],
+) -> tuple[tuple[ir.Node, ...], ir.Buffer]:
+    """The nest summing ``dot4(quad, weights)`` over ``reduction`` from ``initial`` into an
+    int32 accumulator at ``point`` of the output, then writing it as float32 (``terms`` =
+    initial, quad, weights), and that accumulator."""
+    y = node.outputs[0]
+    initial, quad, weights = terms
+    acc = ir.Buffer(f"{node.name}__acc", I32, ctx.shape(y), "temp")
+    at, acc_load = ir.Access(acc.name, point), ir.Load(acc.name, point, I32)
+    body = nest(
+        outer,
+        (
+            ir.Stmt("S", at, initial),
+            *nest(reduction, (ir.Stmt("S", at, acc_load + ir.Binary("dot4", quad, weights)),)),
+            ir.Stmt("S", ir.Access(y, point), ir.Cast(acc_load, "float32")),
+        ),
+    )
+    return body, acc

@@ -248,12 +248,20 @@ class Operand:
 
 
 def operands(nest: ReductionNest, kernel: Kernel, lane: str) -> list[Operand]:
-    """The loads of the nest's update other than its accumulator, each once, by how they move
-    along the loop ``lane``."""
+    """The loads of the nest's update other than its accumulator, each once (the bytes of one
+    word once: a ``dot4``'s quad), by how they move along the loop ``lane``."""
     out = []
+    words: set[tuple] = set()
     for ld in dict.fromkeys(loads(nest.update.body)):
         if ld.buffer == nest.update.write.buffer:
             continue
+        last = ld.index[-1] if ld.index else None
+        if ld.dtype in ("uint8", "int8") and isinstance(last, Aff):
+            # (four adjacent bytes are one word: a ``dot4``'s quad, one int32 load)
+            word = (ld.buffer, ld.index[:-1], Aff(last.terms, last.const // 4))
+            if word in words:
+                continue
+            words.add(word)
         shape = kernel.buffer(ld.buffer).shape
         step = stride(ld.index, shape, lane)
         kind = "vector" if step == 1 else "broadcast" if step == 0 else "gather"

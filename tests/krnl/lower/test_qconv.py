@@ -6,14 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as oh
+from onnx import numpy_helper
 
 import polyonnx
+from polyonnx.codegen.target import dot4_bits
 from polyonnx.errors import ShapeError
+from polyonnx.frontend import import_model
+from polyonnx.graph.passes import optimize, qlinear
+from polyonnx.pipeline import to_graph
 from polyonnx.testing import onnxruntime_outputs
-from tests.krnl.harness import check_op
+from tests.krnl.harness import check_op, graph_from_model, run_krnl
 from tests.reliability.models import const, model, tensor
 
 EXACT = {"rtol": 0.0, "atol": 0.0}
@@ -142,3 +148,92 @@ def test_qlinear_conv_per_channel_x_zero_point_refused() -> None:
     """ONNX quantizes X per tensor: a zero point per input channel is a ShapeError naming it."""
     with pytest.raises(ShapeError, match="'xz'.*single value"):
         polyonnx.InferenceSession(_qconv_model(np.array([1, 2], np.uint8)))
+
+
+def _qlinear_conv_chain(
+    x_dtype: type, x_zero: int, pads: int, c: int = 8, size: int = 5
+) -> tuple[Any, np.ndarray]:
+    """A 3x3 QLinearConv (per-channel weights, bias; ``pads`` on every side) into a 1x1 one,
+    on ``c`` channels of ``size`` x ``size``, and an input for it."""
+    rng = np.random.default_rng(4)
+    info = np.iinfo(x_dtype)
+    inits = {
+        "xs": np.float32(0.05),
+        "xz": np.array(x_zero, x_dtype),
+        "w1": rng.integers(-100, 101, (c, c, 3, 3)).astype(np.int8),
+        "ws1": rng.uniform(0.001, 0.01, c).astype(np.float32),
+        "wz1": np.zeros(c, np.int8),
+        "ys": np.float32(0.2),
+        "yz": np.array(0, x_dtype),
+        "b1": rng.integers(-2000, 2000, c).astype(np.int32),
+        "w2": rng.integers(-100, 101, (c, c, 1, 1)).astype(np.int8),
+        "ws2": np.float32(0.003),
+        "wz2": np.int8(0),
+        "y2s": np.float32(0.3),
+        "y2z": np.array(3, x_dtype),
+    }
+    nodes = [
+        oh.make_node(
+            "QLinearConv",
+            ["x", "xs", "xz", "w1", "ws1", "wz1", "ys", "yz", "b1"],
+            ["h"],
+            pads=[pads] * 4,
+        ),
+        oh.make_node("QLinearConv", ["h", "ys", "yz", "w2", "ws2", "wz2", "y2s", "y2z"], ["y"]),
+    ]
+    elem = oh.np_dtype_to_tensor_dtype(np.dtype(x_dtype))
+    graph = oh.make_graph(
+        nodes,
+        "chain",
+        [oh.make_tensor_value_info("x", elem, [1, c, size, size])],
+        [oh.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.integers(info.min, info.max + 1, (1, c, size, size)).astype(x_dtype)
+    return onnx.shape_inference.infer_shapes(model), x
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "x_zero", "pads"),
+    [(np.uint8, 0, 1), (np.uint8, 7, 0), (np.int8, -5, 0)],
+    ids=["uint8-padded", "uint8-zero-point", "int8"],
+)
+def test_packed_conv_integer_is_the_integer_convolution(
+    x_dtype: type, x_zero: int, pads: int
+) -> None:
+    """QLinearConvs summed four input channels at a time (``PackedConvInteger``, its NCHW
+    lowering, run by the krnl interpreter) give the integer lowering's answer exactly."""
+    model, x = _qlinear_conv_chain(x_dtype, x_zero, pads)
+    graph = optimize(import_model(model), dot4=True)
+    assert [n.op_type for n in graph.nodes].count("PackedConvInteger") == 2
+    got = run_krnl(graph, {"x": x})["y"]
+    want = run_krnl(graph_from_model(model), {"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_padded_window_over_a_nonzero_zero_point_keeps_the_float_form() -> None:
+    """Padding reads bytes of 0, which is x's zero point only when that is 0."""
+    model, _ = _qlinear_conv_chain(np.uint8, 7, 1)
+    ops = [n.op_type for n in optimize(import_model(model), dot4=True).nodes]
+    assert ops.count("PackedConvInteger") == 1 and "Conv" in ops  # (the 1x1 conv reads none)
+
+
+def test_blocked_byte_convolutions_match_the_integer_lowering() -> None:
+    """On this host (VNNI or not), blocked or NCHW: the integer lowering's answer."""
+    model, x = _qlinear_conv_chain(np.uint8, 0, 1, c=32, size=9)
+    with pytest.MonkeyPatch.context() as patch:  # the integer lowering: no rewrite applies
+        patch.setattr(qlinear, "_packed_conv", lambda *args: None)
+        patch.setattr(qlinear, "EXACT", 0)
+        patch.setattr(qlinear, "EXACT_FLOAT64", 0)
+        want = polyonnx.InferenceSession(model, options=polyonnx.Options(cache=False)).run(
+            None, {"x": x}
+        )[0]
+    for blocks in (True, False):
+        options = polyonnx.Options(channel_blocks=blocks, cache=False)
+        got = polyonnx.InferenceSession(model, options=options).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+    if dot4_bits(polyonnx.Options()):
+        ops = [n.op_type for n in to_graph(model).nodes]
+        assert ops.count("ConvBlockedBytes") == 2
