@@ -365,3 +365,56 @@ def test_a_qdq_matmul_on_this_host_matches_onnxruntime() -> None:
     x = {"x": RNG.standard_normal([2, 5, 128]).astype(np.float32)}
     got = polyonnx.InferenceSession(model).run(None, x)[0]
     np.testing.assert_allclose(got, onnxruntime_outputs(model, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def _qdq_conv(pads: int = 1, x_zero: int = 0) -> onnx.ModelProto:
+    """A QDQ Conv as onnxruntime's static quantizer writes it: x -> QuantizeLinear ->
+    DequantizeLinear, per-channel int8 weights, the int32 bias dequantized with the product
+    of the scales."""
+    c = 8
+    w_scale = RNG.uniform(0.001, 0.01, c).astype(np.float32)
+    inits = {
+        "xs": np.float32(0.03),
+        "xz": np.uint8(x_zero),
+        "w": _ints(np.int8, c, c, 3, 3),
+        "ws": w_scale,
+        "wz": np.zeros(c, np.int8),
+        "b": RNG.integers(-5000, 5000, c).astype(np.int32),
+        "bs": (np.float32(0.03) * w_scale).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "xs", "xz"], ["a"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+        helper.make_node("DequantizeLinear", ["b", "bs"], ["bf"], axis=0),
+        helper.make_node("Conv", ["a", "wf", "bf"], ["y"], pads=[pads] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qdq_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def test_a_qdq_conv_sums_bytes_and_scales_once() -> None:
+    """A QDQ Conv is the integers' exact sum times the product of the scales, plus the
+    dequantized bias: the float definition's answer up to float32 rounding."""
+    model = _qdq_conv()
+    graph = optimize(import_model(model), dot4=True)
+    assert "PackedConvInteger" in [n.op_type for n in graph.nodes]
+    x = RNG.standard_normal([1, 8, 6, 6]).astype(np.float32)
+    got = run_krnl(graph, {"x": x})["y"]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_padded_qdq_conv_over_a_nonzero_zero_point_stays_float() -> None:
+    ops = [n.op_type for n in optimize(import_model(_qdq_conv(x_zero=9)), dot4=True).nodes]
+    assert "PackedConvInteger" not in ops and "Conv" in ops
+    ops = [n.op_type for n in optimize(import_model(_qdq_conv(0, 9)), dot4=True).nodes]
+    assert "PackedConvInteger" in ops

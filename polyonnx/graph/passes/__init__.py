@@ -22,7 +22,7 @@ from polyonnx.graph.passes.fake_quant import fold_quantize_pairs, unfold_quantiz
 from polyonnx.graph.passes.fold import DEFAULT_MAX_BYTES, fold_constants
 from polyonnx.graph.passes.fuse import Group, fuse
 from polyonnx.graph.passes.pad_fold import fold_pads_into_convs
-from polyonnx.graph.passes.qlinear import qdq_matmuls_as_bytes, qlinear_as_float
+from polyonnx.graph.passes.qlinear import qdq_as_bytes, qlinear_as_float
 from polyonnx.graph.passes.simplify import remove_identities
 from polyonnx.graph.passes.transpose_sink import sink_transposes
 from polyonnx.graph.passes.verify import verify
@@ -41,7 +41,7 @@ __all__ = [
     "fuse",
     "merge_affine",
     "optimize",
-    "qdq_matmuls_as_bytes",
+    "qdq_as_bytes",
     "qlinear_as_float",
     "remove_identities",
     "sink_transposes",
@@ -65,7 +65,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES, dot4: bool =
     (:mod:`~polyonnx.graph.passes.dead_taps`), drop dead code.
 
     ``dot4``: the target has a byte dot product: quantized MatMuls, QDQ ones included
-    (:func:`~polyonnx.graph.passes.qlinear.qdq_matmuls_as_bytes`), sum bytes with it.
+    (:func:`~polyonnx.graph.passes.qlinear.qdq_as_bytes`), sum bytes with it.
 
     Constant folding runs first because BN folding needs constant Conv weights (models such as
     the ONNX "light" zoo build them with ConstantOfShape).
@@ -77,7 +77,7 @@ def optimize(graph: Graph, max_fold_bytes: int = DEFAULT_MAX_BYTES, dot4: bool =
         ['Conv', 'Relu']
     """
     if dot4:  # (before constant folding turns the weights' DequantizeLinear into floats)
-        graph = qdq_matmuls_as_bytes(graph)
+        graph = qdq_as_bytes(graph)
     graph = fold_constants(graph, max_fold_bytes)
     graph = sink_transposes(remove_identities(qlinear_as_float(graph, dot4)))
     graph = unfold_quantizers(fold_quantize_pairs(eliminate_common_subexpressions(graph)))

@@ -306,6 +306,11 @@ class _Rewrite:
             *outer, b_in, b_out = blocks.shape
             quads = blocks.reshape(*outer, b_in // 4, 4, b_out).swapaxes(-1, -2)
             self.constant(packed, np.ascontiguousarray(quads).view(np.int32)[..., 0])
+        if self.padded(y):
+            init = self.constant(
+                f"{init}__padded{self.block}",
+                _pad_channels(self.graph.constants[init], 0, self.block),
+            )
         attrs = {**dict(node.attrs), "block": self.block}
         source = self.to_blocked(x)
         twin = self.twin_of(y)
@@ -387,14 +392,15 @@ class _Rewrite:
 
 
 def _byte_conv_eligible(graph: Graph, node: Node, block: int) -> bool:
-    """A PackedConvInteger of static shape whose input and output channels are whole blocks
-    (of at least 4 channels: four bytes of a pixel make one int32)."""
+    """A PackedConvInteger of static shape whose input and output channels fit blocks
+    (:func:`_fits`; the padding is zero weights, as for a float conv) of a multiple of 4
+    channels (four bytes of a pixel make one int32)."""
     if (node.domain, node.op_type) != (DOMAIN, "PackedConvInteger"):
         return False
     x, w = graph.value(node.inputs[0]), graph.constants.get(node.inputs[1])
     if w is None or not x.is_static or len(x.shape) < 3 or block % 4:
         return False
-    return int(x.shape[1]) % block == 0 and int(w.shape[0]) % block == 0
+    return _fits(int(x.shape[1]), block) and _fits(int(w.shape[0]), block)
 
 
 def _eligible(graph: Graph, node: Node, block: int, blocked_input: bool) -> bool:

@@ -429,17 +429,18 @@ def _pack(weights: np.ndarray, zero: np.ndarray | None) -> tuple[np.ndarray, np.
     return quads, centred.sum(axis=1).astype(np.int32)
 
 
-def qdq_matmuls_as_bytes(graph: Graph) -> Graph:
-    """Each QDQ MatMul (``MatMul(DequantizeLinear(a), DequantizeLinear(W))`` with constant
-    integer weights and constant scales and zero points) whose weights pack (see
-    :func:`_pack`) as ``PackedMatMulInteger`` of ``a`` times the product of the two scales,
-    for a target with a byte dot product. Runs before constant folding (which would fold
-    ``DequantizeLinear(W)`` into float weights).
+def qdq_as_bytes(graph: Graph) -> Graph:
+    """Each QDQ MatMul or Conv (``op(DequantizeLinear(a), DequantizeLinear(W)[, bias])`` with
+    constant integer weights and constant scales and zero points) that sums bytes
+    (:func:`_pack`, :func:`_conv_bytes`) as ``PackedMatMulInteger`` / ``PackedConvInteger`` of
+    ``a`` times the product of the two scales (plus the bias), for a target with a byte dot
+    product. Runs before constant folding (which would fold ``DequantizeLinear(W)`` into float
+    weights).
 
     The definition dequantizes first and sums the float products; this sums the integers
     exactly and scales once, as onnxruntime's int8 kernels do: the same sum up to float32
     rounding (each product, and each partial sum, is rounded there), as any other order of
-    a float MatMul's sum is. The dequantizations left unread go as dead code.
+    a float sum is. The dequantizations left unread go as dead code.
 
     Example:
         >>> import numpy as np
@@ -453,7 +454,7 @@ def qdq_matmuls_as_bytes(graph: Graph) -> Graph:
         ...     Node("da", "DequantizeLinear", ("q", "s", "z"), ("a",)),
         ...     Node("dw", "DequantizeLinear", ("w", "ws"), ("b",)),
         ...     Node("mm", "MatMul", ("a", "b"), ("y",))), v, consts)
-        >>> [n.op_type for n in qdq_matmuls_as_bytes(g).nodes]
+        >>> [n.op_type for n in qdq_as_bytes(g).nodes]
         ['DequantizeLinear', 'DequantizeLinear', 'PackedMatMulInteger', 'Mul']
     """
     consts = dict(graph.constants)
@@ -462,27 +463,30 @@ def qdq_matmuls_as_bytes(graph: Graph) -> Graph:
     producers = {o: n for n in graph.nodes for o in n.outputs if o}
     nodes: list[Node] = []
     for n in graph.nodes:
-        operands = _qdq_operands(n, graph, producers)
-        if operands is None:
-            nodes.append(n)
-            continue
-        x, x_zero, packed, scale = operands
-        w = _Writer(n, values, consts, taken)
-        inputs = [x, w.constant("quads", packed[0]), w.constant("column_sums", packed[1])]
-        shape = values[n.outputs[0]].shape
-        op = "PackedMatMulInteger"
-        acc = w.node("bytes", op, [*inputs, *x_zero], shape, "float32", INTERNAL_DOMAIN)
-        w.last("Mul", [acc, w.constant("scale", scale)])
-        nodes.extend(w.nodes)
+        q = _qdq_operands(n, graph, producers) if n.op_type in ("MatMul", "Conv") else None
+        written = None if q is None else _qdq_nodes(n, graph, producers, q, values, consts, taken)
+        nodes.extend(written if written is not None else [n])
     return dataclasses.replace(graph, nodes=tuple(nodes), values=values, constants=consts)
 
 
-def _qdq_operands(
-    n: Node, graph: Graph, producers: Mapping[str, Node]
-) -> tuple[str, list[str], tuple[np.ndarray, np.ndarray], np.ndarray] | None:
-    """(a's integers, [a's zero point] or [], the packed weights and column sums, the scales'
-    product per column) of a QDQ MatMul :func:`qdq_matmuls_as_bytes` takes, else None."""
-    if n.op_type != "MatMul" or n.domain:
+@dataclasses.dataclass(frozen=True)
+class _Dequantized:
+    """The integer operands of a QDQ op: a's integers, scale and zero point (its name, ""
+    without), and the constant weights' integers, scale and zero point."""
+
+    a: str
+    a_scale: np.ndarray
+    a_zero: str
+    weights: np.ndarray
+    w_scale: np.ndarray
+    w_zero: np.ndarray | None
+    axis: int
+
+
+def _qdq_operands(n: Node, graph: Graph, producers: Mapping[str, Node]) -> _Dequantized | None:
+    """The dequantized operands of ``n`` when both come from DequantizeLinear with constant,
+    unblocked float32 scales (a's per tensor) and integer data (the weights constant)."""
+    if n.domain:
         return None
     da, dw = (producers.get(i) for i in n.inputs[:2])
     if not all(
@@ -505,19 +509,88 @@ def _qdq_operands(
     if pa is None or pw is None or w_name not in c or graph.value(a).dtype not in _INTEGERS:
         return None
     weights = np.asarray(c[w_name])
-    if weights.dtype.name not in _INTEGERS or len(graph.value(a).shape) < 2:
-        return None
     (a_scale, a_zero), (w_scale, w_zero) = pa, pw
-    if a_scale.size != 1 or (a_zero is not None and a_zero.size != 1):
+    if weights.dtype.name not in _INTEGERS or a_scale.size != 1:
         return None
-    if weights.ndim == 2 and w_scale.size != 1 and dw.attr("axis", 1) not in (1, -1):
-        return None  # (per-row weight scales do not factor out of the sum)
-    packed = _pack(weights, w_zero)
-    if packed is None or w_scale.size not in (1, weights.shape[1]):
+    if a_zero is not None and a_zero.size != 1:
         return None
-    scale = (a_scale.reshape(-1) * w_scale.reshape(-1)).astype(np.float32)
-    x_zero = [da.input(2)] if a_zero is not None else []
-    return a, x_zero, packed, scale
+    zero_name = da.input(2) if a_zero is not None else ""
+    axis = int(dw.attr("axis", 1)) % max(weights.ndim, 1)
+    return _Dequantized(a, a_scale, zero_name, weights, w_scale, w_zero, axis)
+
+
+def _qdq_nodes(
+    n: Node,
+    graph: Graph,
+    producers: Mapping[str, Node],
+    q: _Dequantized,
+    values: dict[str, Value],
+    consts: dict[str, np.ndarray],
+    taken: set[str],
+) -> list[Node] | None:
+    """The nodes computing QDQ ``n`` from bytes, or None when it does not sum bytes."""
+    w = _Writer(n, values, consts, taken)
+    y = values[n.outputs[0]]
+    channels = q.weights.shape[0 if n.op_type == "Conv" else -1]
+    # (per-channel weight scales factor out of the sum only along the output channels)
+    if q.w_scale.size not in (1, channels) or (
+        q.w_scale.size > 1 and q.axis != (0 if n.op_type == "Conv" else q.weights.ndim - 1)
+    ):
+        return None
+    scale = (q.a_scale.reshape(-1) * q.w_scale.reshape(-1)).astype(np.float32)
+    if n.op_type == "MatMul":
+        packed = _pack(q.weights, q.w_zero) if len(graph.value(q.a).shape) >= 2 else None
+        if packed is None:
+            return None
+        inputs = [q.a, w.constant("quads", packed[0]), w.constant("column_sums", packed[1])]
+        inputs += [q.a_zero] if q.a_zero else []
+        acc = w.node("bytes", "PackedMatMulInteger", inputs, y.shape, "float32", INTERNAL_DOMAIN)
+        w.last("Mul", [acc, w.constant("scale", scale)])
+        return w.nodes
+    a_zero = int(np.asarray(graph.constants[q.a_zero]).reshape(-1)[0]) if q.a_zero else 0
+    conv = _conv_bytes(n, graph.value(q.a), a_zero, q.weights, q.w_zero)
+    known = _float_bias(n, graph, producers)
+    if conv is None or known is None:
+        return None
+    centred, init = conv
+    (bias,) = known
+    inputs = [q.a, w.constant("weights", centred), w.constant("init", init.astype(np.int32))]
+    attrs = {k: v for k, v in n.attrs if k != "group"}
+    acc = w.node("bytes", "PackedConvInteger", inputs, y.shape, "float32", INTERNAL_DOMAIN, **attrs)
+    per_channel = (-1,) + (1,) * (len(y.shape) - 2)
+    if bias is None:
+        w.last("Mul", [acc, w.constant("scale", scale.reshape(per_channel))])
+        return w.nodes
+    scaled = w.node(
+        "scaled", "Mul", [acc, w.constant("scale", scale.reshape(per_channel))], y.shape, "float32"
+    )
+    w.last("Add", [scaled, w.constant("bias", bias.reshape(per_channel))])
+    return w.nodes
+
+
+def _float_bias(
+    n: Node, graph: Graph, producers: Mapping[str, Node]
+) -> tuple[np.ndarray | None] | None:
+    """A Conv's bias as a float32 constant: given as one, or the DequantizeLinear of constant
+    integers a quantizer writes (computed here as it computes it); ``(None,)`` without a bias,
+    None when it is computed at run time."""
+    name = n.input(2) if len(n.inputs) > 2 else ""
+    c = graph.constants
+    if not name:
+        return (None,)
+    if name in c:
+        b = np.asarray(c[name])
+        return (b.reshape(-1),) if b.dtype == np.float32 else None
+    d = producers.get(name)
+    if d is None or d.op_type != "DequantizeLinear" or d.domain or d.attr("block_size", 0):
+        return None
+    if not all(i in c for i in d.inputs if i):
+        return None
+    ints, scale = np.asarray(c[d.input(0)]), np.asarray(c[d.input(1)])
+    zero = np.asarray(c[d.input(2)]) if d.input(2) else np.zeros((), ints.dtype)
+    if ints.ndim != 1 or scale.dtype != np.float32 or scale.size not in (1, ints.size):
+        return None
+    return (((ints.astype(np.float32) - zero.astype(np.float32)) * scale).astype(np.float32),)
 
 
 def _packed_nodes(
@@ -563,32 +636,48 @@ def _packed_conv(n: Node, graph: Graph) -> _PackedConv | None:
     weights are bytes (int8), whose input channels are a multiple of 4 and whose window reads
     no padding, or reads it as x's zero point (uint8 x with zero point 0: what a Relu's output
     quantizes to), else None."""
-    if n.op_type != "QLinearConv" or int(n.attr("group", 1)) != 1:
+    if n.op_type != "QLinearConv":
         return None
     r = _roles(n, graph)
-    if r is None or not r["xz"] and graph.value(r["x"]).dtype == "int8":
+    if r is None:
         return None
     c = graph.constants
-    weights = np.asarray(c[r["w"]])
-    if weights.ndim < 3 or weights.shape[1] % 4 or not graph.value(r["x"]).is_static:
-        return None
     x_zero = int(np.asarray(c[r["xz"]]).reshape(-1)[0]) if r["xz"] else 0
-    unsigned = graph.value(r["x"]).dtype == "uint8"
+    conv = _conv_bytes(n, graph.value(r["x"]), x_zero, np.asarray(c[r["w"]]), c.get(r["wz"]))
+    multiplier = _multiplier(c, r, np.asarray(c[r["w"]]).shape[0])
+    if conv is None or multiplier is None:
+        return None
+    centred, init = conv
+    if r["b"]:
+        init = init + np.asarray(c[r["b"]]).astype(np.int64).reshape(-1)
+    if np.abs(init).max(initial=0) >= 1 << 31:
+        return None
+    return _PackedConv(r["x"], centred, init.astype(np.int32), multiplier, r["yz"])
+
+
+def _conv_bytes(
+    n: Node, x: Value, x_zero: int, weights: np.ndarray, w_zero: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The centred int8 weights of ungrouped convolution ``n`` on integers ``x`` (zero point
+    ``x_zero``) and each output channel's initial sum (x's zero point as its bytes are read,
+    times the channel's weights, negated); None unless the weights fit int8, x's channels are
+    a multiple of 4 and the window reads no padding or reads it as x's zero point (uint8 x
+    with zero point 0: what a Relu's output quantizes to; the padding holds bytes of 0)."""
+    if int(n.attr("group", 1)) != 1 or weights.ndim < 3 or weights.shape[1] % 4:
+        return None
+    if weights.dtype.name not in _INTEGERS or not x.is_static or x.dtype not in _INTEGERS:
+        return None
+    unsigned = x.dtype == "uint8"
     auto_pad = n.attr("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
     padded = auto_pad not in ("NOTSET", "VALID") or any(int(p) for p in n.attr("pads", ()) or ())
     if padded and not (unsigned and x_zero == 0):
         return None
-    centred = _centred(weights, c.get(r["wz"]), 0)
-    multiplier = _multiplier(c, r, weights.shape[0])
-    if centred is None or multiplier is None or centred.min() < -128 or centred.max() > 127:
+    centred = _centred(weights, w_zero, 0)
+    if centred is None or centred.min() < -128 or centred.max() > 127:
         return None
-    bias = np.asarray(c[r["b"]]).astype(np.int64).reshape(-1) if r["b"] else np.zeros(1, np.int64)
     byte_zero = x_zero if unsigned else x_zero + 128  # (an int8 x is read as x + 128)
-    init = bias - byte_zero * centred.reshape(centred.shape[0], -1).sum(axis=1)
-    if np.abs(init).max(initial=0) >= 1 << 31:
-        return None
-    return _PackedConv(r["x"], centred.astype(np.int8), init.astype(np.int32), multiplier, r["yz"])
+    return centred.astype(np.int8), -byte_zero * centred.reshape(len(centred), -1).sum(axis=1)
 
 
 def _packed_conv_nodes(
