@@ -418,3 +418,10 @@ def test_a_padded_qdq_conv_over_a_nonzero_zero_point_stays_float() -> None:
     assert "PackedConvInteger" not in ops and "Conv" in ops
     ops = [n.op_type for n in optimize(import_model(_qdq_conv(0, 9)), dot4=True).nodes]
     assert "PackedConvInteger" in ops
+
+
+def test_a_qdq_sum_that_could_wrap_int32_stays_float() -> None:
+    """A QDQ op's definition is a float sum: its byte form must not wrap around int32, so
+    weights deep enough for 255 * sum |w| to reach 2^30 keep the float form."""
+    ops = [n.op_type for n in optimize(import_model(_qdq_matmul(depth=70_000)), dot4=True).nodes]
+    assert "PackedMatMulInteger" not in ops and "MatMul" in ops

@@ -421,7 +421,7 @@ def _pack(weights: np.ndarray, zero: np.ndarray | None) -> tuple[np.ndarray, np.
         return None
     depth, columns = weights.shape
     centred = _centred(weights, zero, 1)  # [N, K]
-    if centred is None or (centred.size and (centred.min() < -128 or centred.max() > 127)):
+    if centred is None or not _fits_bytes(centred):
         return None
     quads = np.ascontiguousarray(
         centred.astype(np.int8).reshape(columns, depth // 4, 4).transpose(1, 0, 2)
@@ -655,6 +655,17 @@ def _packed_conv(n: Node, graph: Graph) -> _PackedConv | None:
     return _PackedConv(r["x"], centred, init.astype(np.int32), multiplier, r["yz"])
 
 
+def _fits_bytes(centred: np.ndarray) -> bool:
+    """Whether centred weights (output channels first) are int8 and every sum of theirs over
+    bytes stays within int32, with room for the initial value: a QDQ op's sum must not wrap
+    (a QLinear op's wraps as its definition does, but such a sum is no real model's)."""
+    if not centred.size:
+        return False
+    if centred.min() < -128 or centred.max() > 127:
+        return False
+    return 255 * int(np.abs(centred).reshape(len(centred), -1).sum(axis=1).max()) < 1 << 30
+
+
 def _conv_bytes(
     n: Node, x: Value, x_zero: int, weights: np.ndarray, w_zero: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -674,7 +685,7 @@ def _conv_bytes(
     if padded and not (unsigned and x_zero == 0):
         return None
     centred = _centred(weights, w_zero, 0)
-    if centred is None or centred.min() < -128 or centred.max() > 127:
+    if centred is None or not _fits_bytes(centred):
         return None
     byte_zero = x_zero if unsigned else x_zero + 128  # (an int8 x is read as x + 128)
     return centred.astype(np.int8), -byte_zero * centred.reshape(len(centred), -1).sum(axis=1)
