@@ -58,6 +58,12 @@ def check(case: Case) -> Outcome:
             except PolyonnxError as e:
                 return Outcome("fail", f"refused a model onnxruntime runs: {type(e).__name__}: {e}")
             diff = compare(got, want)
+            if diff and not compare(
+                got, onnxruntime_outputs(case.model, case.feeds, optimize=False)
+            ):
+                # (onnxruntime's graph optimizer changed the answer: a Transpose fused into a
+                # MatMul by a 1-D B, for one; its unoptimized run agrees with polyonnx)
+                return Outcome("pass", f"onnxruntime's optimized graph differs: {diff}")
             return Outcome("fail", diff) if diff else Outcome("pass")
         try:
             sess = _session(case.model)
