@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from polyonnx.graph.ir import Node
+
 
 def spread_pads(
     pads: Sequence[int], axes: Sequence[int] | None, rank: int
@@ -29,3 +31,10 @@ def spread_pads(
     for k, axis in enumerate(axes):
         begins[axis], ends[axis] = int(pads[k]), int(pads[len(axes) + k])
     return begins, ends
+
+
+def reads_no_padding(n: Node) -> bool:
+    """Whether convolution (or pool) ``n``'s window never reads padding: ``pads`` all zero and
+    ``auto_pad`` NOTSET or VALID (SAME_* pads as the kernel needs)."""
+    no_pads = all(int(p) == 0 for p in n.attr("pads", ()) or ())
+    return no_pads and n.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")

@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from polyonnx.graph.ir import Graph, Node, Value, fresh_name
+from polyonnx.graph.pads import reads_no_padding
 
 #: Weights below this stay in a conv: a few thousand multiply-adds, where an activation kept
 #: in the conv's kernel saves more than the Gemm's layout of the weights.
@@ -65,14 +66,10 @@ def _is_dense(n: Node, graph: Graph) -> bool:
     if w.nbytes < MIN_WEIGHT_BYTES:
         return False
     spatial = x.dims[2:]
-    flat = all(int(p) == 0 for p in n.attr("pads", ())) and n.attr("auto_pad", "NOTSET") in (
-        "NOTSET",
-        "VALID",
-    )
     return (
         int(n.attr("group", 1)) == 1
         and all(int(d) == 1 for d in n.attr("dilations", ()))
-        and flat
+        and reads_no_padding(n)
         and len(spatial) >= 1
         and tuple(w.shape[2:]) == spatial
         and all(d == 1 for d in y.dims[2:])

@@ -135,6 +135,19 @@ def _params(graph: Graph, n: Node, rank: int, between: str) -> _Params | None:
     return _Params(scale.reshape(shape), zero.astype(np.float32).reshape(shape))
 
 
+def _quantize_steps(q: _Params, kind: str) -> list[Step]:
+    """A quantizer's float ops up to its zero point: ``min(max(round(x / s), lo - z), hi -
+    z)`` for integers of type ``kind`` (no division by a scale of 1: integer-valued data)."""
+    lo, hi = _RANGES[kind]
+    steps = [] if np.all(q.scale == 1) else [Step("Div", q.scale)]
+    return [
+        *steps,
+        Step("Round"),
+        Step("Max", np.float32(lo) - q.zero),
+        Step("Min", np.float32(hi) - q.zero),
+    ]
+
+
 def _fake_quant(
     x: str,
     dq: Node,
@@ -146,13 +159,7 @@ def _fake_quant(
     taken: set[str],
 ) -> list[Node]:
     """The nodes computing ``dq``'s output from the quantizer's input ``x``."""
-    lo, hi = _RANGES[between]
-    steps = [] if np.all(q.scale == 1) else [Step("Div", q.scale)]  # (1: integer-valued)
-    steps += [
-        Step("Round"),
-        Step("Max", np.float32(lo) - q.zero),
-        Step("Min", np.float32(hi) - q.zero),
-    ]
+    steps = _quantize_steps(q, between)
     if np.any(q.zero != d.zero):
         steps.append(Step("Add", q.zero - d.zero))
     if not np.all(d.scale == 1):
@@ -219,14 +226,7 @@ def _unfolded(
     shape = values[y].shape
     zero = float(p.zero)
     if n.op_type == "QuantizeLinear":
-        lo, hi = _RANGES[kind]
-        steps = [] if p.scale == 1 else [Step("Div", p.scale)]
-        steps += [
-            Step("Round"),
-            Step("Max", np.array(lo - zero, np.float32)),
-            Step("Min", np.array(hi - zero, np.float32)),
-        ]
-        steps += [Step("Add", p.zero)] if zero else []
+        steps = [*_quantize_steps(p, kind), *([Step("Add", p.zero)] if zero else [])]
         rounded = fresh_name(f"{n.name}_rounded", taken)
         values[rounded] = Value(rounded, "float32", shape)
         at = Node(n.name, n.op_type, n.inputs, [rounded], guard=n.guard)

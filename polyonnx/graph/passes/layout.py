@@ -61,6 +61,7 @@ from polyonnx.graph.ir import INTERNAL_DOMAIN as DOMAIN
 from polyonnx.graph.ir import Graph, Node, Value
 from polyonnx.graph.passes.dce import eliminate_dead_code
 from polyonnx.graph.passes.fuse import ELEMENTWISE
+from polyonnx.graph.passes.qlinear import byte_quads
 
 MAX_PAD_WASTE = 1.5
 """The padded channels a blocked conv may compute per real channel (72 channels in blocks of
@@ -303,9 +304,7 @@ class _Rewrite:
         packed = f"{w}__bytes{self.block}"
         if packed not in self.constants:
             blocks = _pack_weights(self.graph.constants[w], self.block, False)
-            *outer, b_in, b_out = blocks.shape
-            quads = blocks.reshape(*outer, b_in // 4, 4, b_out).swapaxes(-1, -2)
-            self.constant(packed, np.ascontiguousarray(quads).view(np.int32)[..., 0])
+            self.constant(packed, byte_quads(blocks, -2))
         if self.padded(y):
             init = self.constant(
                 f"{init}__padded{self.block}",

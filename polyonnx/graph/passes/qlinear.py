@@ -70,6 +70,7 @@ import numpy as np
 from onnx import TensorProto
 
 from polyonnx.graph.ir import INTERNAL_DOMAIN, Graph, Node, Value, fresh_name
+from polyonnx.graph.pads import reads_no_padding
 
 EXACT_ATTR = "exact_integers"
 """The attribute (1) of a Conv this pass writes: its sum must stay exact, so no later pass may
@@ -317,6 +318,23 @@ class _Writer:
         n = self.n
         self.nodes.append(Node(n.name, op, inputs, n.outputs, attrs, domain, n.guard))
 
+    def packed_matmul(
+        self, x: str, x_zero: str, packed: tuple[np.ndarray, np.ndarray]
+    ) -> list[str]:
+        """The inputs of a ``PackedMatMulInteger`` of ``x`` by ``packed`` (the weights' quads
+        and column sums, see :func:`_pack`)."""
+        quads, sums = self.constant("quads", packed[0]), self.constant("column_sums", packed[1])
+        return [x, quads, sums, *([x_zero] if x_zero else [])]
+
+    def packed_conv(self, x: str, weights: np.ndarray, init: np.ndarray) -> str:
+        """A ``PackedConvInteger`` of ``x`` by centred int8 ``weights`` from ``init``, with
+        ``n``'s window: its float32 sum."""
+        n, y = self.n, self.values[self.n.outputs[0]]
+        inputs = [x, self.constant("weights", weights), self.constant("init", init)]
+        attrs = {k: v for k, v in n.attrs if k != "group"}
+        op = "PackedConvInteger"
+        return self.node("bytes", op, inputs, y.shape, "float32", INTERNAL_DOMAIN, **attrs)
+
     def requantize(self, acc32: str, multiplier: np.ndarray, y_zero: str) -> None:
         """``n``'s output: ``QuantizeLinear(acc32 * multiplier, 1, y_zero)``."""
         shape = self.values[self.n.outputs[0]].shape
@@ -419,14 +437,20 @@ def _pack(weights: np.ndarray, zero: np.ndarray | None) -> tuple[np.ndarray, np.
     multiple of 4 and the centred weights fit int8."""
     if weights.ndim != 2 or weights.shape[0] % 4:
         return None
-    depth, columns = weights.shape
     centred = _centred(weights, zero, 1)  # [N, K]
     if centred is None or not _fits_bytes(centred):
         return None
-    quads = np.ascontiguousarray(
-        centred.astype(np.int8).reshape(columns, depth // 4, 4).transpose(1, 0, 2)
-    ).view(np.int32)[..., 0]
+    quads = np.ascontiguousarray(byte_quads(centred, 1).T)
     return quads, centred.sum(axis=1).astype(np.int32)
+
+
+def byte_quads(weights: np.ndarray, axis: int) -> np.ndarray:
+    """Weights that fit int8 with their ``axis`` (a multiple of 4 long) in groups of four
+    bytes, each group one int32, lowest index in the lowest byte (that axis a quarter as long):
+    the signed operand of krnl's ``dot4``."""
+    moved = np.moveaxis(weights.astype(np.int8), axis, -1)
+    quads = np.ascontiguousarray(moved).view(np.int32)
+    return np.ascontiguousarray(np.moveaxis(quads, -1, axis))
 
 
 def qdq_as_bytes(graph: Graph) -> Graph:
@@ -460,7 +484,7 @@ def qdq_as_bytes(graph: Graph) -> Graph:
     consts = dict(graph.constants)
     values = dict(graph.values)
     taken = set(consts) | set(values) | {n.name for n in graph.nodes}
-    producers = {o: n for n in graph.nodes for o in n.outputs if o}
+    producers = graph.producers()
     nodes: list[Node] = []
     for n in graph.nodes:
         q = _qdq_operands(n, graph, producers) if n.op_type in ("MatMul", "Conv") else None
@@ -542,8 +566,7 @@ def _qdq_nodes(
         packed = _pack(q.weights, q.w_zero) if len(graph.value(q.a).shape) >= 2 else None
         if packed is None:
             return None
-        inputs = [q.a, w.constant("quads", packed[0]), w.constant("column_sums", packed[1])]
-        inputs += [q.a_zero] if q.a_zero else []
+        inputs = w.packed_matmul(q.a, q.a_zero, packed)
         acc = w.node("bytes", "PackedMatMulInteger", inputs, y.shape, "float32", INTERNAL_DOMAIN)
         w.last("Mul", [acc, w.constant("scale", scale)])
         return w.nodes
@@ -554,9 +577,7 @@ def _qdq_nodes(
         return None
     centred, init = conv
     (bias,) = known
-    inputs = [q.a, w.constant("weights", centred), w.constant("init", init.astype(np.int32))]
-    attrs = {k: v for k, v in n.attrs if k != "group"}
-    acc = w.node("bytes", "PackedConvInteger", inputs, y.shape, "float32", INTERNAL_DOMAIN, **attrs)
+    acc = w.packed_conv(q.a, centred, init.astype(np.int32))
     per_channel = (-1,) + (1,) * (len(y.shape) - 2)
     if bias is None:
         w.last("Mul", [acc, w.constant("scale", scale.reshape(per_channel))])
@@ -604,8 +625,7 @@ def _packed_nodes(
     """The nodes replacing ``n`` by its ``PackedMatMulInteger`` (then requantized as the float
     form is), and the float32 value of its sum ("" where only the int32 sum is made)."""
     w = _Writer(n, values, consts, taken)
-    inputs = [p.x, w.constant("quads", p.quads), w.constant("column_sums", p.column_sums)]
-    inputs += [p.x_zero] if p.x_zero else []
+    inputs = w.packed_matmul(p.x, p.x_zero, (p.quads, p.column_sums))
     op = "PackedMatMulInteger"
     if p.multiplier is None and not read_as_float:  # (the int32 sum itself)
         w.last(op, inputs, INTERNAL_DOMAIN)
@@ -643,8 +663,9 @@ def _packed_conv(n: Node, graph: Graph) -> _PackedConv | None:
         return None
     c = graph.constants
     x_zero = int(np.asarray(c[r["xz"]]).reshape(-1)[0]) if r["xz"] else 0
-    conv = _conv_bytes(n, graph.value(r["x"]), x_zero, np.asarray(c[r["w"]]), c.get(r["wz"]))
-    multiplier = _multiplier(c, r, np.asarray(c[r["w"]]).shape[0])
+    weights = np.asarray(c[r["w"]])
+    conv = _conv_bytes(n, graph.value(r["x"]), x_zero, weights, c.get(r["wz"]))
+    multiplier = _multiplier(c, r, weights.shape[0])
     if conv is None or multiplier is None:
         return None
     centred, init = conv
@@ -679,10 +700,7 @@ def _conv_bytes(
     if weights.dtype.name not in _INTEGERS or not x.is_static or x.dtype not in _INTEGERS:
         return None
     unsigned = x.dtype == "uint8"
-    auto_pad = n.attr("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    padded = auto_pad not in ("NOTSET", "VALID") or any(int(p) for p in n.attr("pads", ()) or ())
-    if padded and not (unsigned and x_zero == 0):
+    if not reads_no_padding(n) and not (unsigned and x_zero == 0):
         return None
     centred = _centred(weights, w_zero, 0)
     if centred is None or not _fits_bytes(centred):
@@ -700,10 +718,7 @@ def _packed_conv_nodes(
 ) -> list[Node]:
     """``PackedConvInteger`` (its float32 sum) requantized as the float form is."""
     w = _Writer(n, values, consts, taken)
-    inputs = [p.x, w.constant("weights", p.weights), w.constant("init", p.init)]
-    y = values[n.outputs[0]]
-    attrs = {k: v for k, v in n.attrs if k != "group"}
-    acc = w.node("bytes", "PackedConvInteger", inputs, y.shape, "float32", INTERNAL_DOMAIN, **attrs)
-    multiplier = p.multiplier.reshape((-1,) + (1,) * (len(y.shape) - 2))
+    acc = w.packed_conv(p.x, p.weights, p.init)
+    multiplier = p.multiplier.reshape((-1,) + (1,) * (len(values[n.outputs[0]].shape) - 2))
     w.requantize(acc, multiplier, p.y_zero)
     return w.nodes

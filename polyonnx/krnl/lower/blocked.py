@@ -177,7 +177,7 @@ def lower_conv_blocked_bytes(node: Node, ctx: LowerContext) -> Lowered:
             ir.Load(w, (var("ob"), var("ib"), *taps), "int32"),
         ),
     )
-    return Lowered((*prologue, *body), (*temps, acc))
+    return Lowered((*prologue, *body), (*temps, *acc))
 
 
 def _depthwise(

@@ -34,6 +34,7 @@ import numpy as np
 
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import INTERNAL_DOMAIN, Node
+from polyonnx.graph.passes.qlinear import byte_quads
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
     Aff,
@@ -228,14 +229,6 @@ def byte_quad(x: str, dtype: str, index: Callable[[int], tuple[ir.Index, ...]]) 
     return ir.binary("bitxor", quad, _SIGN_BITS) if dtype == "int8" else quad
 
 
-def weight_quads(w: np.ndarray, axis: int) -> np.ndarray:
-    """int8 weights with their ``axis`` (a multiple of 4 long) in groups of four bytes, each
-    group one int32 (that axis a quarter as long)."""
-    moved = np.moveaxis(w.astype(np.int8), axis, -1)
-    quads = np.ascontiguousarray(moved).view(np.int32)
-    return np.ascontiguousarray(np.moveaxis(quads, -1, axis))
-
-
 @register("PackedConvInteger", domain=INTERNAL_DOMAIN)
 def lower_packed_conv_integer(node: Node, ctx: LowerContext) -> Lowered:
     """polyonnx's ``PackedConvInteger(X, W, Init)`` (:mod:`polyonnx.graph.passes.qlinear`):
@@ -274,7 +267,7 @@ def lower_packed_conv_integer(node: Node, ctx: LowerContext) -> Lowered:
         [("c4", channels // 4), *pairs(k_names, kernel)],
         (ir.Load(init, (var("oc"),), I32), quad, w_quad),
     )
-    return Lowered((*prologue, *body), (*temps, acc), ((quads, weight_quads(weights, 1)),))
+    return Lowered((*prologue, *body), (*temps, *acc), ((quads, byte_quads(weights, 1)),))
 
 
 def byte_window(
@@ -299,20 +292,22 @@ def byte_sum(
     outer: list[tuple[str, int]],
     reduction: list[tuple[str, int]],
     terms: tuple[ir.Expr, ir.Expr, ir.Expr],
-) -> tuple[tuple[ir.Node, ...], ir.Buffer]:
-    """The nest summing ``dot4(quad, weights)`` over ``reduction`` from ``initial`` into an
-    int32 accumulator at ``point`` of the output, then writing it as float32 (``terms`` =
-    initial, quad, weights), and that accumulator."""
+) -> tuple[tuple[ir.Node, ...], tuple[ir.Buffer, ...]]:
+    """The nest summing ``dot4(quad, weights)`` over ``reduction`` from ``initial`` (``terms``
+    = initial, quad, weights) at ``point`` of the output: into an int32 output itself, or into
+    an int32 accumulator then written as the float32 output; and that accumulator's buffer."""
     y = node.outputs[0]
     initial, quad, weights = terms
     acc = ir.Buffer(f"{node.name}__acc", I32, ctx.shape(y), "temp")
-    at, acc_load = ir.Access(acc.name, point), ir.Load(acc.name, point, I32)
+    into = y if ctx.dtype(y) == I32 else acc.name
+    at, acc_load = ir.Access(into, point), ir.Load(into, point, I32)
+    finish = () if into == y else (ir.Stmt("S", ir.Access(y, point), ir.Cast(acc_load, "float32")),)
     body = nest(
         outer,
         (
             ir.Stmt("S", at, initial),
             *nest(reduction, (ir.Stmt("S", at, acc_load + ir.Binary("dot4", quad, weights)),)),
-            ir.Stmt("S", ir.Access(y, point), ir.Cast(acc_load, "float32")),
+            *finish,
         ),
     )
-    return body, acc
+    return body, (acc,) if finish else ()

@@ -30,6 +30,7 @@ from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import INTERNAL_DOMAIN, Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import Aff, broadcast_index, nest, unsupported, var
+from polyonnx.krnl.lower.qconv import byte_quad, byte_sum
 from polyonnx.krnl.lower.registry import LowerContext, Lowered, register
 
 I32 = "int32"
@@ -129,10 +130,6 @@ def lower_qlinear_matmul(node: Node, ctx: LowerContext) -> Lowered:
     return Lowered(nest(iters, (*body, finish)), (acc,))
 
 
-#: An int8 A's four bytes with their sign bits flipped (``a + 128`` each, as uint8).
-_SIGN_BITS = np.array(0x80808080, np.uint32).view(np.int32).item()
-
-
 @register("PackedMatMulInteger", domain=INTERNAL_DOMAIN)
 def lower_packed_matmul_integer(node: Node, ctx: LowerContext) -> Lowered:
     """``Y = (A - a_zero_point) @ B`` four bytes at a time: see the module docstring."""
@@ -155,40 +152,20 @@ def lower_packed_matmul_integer(node: Node, ctx: LowerContext) -> Lowered:
         )
     names = [f"b{d}" for d in range(len(ys) - 2)]
     out = (*(var(n) for n in names), var("i"), var("j"))
-    k = var("k")
-
-    def byte(q: int) -> ir.Expr:
-        v: ir.Expr = ir.Load(a, (*out[:-1], k * 4 + q), ctx.dtype(a))
-        if signed:
-            v = ir.Bitcast(v, "uint8")
-        shifted = ir.Cast(v, I32)
-        return shifted if q == 0 else ir.binary("shl", shifted, 8 * q)
-
-    quad = ir.binary(
-        "bitor", ir.binary("bitor", byte(0), byte(1)), ir.binary("bitor", byte(2), byte(3))
-    )
-    if signed:
-        quad = ir.binary("bitxor", quad, _SIGN_BITS)
-    zero: ir.Expr = ir.Const(128 if signed else 0, I32)
+    quad = byte_quad(a, ctx.dtype(a), lambda q: (*out[:-1], var("k") * 4 + q))
+    zero: ir.Expr = ir.Const(128 if signed else 0, I32)  # (an int8 A is read as A + 128)
     if a_zp:
         zero = _required(ctx, a_zp, var("i"), I32) + zero
-    float_out = ctx.dtype(y) == "float32"
-    acc = ir.Buffer(f"{node.name}__acc", I32, tuple(ys)) if float_out else None
-    at = ir.Access(acc.name if acc else y, out)
-    acc_load = ir.Load(at.buffer, out, I32)
-    column_sum = ir.Load(sums, (var("j"),), I32)
-    body: tuple[ir.Node, ...] = (
-        ir.Stmt("S", at, ir.Const(0, I32) - zero * column_sum),
-        *nest(
-            [("k", quads)],
-            (
-                ir.Stmt(
-                    "S", at, acc_load + ir.Binary("dot4", quad, ir.Load(packed, (k, var("j")), I32))
-                ),
-            ),
+    body, acc = byte_sum(
+        node,
+        ctx,
+        out,
+        [*zip(names, ys[:-2], strict=True), ("i", ys[-2]), ("j", ys[-1])],
+        [("k", quads)],
+        (
+            ir.Const(0, I32) - zero * ir.Load(sums, (var("j"),), I32),
+            quad,
+            ir.Load(packed, (var("k"), var("j")), I32),
         ),
     )
-    if acc is not None:
-        body = (*body, ir.Stmt("S", ir.Access(y, out), ir.Cast(acc_load, "float32")))
-    iters = [*zip(names, ys[:-2], strict=True), ("i", ys[-2]), ("j", ys[-1])]
-    return Lowered(nest(iters, body), (acc,) if acc else ())
+    return Lowered(body, acc)
