@@ -25,6 +25,8 @@ _CPU = Path("/sys/devices/system/cpu")
 
 def fingerprint() -> dict[str, Any]:
     """What the machine is: see the module docstring."""
+    import llvmlite.binding as llvm
+
     from polyonnx.codegen.target import host_cpu, vector_bits
     from polyonnx.options import Options
 
@@ -34,6 +36,8 @@ def fingerprint() -> dict[str, Any]:
         "llvm": {
             "triple": triple,
             "cpu": cpu,
+            # (LLVM's name from CPUID's model number, where the features overrule it)
+            "cpu_by_model_number": llvm.get_host_cpu_name(),
             "vector_bits": vector_bits(Options()),
             "features": sorted(f[1:] for f in features.split(",") if f.startswith("+")),
         },

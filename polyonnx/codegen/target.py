@@ -62,13 +62,45 @@ def llvm_version() -> str:
 @functools.cache
 def host_cpu() -> tuple[str, str, str]:
     """(triple, cpu name, feature string) of this machine (asked once: every kernel's
-    codegen configuration starts from it)."""
+    codegen configuration starts from it). The name is LLVM's, unless the features
+    contradict it (:func:`cpu_for_features`)."""
     init_llvm()
+    features = llvm.get_host_cpu_features().flatten()
     return (
         llvm.get_process_triple(),
-        llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(),
+        cpu_for_features(llvm.get_host_cpu_name(), features),
+        features,
     )
+
+
+#: x86 CPUs with AMX tiles, as LLVM names them (Emerald Rapids is Sapphire Rapids' model).
+AMX_CPUS = frozenset(
+    {"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids"}
+)
+
+
+def cpu_for_features(name: str, features: str) -> str:
+    """The CPU LLVM should schedule and tune for, given the host's name and its features.
+
+    LLVM names the host from CPUID's family and model, which a hypervisor may report as
+    another part's: KVM has shown a Xeon with AMX and AVX512-FP16 as model 167, which LLVM
+    calls ``rocketlake``, a desktop core, and code scheduled for that ran ResNet50 6% slower
+    than for ``sapphirerapids`` (docs/performance.md, Codegen). The features come from
+    CPUID's feature bits, which a guest must see truly to use them: where they hold AMX tiles
+    and the name is no AMX CPU, the name is the first server generation with those features.
+
+    Example:
+        >>> cpu_for_features("rocketlake", "+avx512f,+avx512fp16,+amx-tile")
+        'sapphirerapids'
+        >>> cpu_for_features("rocketlake", "+avx512f,+amx-tile,+amx-fp16")
+        'graniterapids'
+        >>> cpu_for_features("znver5", "+avx512f")
+        'znver5'
+    """
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if "amx-tile" not in enabled or name in AMX_CPUS:
+        return name
+    return "graniterapids" if "amx-fp16" in enabled else "sapphirerapids"
 
 
 def vector_bits(options: Options) -> int:

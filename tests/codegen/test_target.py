@@ -102,3 +102,16 @@ def test_optimize_frees_its_pass_pipeline() -> None:
         once()
     gc.collect()
     assert _rss_bytes() - before < 4 << 20  # (13 MB before the fix)
+
+
+def test_features_overrule_a_cpu_name_from_a_masked_model_number() -> None:
+    """A hypervisor's model number can name a desktop core where the features are a Xeon's
+    (AMX tiles): the code is scheduled for the Xeon; other names are kept."""
+    from polyonnx.codegen.target import cpu_for_features
+
+    xeon = "+avx512f,+avx512fp16,+amx-bf16,+amx-int8,+amx-tile"
+    assert cpu_for_features("rocketlake", xeon) == "sapphirerapids"
+    assert cpu_for_features("icelake-client", xeon + ",+amx-fp16") == "graniterapids"
+    assert cpu_for_features("emeraldrapids", xeon) == "emeraldrapids"
+    assert cpu_for_features("rocketlake", "+avx512f,+avx512fp16,-amx-tile") == "rocketlake"
+    assert cpu_for_features("znver5", "+avx512f,+avx512vnni") == "znver5"
