@@ -1,12 +1,14 @@
 """The host's FP32 FMA peak, measured by a kernel polyonnx generates.
 
-The kernel is a krnl statement ``acc[r, l] = acc[r, l] * ab[0] + ab[1]`` run for ``iterations``
+The kernel is a krnl statement ``acc[r, l] = acc[r, l] + acc[r, l] * m[0]`` run for ``iterations``
 steps over a small accumulator block: ``rows`` rows (unrolled) of one vector of ``l`` lanes each
 (the widest float32 vector of the target, :func:`polyonnx.codegen.target.vector_bits`). The loops
 are a hand-built loop AST (``for t { unroll: for r { vector: for l { S0 } } }``) JIT-compiled with
 :func:`polyonnx.codegen.kernel_call.kernel_callable`; LLVM keeps the block in registers and fuses
-the multiply-add into one FMA (polyonnx emits ``contract``), so the loop is ``rows`` independent
-FMA chains: enough to cover the FMA latency on every port. :func:`hot_loop` finds the hot loop in
+the multiply-add into one FMA (an accumulation's ``acc + x * w``, the one form polyonnx emits
+with ``contract``: a conv's or GEMM's; with ``x`` the accumulator, not a loop invariant that
+LLVM would multiply once, out of the loop), so the loop is ``rows`` independent FMA chains:
+enough to cover the FMA latency on every port. :func:`hot_loop` finds the hot loop in
 the assembly, to count its FMAs.
 
 Several threads: that many Python threads call the kernel at once, each on its own block (ctypes
@@ -75,11 +77,10 @@ def fma_kernel(rows: int, lanes: int, iterations: int) -> tuple[Kernel, tuple[la
     """The krnl kernel and its loop AST (see the module docstring)."""
     r, lane = Aff.var("r"), Aff.var("l")
     acc = Load("acc", (r, lane), "float32")
-    mul, add = Load("ab", (Aff.lift(0),), "float32"), Load("ab", (Aff.lift(1),), "float32")
-    stmt = Stmt("S0", Access("acc", (r, lane)), acc * mul + add)
+    stmt = Stmt("S0", Access("acc", (r, lane)), acc + acc * Load("m", (Aff.lift(0),), "float32"))
     kernel = Kernel(
         "fma_peak",
-        (Buffer("acc", "float32", (rows, lanes), "output"), Buffer("ab", "float32", (2,), "input")),
+        (Buffer("acc", "float32", (rows, lanes), "output"), Buffer("m", "float32", (1,), "input")),
         (Loop("t", 0, iterations, (Loop("r", 0, rows, (Loop("l", 0, lanes, (stmt,)),)),)),),
     )
 
@@ -173,11 +174,11 @@ class PeakKernel:
         return f"{len(fmas)}/{len(self.loop)} ({reg})"
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """A fresh accumulator block and the operands (0.5, 0.5: the block converges to 1, no
-        denormals or infinities whatever the iteration count)."""
+        """A fresh accumulator block of ones and the factor -2^-30: ``1 - 2^-30`` rounds to 1,
+        so the block stays 1 (no denormals or infinities whatever the iteration count)."""
         return {
-            "acc": np.zeros((self.rows, self.lanes), np.float32),
-            "ab": np.array([0.5, 0.5], np.float32),
+            "acc": np.ones((self.rows, self.lanes), np.float32),
+            "m": np.array([-(2.0**-30)], np.float32),
         }
 
 
@@ -194,7 +195,7 @@ def build_peak(
     peak = PeakKernel(run, width, rows, lanes, iterations, hot_loop(assembly(kernel, ast, options)))
     arrays = peak.arrays()
     run(arrays)
-    if not np.allclose(arrays["acc"], 1.0):
+    if not np.array_equal(arrays["acc"], np.ones_like(arrays["acc"])):
         raise RuntimeError("FMA kernel computed a wrong result")
     return peak
 
