@@ -25,9 +25,7 @@ _CPU = Path("/sys/devices/system/cpu")
 
 def fingerprint() -> dict[str, Any]:
     """What the machine is: see the module docstring."""
-    import llvmlite.binding as llvm
-
-    from polyonnx.codegen.target import host_cpu, vector_bits
+    from polyonnx.codegen.target import cpu_by_model_number, host_cpu, vector_bits
     from polyonnx.options import Options
 
     triple, cpu, features = host_cpu()
@@ -36,8 +34,7 @@ def fingerprint() -> dict[str, Any]:
         "llvm": {
             "triple": triple,
             "cpu": cpu,
-            # (LLVM's name from CPUID's model number, where the features overrule it)
-            "cpu_by_model_number": llvm.get_host_cpu_name(),
+            "cpu_by_model_number": cpu_by_model_number(),
             "vector_bits": vector_bits(Options()),
             "features": sorted(f[1:] for f in features.split(",") if f.startswith("+")),
         },

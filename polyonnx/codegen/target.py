@@ -66,11 +66,14 @@ def host_cpu() -> tuple[str, str, str]:
     contradict it (:func:`cpu_for_features`)."""
     init_llvm()
     features = llvm.get_host_cpu_features().flatten()
-    return (
-        llvm.get_process_triple(),
-        cpu_for_features(llvm.get_host_cpu_name(), features),
-        features,
-    )
+    return llvm.get_process_triple(), cpu_for_features(cpu_by_model_number(), features), features
+
+
+def cpu_by_model_number() -> str:
+    """LLVM's own name for the host CPU, read from CPUID's family and model (``host_cpu``'s
+    name unless the features overrule it: :func:`cpu_for_features`)."""
+    init_llvm()
+    return llvm.get_host_cpu_name()
 
 
 #: x86 CPUs with AMX tiles, as LLVM names them (Emerald Rapids is Sapphire Rapids' model).
