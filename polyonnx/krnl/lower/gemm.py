@@ -183,7 +183,7 @@ def _panelled(
     the columns a register tile needs are contiguous for every ``k`` (a row of B is ``N``
     floats apart, and with ``N`` a power of two those rows fight for the same cache sets).
     A constant ``B`` is packed (zero-padded) at compile time, another by a first nest of the
-    kernel. The product accumulates into ``acc[..., i, jt, jj]`` over whole panels; a last
+    kernel. The product accumulates into ``acc[..., jt, i, jj]`` over whole panels; a last
     nest writes ``Y``.
     """
     a, b, y = node.input(0), node.input(1), node.outputs[0]
@@ -226,10 +226,13 @@ def _panelled(
     n_batch = len(iters) - 2
     batch = iters[:n_batch]
     acc = f"{node.name}__acc"
+    # Panel-major: a register tile's accumulators are one contiguous block, and the rows a
+    # panel's sweep updates are a panel apart, not a whole row of Y (with N a power of two,
+    # Y's rows share cache sets: 1024 columns put every row of a panel in one L1 set).
     temps.append(
-        ir.Buffer(acc, dtype, (*(e for _, e in batch), iters[n_batch][1], panels, panel), "temp")
+        ir.Buffer(acc, dtype, (*(e for _, e in batch), panels, iters[n_batch][1], panel), "temp")
     )
-    acc_point = (*(var(n) for n, _ in batch), var("i"), var("jt"), var("jj"))
+    acc_point = (*(var(n) for n, _ in batch), var("jt"), var("i"), var("jj"))
     a_index = (
         *broadcast_index(ctx.shape(a)[:-2], tuple(e for _, e in batch), [n for n, _ in batch]),
         var("i"),
