@@ -126,6 +126,45 @@ def test_a_copy_runs_in_parallel_when_it_moves_enough_memory():
     assert "// parallel" not in _ast(_copy(32))  # 128 KiB: one thread
 
 
+def _copy_then_sum(summed: str) -> Kernel:
+    """``t = x`` (512 KiB: a parallel copy), then ``y[i] = sum_j summed[i, j]`` (128K
+    instances, 512 bytes written: too little work to be parallel on its own)."""
+    i, j = Aff.var("i"), Aff.var("j")
+    rows = (Loop("j", 0, 1024, (Stmt("S0", Access("t", (i, j)), Load("x", (i, j), "float32")),)),)
+    total = (
+        Stmt("S1", Access("y", (i,)), Const(0.0, "float32")),
+        Loop(
+            "j",
+            0,
+            1024,
+            (
+                Stmt(
+                    "S2",
+                    Access("y", (i,)),
+                    Load("y", (i,), "float32") + Load(summed, (i, j), "float32"),
+                ),
+            ),
+        ),
+    )
+    return Kernel(
+        "copy_then_sum",
+        (
+            Buffer("x", "float32", (128, 1024), "input"),
+            Buffer("z", "float32", (128, 1024), "input"),
+            Buffer("t", "float32", (128, 1024), "temp"),
+            Buffer("y", "float32", (128,), "output"),
+        ),
+        (Loop("i", 0, 128, rows), Loop("i", 0, 128, total)),
+    )
+
+
+def test_a_nest_reading_what_a_parallel_nest_wrote_runs_in_parallel_too():
+    # Each core then reads the share of t its own cache holds; a sum of another input, with
+    # the same work, stays on one thread.
+    assert _ast(_copy_then_sum("t")).count("// parallel") == 2
+    assert _ast(_copy_then_sum("z")).count("// parallel") == 1
+
+
 def test_a_gemv_runs_in_parallel_when_it_streams_enough_weights():
     # A batch-1 fully connected layer: under a million multiply-adds, but 2 MiB of weights
     # streamed once per run; 1024 x 128 (512 KiB) stays on one thread.
