@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from polyonnx import cache
 from polyonnx.codegen import loopast as la
 from polyonnx.codegen.parallel_runtime import thread_count
-from polyonnx.codegen.target import l1_data_bytes, vector_bits, vector_registers
+from polyonnx.codegen.target import l1_data_bytes, l2_bytes, vector_bits, vector_registers
 from polyonnx.errors import ScheduleError
 from polyonnx.forked import forked_map
 from polyonnx.krnl.ir import Kernel
@@ -94,6 +94,7 @@ def target_tiling(options: Options) -> Tiling:
         thread_count(options),
         l1_data_bytes(options),
         vector_registers(options),
+        l2_bytes(options),
     )
 
 

@@ -232,3 +232,38 @@ def test_a_gemm_streams_its_b_panels_once_not_per_row_tile():
     a = rng.random((64, 256), np.float32)
     got = polyonnx.InferenceSession(model, options=options).run(None, {"a": a})[0]
     np.testing.assert_allclose(got, a @ b, rtol=1e-4)
+
+
+def test_a_gemm_whose_a_leaves_l2_sweeps_its_panels_inside_each_chunk(monkeypatch):
+    # Y = A @ B, A 64 x 1024 (256 KiB), B constant, read through packed panels: with an L2 of
+    # 256 KiB, A is more than half of it and Y (32 KiB) fits, so the reduction's chunk loop
+    # goes outside the panel loop (each chunk of A stays in L2 across the panels); with
+    # 4 MiB, the panels go first. The product is the same either way.
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import polyonnx
+    from polyonnx import schedule_driver
+
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal((1024, 128)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [64, 1024])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [64, 128])],
+        [numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    a = rng.standard_normal((64, 1024)).astype(np.float32)
+    steps = []
+    for l2 in (256 << 10, 4 << 20):
+        monkeypatch.setattr(schedule_driver, "l2_bytes", lambda _options, l2=l2: l2)
+        options = polyonnx.Options(num_threads=1, cache=False)
+        (loops,) = [ast for k, ast in polyonnx.compile(model, options).asts if "MatMul" in k.name]
+        steps.append(next(n for n in loops if isinstance(n, la.For)).inc)
+        (y,) = polyonnx.InferenceSession(model, options=options).run(None, {"A": a})
+        np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-3)
+    # the outermost loop: chunks of the reduction (a step of a chunk), else the panels (1)
+    assert steps[0] > 1 and steps[1] == 1

@@ -340,7 +340,10 @@ def plan_reduction(
     cut = reduction_chunks(nest, tiling.chunk_bytes // (v * (2 if pair else 1) * itemsize))
     if not reused or cut is None or (epilogues and ragged):
         return plan
-    return replace(plan, chunks=_place_chunks(nest, plan, cut, tiling))
+    chunks = _place_chunks(nest, plan, cut, tiling)
+    if plan.first and not plan.epilogues and _other_operands_leave_l2(nest, kernel, moving, tiling):
+        chunks = replace(chunks, at=0, block=None, block_size=0)
+    return replace(plan, chunks=chunks)
 
 
 def _windowed(nest: ReductionNest, moving: list[Operand]) -> bool:
@@ -509,6 +512,22 @@ def _moving_first(
     row_tiles = -(-extent(nest.outer, row) // rows)
     iterations = int(np.prod([extent(nest.outer, names[k]) for k in deps]))
     return deps if other_bytes * iterations < moving_bytes * row_tiles else ()
+
+
+def _other_operands_leave_l2(
+    nest: ReductionNest, kernel: Kernel, moving: list[Operand], tiling: Tiling
+) -> bool:
+    """Whether the chunk loops should go outside the loops of :attr:`ReductionPlan.first` (a
+    GEMM's panels): the operands those loops re-read (its A, once per panel) are more than
+    half of L2, so each panel would fetch them again from L3, while the accumulators fit in
+    half of it. Chunks first, each chunk's slice of A stays in L2 across the panels and the
+    accumulators are re-read from L2 once per chunk (GotoBLAS's order). BERT's 128x3072x768
+    product (A 1.5 MB, 2 MB of L2): 142 -> 159 GFLOP/s at 1 thread on Emerald Rapids."""
+    if not tiling.l2_bytes:
+        return False
+    _, other_bytes = _operand_bytes(nest, kernel, moving)
+    out_bytes = kernel.buffer(nest.init.write.buffer).nbytes
+    return other_bytes > tiling.l2_bytes // 2 >= out_bytes
 
 
 def _place_chunks(

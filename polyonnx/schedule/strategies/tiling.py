@@ -1,9 +1,9 @@
 """``Tiling``: the knobs of the default strategies that come from the target.
 
 Example:
-    >>> Tiling.for_vector_bits(512, threads=2, l1_bytes=48 * 1024)  # doctest: +NORMALIZE_WHITESPACE
+    >>> Tiling.for_vector_bits(512, 2, 48 << 10, 32, 2 << 20)  # doctest: +NORMALIZE_WHITESPACE
     Tiling(unroll=8, vector=32, chunk_bytes=24576, paired_rows=7, parallel_tiles=4,
-           registers=32, lanes=16, streams=8)
+           registers=32, lanes=16, l2_bytes=2097152, streams=8)
     >>> Tiling(unroll=6).rows(56), Tiling(unroll=6).rows(7), Tiling(unroll=6).rows(56, budget=4)
     (4, 6, 4)
 """
@@ -36,6 +36,8 @@ class Tiling:
     fit); 0: not known, the rows are capped by :attr:`unroll` only."""
     lanes: int = 8
     """float32 lanes of one vector register."""
+    l2_bytes: int = 0
+    """The target's L2 cache per core; 0: not known (no choice depends on it then)."""
     streams: int = 8
     """Rows of an operand read once (a GEMV's weights) that a reduction's chunk reads side by
     side, each a sequential stream: few enough for the hardware prefetchers to follow them
@@ -44,7 +46,11 @@ class Tiling:
 
     @staticmethod
     def for_vector_bits(
-        bits: int, threads: int = 1, l1_bytes: int = 32 * 1024, registers: int | None = None
+        bits: int,
+        threads: int = 1,
+        l1_bytes: int = 32 * 1024,
+        registers: int | None = None,
+        l2_bytes: int = 0,
     ) -> Tiling:
         """Two float32 vectors wide; as many rows as ``registers`` vector registers hold
         accumulators for (default: x86-64's, 16 with AVX2, 32 with AVX-512). With 32 or more
@@ -62,6 +68,7 @@ class Tiling:
             parallel_tiles=2 * threads if threads > 1 else 1,
             registers=registers,
             lanes=bits // 32,
+            l2_bytes=l2_bytes,
         )
 
     @property
