@@ -96,7 +96,7 @@ class Tiling:
 
 
 #: The fields of :class:`Tiling` a search may vary, each with its least valid value (the
-#: others, ``registers`` and ``lanes``, are facts of the target).
+#: others, ``registers``, ``lanes`` and ``l2_bytes``, are facts of the target).
 KNOBS = MappingProxyType(
     {
         "unroll": 1,
