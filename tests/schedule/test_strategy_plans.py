@@ -91,7 +91,7 @@ def test_an_inconsistent_plan_is_refused():
 def test_a_gemv_streams_its_matrix_in_chunks_of_a_few_rows_outside_the_tiles(threads):
     # y[0, j] = sum_k x[0, k] * W[k, j]: W is read once, no tile loop reuses it, so the
     # reduction is cut into chunks of Tiling.streams rows outside the vector tiles (which go
-    # on along those rows), the lanes' loop in blocks for the threads first.
+    # on along those rows), the lanes' loop in a block per thread first.
     kernel = matmul(1, 256, 64)
     tiling = Tiling.for_vector_bits(512, threads=threads)
     s = Schedule.from_kernel(kernel)
@@ -101,7 +101,7 @@ def test_a_gemv_streams_its_matrix_in_chunks_of_a_few_rows_outside_the_tiles(thr
     if threads == 1:
         assert red.chunks == Chunks(0, tiling.streams, 0)
     else:
-        assert red.chunks == Chunks(0, tiling.streams, 1, 1, 64)  # 256 lanes in 4 blocks
+        assert red.chunks == Chunks(0, tiling.streams, 1, 1, 128)  # 256 lanes, a block per thread
     tiled = apply_kernel_plan(s, plan).verify()
     arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
     want, got = run(s, arrays), run(tiled, arrays)

@@ -365,16 +365,18 @@ def _streamed_chunks(nest: ReductionNest, plan: ReductionPlan, tiling: Tiling) -
     consecutive vector tiles of a chunk go on along the same few rows of the operand (a few
     sequential streams) rather than each tile walking down its column over every row (a
     new page per row, which the prefetchers do not follow); the output tiles are re-read
-    per chunk, from L1. With several threads the lanes' loop is first cut into
-    :attr:`~.tiling.Tiling.parallel_tiles` blocks outside the chunks, to run in parallel.
+    per chunk, from L1. With several threads the lanes' loop is first cut into one block
+    per thread outside the chunks, to run in parallel: each thread reads the widest span of
+    every row it can, which its prefetchers follow (two blocks per thread, half the span,
+    made a batch-1 FC layer of 8 MB run 328 us on two threads instead of 227; four, 418).
     None when the lanes make one vector tile (no rows to go on along)."""
     tiles = -(-extent(nest.outer, nest.outer[plan.lane_at].iterator) // plan.vector)
     cut = reduction_chunks(nest, tiling.streams)
     if tiles < 2 or cut is None:
         return None
     whole, size = cut
-    per_block = -(-tiles // tiling.parallel_tiles)
-    if tiling.parallel_tiles > 1 and per_block < tiles:
+    per_block = -(-tiles // tiling.threads)
+    if tiling.threads > 1 and per_block < tiles:
         return Chunks(whole, size, 1, plan.lane_at, per_block * plan.vector)
     return Chunks(whole, size, 0)
 

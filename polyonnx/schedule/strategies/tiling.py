@@ -3,7 +3,7 @@
 Example:
     >>> Tiling.for_vector_bits(512, 2, 48 << 10, 32, 2 << 20)  # doctest: +NORMALIZE_WHITESPACE
     Tiling(unroll=8, vector=32, chunk_bytes=24576, paired_rows=7, parallel_tiles=4,
-           registers=32, lanes=16, l2_bytes=2097152, streams=8)
+           registers=32, lanes=16, l2_bytes=2097152, threads=2, streams=8)
     >>> Tiling(unroll=6).rows(56), Tiling(unroll=6).rows(7), Tiling(unroll=6).rows(56, budget=4)
     (4, 6, 4)
 """
@@ -38,6 +38,8 @@ class Tiling:
     """float32 lanes of one vector register."""
     l2_bytes: int = 0
     """The target's L2 cache per core; 0: not known (no choice depends on it then)."""
+    threads: int = 1
+    """Threads the generated code runs on."""
     streams: int = 8
     """Rows of an operand read once (a GEMV's weights) that a reduction's chunk reads side by
     side, each a sequential stream: few enough for the hardware prefetchers to follow them
@@ -69,6 +71,7 @@ class Tiling:
             registers=registers,
             lanes=bits // 32,
             l2_bytes=l2_bytes,
+            threads=threads,
         )
 
     @property
@@ -96,7 +99,7 @@ class Tiling:
 
 
 #: The fields of :class:`Tiling` a search may vary, each with its least valid value (the
-#: others, ``registers``, ``lanes`` and ``l2_bytes``, are facts of the target).
+#: others, ``registers``, ``lanes``, ``l2_bytes`` and ``threads``, are facts of the target).
 KNOBS = MappingProxyType(
     {
         "unroll": 1,
