@@ -25,7 +25,12 @@ _CPU = Path("/sys/devices/system/cpu")
 
 def fingerprint() -> dict[str, Any]:
     """What the machine is: see the module docstring."""
-    from polyonnx.codegen.target import cpu_by_model_number, host_cpu, vector_bits
+    from polyonnx.codegen.target import (
+        cpu_by_model_number,
+        enabled_features,
+        host_cpu,
+        vector_bits,
+    )
     from polyonnx.options import Options
 
     triple, cpu, features = host_cpu()
@@ -36,7 +41,7 @@ def fingerprint() -> dict[str, Any]:
             "cpu": cpu,
             "cpu_by_model_number": cpu_by_model_number(),
             "vector_bits": vector_bits(Options()),
-            "features": sorted(f[1:] for f in features.split(",") if f.startswith("+")),
+            "features": sorted(enabled_features(features)),
         },
         "caches": caches(),
         "cores": cores(),

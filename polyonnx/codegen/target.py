@@ -76,6 +76,16 @@ def cpu_by_model_number() -> str:
     return llvm.get_host_cpu_name()
 
 
+def enabled_features(features: str) -> set[str]:
+    """The features an LLVM feature string switches on (``+avx2,-avx512f`` -> ``{"avx2"}``).
+
+    Example:
+        >>> sorted(enabled_features("+avx2,-avx512f,+fma"))
+        ['avx2', 'fma']
+    """
+    return {f[1:] for f in features.split(",") if f.startswith("+")}
+
+
 #: x86 CPUs with AMX tiles, as LLVM names them (Emerald Rapids is Sapphire Rapids' model).
 AMX_CPUS = frozenset(
     {"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids"}
@@ -100,7 +110,7 @@ def cpu_for_features(name: str, features: str) -> str:
         >>> cpu_for_features("znver5", "+avx512f")
         'znver5'
     """
-    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    enabled = enabled_features(features)
     if "amx-tile" not in enabled or name in AMX_CPUS:
         return name
     return "graniterapids" if "amx-fp16" in enabled else "sapphirerapids"
@@ -115,7 +125,7 @@ def vector_bits(options: Options) -> int:
         return 128
     if not features:  # a CPU by name: what LLVM knows of it
         return _probed_vector_bits(triple, cpu)
-    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    enabled = enabled_features(features)
     if "avx512f" in enabled:
         return 512
     if "avx" in enabled or "avx2" in enabled:
@@ -140,7 +150,7 @@ def dot4_bits(options: Options) -> int:
     list those). Quantized MatMuls sum their bytes with it (:mod:`polyonnx.graph.passes.qlinear`)
     where it is; elsewhere their exact float32 form is as fast."""
     triple, _, features = machine(options)
-    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    enabled = enabled_features(features)
     if not is_x86(triple):
         return 0
     bits = vector_bits(options)

@@ -13,7 +13,13 @@ import pytest
 import polyonnx
 from polyonnx import backend
 from polyonnx.codegen.elf import undefined_symbols
-from polyonnx.codegen.target import codegen_config, host_cpu, vector_bits, vector_registers
+from polyonnx.codegen.target import (
+    codegen_config,
+    enabled_features,
+    host_cpu,
+    vector_bits,
+    vector_registers,
+)
 from polyonnx.schedule.strategies.tiling import Tiling
 from polyonnx.testing import assert_relative_error, onnxruntime_outputs
 from polyonnx.testing.zoo import mnist_model, small_cnn
@@ -55,8 +61,7 @@ pytestmark = pytest.mark.skipif(
 
 def _missing(cpu: str) -> list[str]:
     """The features ``cpu``'s code may use that this host lacks."""
-    enabled = {f[1:] for f in host_cpu()[2].split(",") if f.startswith("+")}
-    return sorted(LEVELS[cpu][2] - enabled)
+    return sorted(LEVELS[cpu][2] - enabled_features(host_cpu()[2]))
 
 
 def _runnable(cpu: str) -> polyonnx.Options:
