@@ -202,27 +202,33 @@ def test_a_window_is_not_streamed_in_chunks():
     np.testing.assert_allclose(y, want, rtol=1e-5)
 
 
+def _matmul_by_constant(rows: int, b: np.ndarray):
+    """A model of ``y = a @ b``: ``a`` an input of ``rows`` rows, ``b`` a constant."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [rows, b.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, b.shape[1]])],
+        [numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
 def test_a_gemm_streams_its_b_panels_once_not_per_row_tile():
     # 64x3136x256 with a constant B, packed in 98 panels of 32 columns (3.2 MB): the panels'
     # loop goes before the row tiles, so each panel's chunk serves all 8 row tiles from L1
     # (A, 64 KiB, is re-read per panel from L2) instead of B streamed once per row tile.
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     import polyonnx
     from polyonnx.schedule_driver import target_tiling
 
     rng = np.random.default_rng(0)
     b = rng.random((256, 3136), np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["a", "b"], ["y"])],
-        "gemm",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [64, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 3136])],
-        [numpy_helper.from_array(b, "b")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
+    model = _matmul_by_constant(64, b)
     options = Options(num_threads=1)
     (info,) = polyonnx.list_kernels(model, options=options)
     text = _ast(info.kernel, tiling=target_tiling(options))
@@ -239,23 +245,12 @@ def test_a_gemm_whose_a_leaves_l2_sweeps_its_panels_inside_each_chunk(monkeypatc
     # 256 KiB, A is more than half of it and Y (32 KiB) fits, so the reduction's chunk loop
     # goes outside the panel loop (each chunk of A stays in L2 across the panels); with
     # 4 MiB, the panels go first. The product is the same either way.
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     import polyonnx
     from polyonnx import schedule_driver
 
     rng = np.random.default_rng(0)
     b = rng.standard_normal((1024, 128)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["A", "B"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [64, 1024])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [64, 128])],
-        [numpy_helper.from_array(b, "B")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
+    model = _matmul_by_constant(64, b)
     a = rng.standard_normal((64, 1024)).astype(np.float32)
     steps = []
     for l2 in (256 << 10, 4 << 20):
@@ -263,7 +258,7 @@ def test_a_gemm_whose_a_leaves_l2_sweeps_its_panels_inside_each_chunk(monkeypatc
         options = polyonnx.Options(num_threads=1, cache=False)
         (loops,) = [ast for k, ast in polyonnx.compile(model, options).asts if "MatMul" in k.name]
         steps.append(next(n for n in loops if isinstance(n, la.For)).inc)
-        (y,) = polyonnx.InferenceSession(model, options=options).run(None, {"A": a})
+        (y,) = polyonnx.InferenceSession(model, options=options).run(None, {"a": a})
         np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-3)
     # the outermost loop: chunks of the reduction (a step of a chunk), else the panels (1)
     assert steps[0] > 1 and steps[1] == 1
