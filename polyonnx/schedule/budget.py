@@ -112,7 +112,8 @@ def schedule_kernel(
         >>> from polyonnx.testing.examples import matmul
         >>> sk, ast = schedule_kernel(matmul(16, 16, 16), default_schedule, Options())
         >>> print(ast.to_C_str())  # the target's register tiles  # doctest: +ELLIPSIS
-        for (int c0 = 0; c0 <= 15; c0 += ...) {
+        for (int c0 = 0; c0 <= ...; c0 += 1) {
+          // unroll
         ...
     """
     limit = options.isl_max_operations
