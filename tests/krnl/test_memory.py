@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polyonnx.krnl.memory import ALIGN, HUGE_PAGE, aligned_empty
+from polyonnx.krnl.memory import ALIGN, HUGE_PAGE, aligned_empty, transpose_into
 
 
 @pytest.mark.parametrize("nbytes", [1, 100, 3 * HUGE_PAGE + 5])
@@ -43,3 +43,12 @@ def test_the_weights_blob_can_stay_in_small_pages() -> None:
     a = aligned_empty(3 * HUGE_PAGE + 5, huge_pages=False)
     assert a.ctypes.data % ALIGN == 0 and a.size == 3 * HUGE_PAGE + 5 and not a.any()
     assert a.base is not None and not isinstance(a.base.base, mmap.mmap)  # numpy's own memory
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 700), (600, 257), (513, 512)])
+def test_transpose_into_copies_every_block(shape: tuple[int, int]) -> None:
+    # shapes around the block size: partial blocks at both edges
+    m = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
+    out = np.full(shape[::-1], -1.0, np.float32)
+    transpose_into(out, m)
+    np.testing.assert_array_equal(out, m.T)

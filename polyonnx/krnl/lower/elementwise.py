@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from polyonnx.graph.ir import Node
 from polyonnx.krnl import ir
 from polyonnx.krnl.lower.common import (
@@ -326,12 +328,25 @@ def lower_prelu(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     )
 
 
+#: Constant integer exponents of a float Pow computed as products (by squaring); a negative
+#: one as the reciprocal of such a product.
+POW_BY_PRODUCTS = range(-2, 17)
+
+
 @register("Pow")
 def lower_pow(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
-    """Pow: ``pow(x, y)``; since opset 12 the exponent may have another type (cast to X's)."""
+    """Pow: ``pow(x, y)``; since opset 12 the exponent may have another type (cast to X's).
+
+    A float base raised to one constant small integer (GELU's tanh form cubes, decomposed
+    layer norms square) is a product of ``x`` (:data:`POW_BY_PRODUCTS`): LLVM has no vector
+    ``pow`` and calls libm lane by lane, which made a GPT-2 MLP's GELU take as long as its
+    MatMul."""
     x, e = node.input(0), node.input(1)
     dtype = check_dtype(node, ctx, x, FLOATS + ("int32", "int64"))
     check_dtype(node, ctx, e, NUMERIC)
+    n = _small_integer(ctx.constant(e))
+    if dtype in FLOATS and n is not None:
+        return elementwise(node, ctx, (x,), lambda a: _power(a[0], n), upcast_half=True)
 
     def body(args: Sequence[ir.Expr]) -> ir.Expr:
         base, exponent = args
@@ -345,3 +360,27 @@ def lower_pow(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
         )
 
     return elementwise(node, ctx, (x, e), body, upcast_half=True)
+
+
+def _small_integer(exponent: np.ndarray | None) -> int | None:
+    """The exponent when it is one constant value in :data:`POW_BY_PRODUCTS`, else None."""
+    if exponent is None or exponent.size != 1:
+        return None
+    value = float(exponent.reshape(-1)[0])
+    n = int(value) if value.is_integer() else None
+    return n if n in POW_BY_PRODUCTS else None
+
+
+def _power(x: ir.Expr, n: int) -> ir.Expr:
+    """``x ** n`` for an integer ``n``: by squaring, ``1 / x ** -n`` below zero."""
+    if n < 0:
+        return const(1.0, x) / _power(x, -n)
+    out: ir.Expr | None = None
+    square = x
+    while n:
+        if n & 1:
+            out = square if out is None else out * square
+        n >>= 1
+        if n:
+            square = square * square
+    return const(1.0, x) if out is None else out

@@ -114,6 +114,35 @@ def test_pow_int_exponent() -> None:
     check_op("Pow", [("a", rand(2, 3)), ("b", np.array([2, 3, 0], np.int64))])
 
 
+@pytest.mark.parametrize("exponent", [-2, -1, 0, 1, 2, 3, 7, 16, 17, 2.5])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_pow_by_a_constant(exponent: float, dtype: str) -> None:
+    # integers in POW_BY_PRODUCTS are products (17 and 2.5 stay pow); zeros, infinities and
+    # NaN included (signs of zero and infinity as pow gives them)
+    x = np.concatenate([rand(10), [-0.0, 0.0, np.inf, -np.inf, np.nan, 1e-20]])
+    check_op(
+        "Pow",
+        [("a", x.astype(dtype)), ("b", np.array(exponent, dtype))],
+        constants=("b",),
+        rtol=1e-3 if dtype == "float16" else 1e-5,
+    )
+
+
+def test_pow_by_a_small_integer_calls_no_pow() -> None:
+    import onnx.helper as oh
+    from onnx import TensorProto, numpy_helper
+
+    import polyonnx
+
+    node = oh.make_node("Pow", ["x", "e"], ["y"])
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [8])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [8])
+    for exponent, calls in ((3.0, False), (0.5, True)):
+        e = numpy_helper.from_array(np.array(exponent, np.float32), "e")
+        model = oh.make_model(oh.make_graph([node], "g", [x], [y], [e]))
+        assert ("pow(" in str(polyonnx.emit(model, "krnl"))) == calls
+
+
 @pytest.mark.parametrize("op", ["Add", "Mul", "Max"])
 def test_binary_float64(op: str) -> None:
     check_op(op, [("a", rand(2, 3, dtype="float64")), ("b", rand(3, seed=1, dtype="float64"))])
