@@ -56,7 +56,8 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
     With ``plain_input`` (too few input channels to block: an image), ``X`` is
     ``[N, C, spatial...]``, the weights ``[OB, C, kernel..., b]`` and ``ic`` replaces
     ``(ib, i)``. With ``group`` > 1 the weights are ``[OB, IB/group, kernel..., b, b]`` (each
-    output block's own group's input blocks) and a group loop ``g`` is outside ``ob``; a
+    output block's own group's input blocks), one nest per group (one for all when each
+    group has one output block); a
     depthwise conv (``group`` = channels, weights ``[CB, 1, kernel..., b]``) has no input
     channel loop: ``Y[n, cb, s..., c] += X[n, cb, s'..., c] * W[cb, 0, k..., c]``.
     """
@@ -104,10 +105,15 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
         )
     # One nest per group, at constant block offsets: the output index stays a point of the
     # nest (what the register-tiling strategy looks for), each group's slice of X, W and Y.
+    # With one output block per group the block is the group: one nest over all blocks, each
+    # reading its group's input blocks (ib + ob * in_per_group), which the parallel strategy
+    # can split (RegNet's 16-channel groups were ten nests too small to share).
     out_per_group = out_blocks // group
+    groups_as_blocks = group > 1 and out_per_group == 1
     nests: list[ir.Node] = []
-    for g in range(group):
+    for g in range(1 if groups_as_blocks else group):
         ob = var("ob") + g * out_per_group
+        first_input = var("ob") * in_per_group if groups_as_blocks else g * in_per_group
         point = (var("n"), ob, *(var(o) for o in o_names), var("o"))
         channel = ob * block + var("o")
         init = ir.Stmt("S", ir.Access(y, point), load(ctx, b, (channel,)) if b else zero(dtype))
@@ -117,12 +123,17 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
             w_index = (ob, var("ic"), *taps, var("o"))
         else:
             reduction_iters = [("ib", in_per_group), *pairs(k_names, kernel), ("i", block)]
-            x_index = (var("n"), var("ib") + g * in_per_group, *positions, var("i"))
+            x_index = (var("n"), var("ib") + first_input, *positions, var("i"))
             w_index = (ob, var("ib"), *taps, var("i"), var("o"))
         product = ir.Load(source, x_index, dtype) * load(ctx, w, w_index)
         update = ir.Stmt("S", ir.Access(y, point), ir.Load(y, point, dtype) + product)
         nests += nest(
-            [("n", n_batch), ("ob", out_per_group), *pairs(o_names, out_spatial), ("o", block)],
+            [
+                ("n", n_batch),
+                ("ob", out_blocks if groups_as_blocks else out_per_group),
+                *pairs(o_names, out_spatial),
+                ("o", block),
+            ],
             (init, *nest(reduction_iters, (update,))),
         )
     return Lowered((*prologue, *nests), temps)

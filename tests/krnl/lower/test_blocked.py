@@ -9,6 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from polyonnx.graph.passes.layout import blocked_layout
+from polyonnx.krnl.program import build_program
 from polyonnx.testing import onnxruntime_outputs
 from tests.krnl.harness import graph_from_model, make_model, rand, run_krnl
 
@@ -189,6 +190,24 @@ def test_grouped_conv_blocked(case: str, group: int) -> None:
     c, m = 4 * group, 8 * group
     w = rand(m, 4, k, k, seed=1)
     _check_one_conv(rand(1, c, 6, 5), w, rand(m, seed=2), {**attrs, "group": group})
+
+
+@pytest.mark.parametrize("case", sorted(GROUPED))
+def test_grouped_conv_of_one_block_per_group_is_one_nest(case: str) -> None:
+    # Four groups of one output block (two input blocks each): the block is the group, one
+    # nest over all four blocks, each reading its own group's input blocks.
+    attrs, k = GROUPED[case]
+    w = rand(4 * BLOCK, 2 * BLOCK, k, k, seed=1)
+    x, b = rand(1, 8 * BLOCK, 6, 5), rand(4 * BLOCK, seed=2)
+    attrs = {**attrs, "group": 4}
+    _check_one_conv(x, w, b, attrs)
+    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
+    graph = blocked_layout(graph_from_model(model), BLOCK)
+    program = build_program(graph, [[n] for n in graph.nodes])
+    (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
+    (out,) = [b.name for b in conv.buffers if b.kind == "output"]
+    # an initial value and an update of the output: one nest, not one per group
+    assert sum(s.write.buffer == out for _, s in conv.statements()) == 2
 
 
 def _depthwise_model(
