@@ -210,6 +210,27 @@ def test_grouped_conv_of_one_block_per_group_is_one_nest(case: str) -> None:
     assert sum(s.write.buffer == out for _, s in conv.statements()) == 2
 
 
+def test_a_dilated_conv_leaves_out_the_rows_of_taps_in_its_padding() -> None:
+    # dilation 4, padding 4 on 9 rows: 30% of the (row, tap) pairs read padding; a 3x3 with
+    # a one-pixel border on the same rows (7%) multiplies its zeros
+    for attrs, guarded in (
+        ({"dilations": [4, 4], "pads": [4, 4, 4, 4]}, True),
+        ({"pads": [1] * 4}, False),
+    ):
+        x, w, b = rand(1, 4, 9, 9), rand(4, 4, 3, 3, seed=1), rand(4, seed=2)
+        _check_one_conv(x, w, b, attrs)
+        model = make_model(
+            "Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b}
+        )
+        graph = blocked_layout(graph_from_model(model), BLOCK)
+        program = build_program(graph, [[n] for n in graph.nodes])
+        (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
+        guards = [g for _, s in conv.statements() for g in s.guards]
+        # the rows' taps bounded on both sides (not the columns', the register tile's rows)
+        assert len(guards) == (2 if guarded else 0)
+        assert all("kw" not in str(g) for g in guards)
+
+
 def _depthwise_model(
     rank: int, kernel: int, attrs: dict, act: str | None, bias: bool = True
 ) -> onnx.ModelProto:
