@@ -19,6 +19,7 @@ Usage::
     python benchmarks/models.py --models mnist resnet50 mobilenet_v2
     python benchmarks/models.py --models mnist --repeat 100
     python benchmarks/models.py --threads 1 --budget 30
+    python benchmarks/models.py --models gpt2_blocks regnetx_400mf deeplabv3_aspp  # extras
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import traceback
 from collections.abc import Sequence
 
 import polyonnx
-from polyonnx.bench.models import MODELS, Refused, Row, measure, summary, table
+from polyonnx.bench.models import EXTRA_MODELS, MODELS, Refused, Row, measure, summary, table
 from polyonnx.testing import import_onnxruntime
 from polyonnx.testing.architectures import multiply_adds, parameters
 
@@ -39,9 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--models",
         nargs="+",
-        choices=list(MODELS),
+        choices=[*MODELS, *EXTRA_MODELS],
         default=list(MODELS),
-        help="models to run (default: the whole set)",
+        help="models to run (default: the whole set; also: " + ", ".join(EXTRA_MODELS) + ")",
     )
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument(
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused: list[Refused] = []
     sizes: dict[str, tuple[int, int]] = {}
     for name in args.models:
-        model = MODELS[name]()
+        model = {**MODELS, **EXTRA_MODELS}[name]()
         sizes[name] = (parameters(model), multiply_adds(model))
         for threads in args.threads:
             try:

@@ -29,7 +29,7 @@ import onnx
 import polyonnx
 from polyonnx.bench.timing import WARM_S, Spread, interleaved_times
 from polyonnx.testing import max_errors, onnxruntime_session, random_feeds
-from polyonnx.testing.architectures import ARCHITECTURES
+from polyonnx.testing.architectures import ARCHITECTURES, EXTRA_ARCHITECTURES
 from polyonnx.testing.zoo import LIGHT_MODELS, light_model, mnist_model
 
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -38,6 +38,10 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     **{name: build for name, build in ARCHITECTURES.items()},
 }
 """Every model of the set by name, in the table's order."""
+
+EXTRA_MODELS: dict[str, Callable[[], onnx.ModelProto]] = dict(EXTRA_ARCHITECTURES)
+"""Models outside the set that ``benchmarks/models.py --models`` also runs (not in reports):
+:data:`polyonnx.testing.architectures.EXTRA_ARCHITECTURES`."""
 
 RTOL = 1e-4
 """Relative error (max |polyonnx - ort| / max |ort|) above which a row says MISMATCH."""
@@ -91,7 +95,7 @@ def measure(
 ) -> Row:
     """Compile ``name`` cold with polyonnx, then time polyonnx and onnxruntime on one input
     (``step`` is told what is being measured, for progress reports)."""
-    model = model if model is not None else MODELS[name]()
+    model = model if model is not None else {**MODELS, **EXTRA_MODELS}[name]()
     step("compiling (cold)")
     t = time.perf_counter()
     # Cold: the on-disk cache of compiled kernels is off, so every kernel is compiled.

@@ -224,6 +224,20 @@ class _Builder:
             b = self.normal("bias", (n_out,), 0.1)
         return self.op("Gemm", x, w, b, alpha=1.0, beta=1.0, transB=1)
 
+    def dense(self, name: str, x: str, n_in: int, n_out: int, gain: float = 1.0) -> str:
+        """``torch.nn.Linear`` on the last axis as transformers export it: MatMul by an
+        [in, out] weight, then Add of the bias."""
+        with self.scope(name):
+            w = self.normal("weight", (n_in, n_out), math.sqrt(gain / n_in))
+            return self.op("Add", self.op("MatMul", x, w), self.normal("bias", (n_out,), 0.1))
+
+    def layer_norm(self, name: str, x: str, width: int, eps: float) -> str:
+        """LayerNormalization over the last axis of ``width`` (opset 17's op)."""
+        with self.scope(name):
+            gamma = self.uniform("weight", (width,), 0.5, 1.5)
+            beta = self.normal("bias", (width,), 0.1)
+            return self.op("LayerNormalization", x, gamma, beta, axis=-1, epsilon=eps)
+
     def classifier_head(self, x: str) -> str:
         """GlobalAveragePool then Flatten(axis=1), as torchvision's CNNs end."""
         return self.op("Flatten", self.op("GlobalAveragePool", x), axis=1)
@@ -675,21 +689,10 @@ def bert_base_layer(
     d = hidden // heads
     x = "hidden_states"
 
-    def dense(name: str, y: str, n_in: int, n_out: int, gain: float = 1.0) -> str:
-        with b.scope(name):
-            w = b.normal("weight", (n_in, n_out), math.sqrt(gain / n_in))
-            return b.op("Add", b.op("MatMul", y, w), b.normal("bias", (n_out,), 0.1))
-
-    def layer_norm(name: str, y: str) -> str:
-        with b.scope(name):
-            gamma = b.uniform("weight", (hidden,), 0.5, 1.5)
-            beta = b.normal("bias", (hidden,), 0.1)
-            return b.op("LayerNormalization", y, gamma, beta, axis=-1, epsilon=1e-12)
-
     with b.scope("attention.self"):
         heads_shape = b.shape("heads_shape", (1, sequence, heads, d))
         q, k, v = (
-            b.op("Reshape", dense(n, x, hidden, hidden), heads_shape)
+            b.op("Reshape", b.dense(n, x, hidden, hidden), heads_shape)
             for n in ("query", "key", "value")
         )
         q = b.op("Transpose", q, perm=[0, 2, 1, 3])
@@ -700,15 +703,15 @@ def bert_base_layer(
         context = b.op("Transpose", b.op("MatMul", probs, v), perm=[0, 2, 1, 3])
         context = b.op("Reshape", context, b.shape("context_shape", (1, sequence, hidden)))
     with b.scope("attention.output"):
-        attended = layer_norm("LayerNorm", b.op("Add", dense("dense", context, hidden, hidden), x))
+        projected = b.dense("dense", context, hidden, hidden)
+        attended = b.layer_norm("LayerNorm", b.op("Add", projected, x), hidden, 1e-12)
     with b.scope("intermediate"):
-        y = dense("dense", attended, hidden, intermediate)
+        y = b.dense("dense", attended, hidden, intermediate)
         erf = b.op("Erf", b.op("Div", y, b.scalar(math.sqrt(2.0))))
         y = b.op("Mul", b.op("Mul", y, b.scalar(0.5)), b.op("Add", erf, b.scalar(1.0)))
     with b.scope("output"):
-        out = layer_norm(
-            "LayerNorm", b.op("Add", dense("dense", y, intermediate, hidden, 2.0), attended)
-        )
+        y = b.dense("dense", y, intermediate, hidden, 2.0)
+        out = b.layer_norm("LayerNorm", b.op("Add", y, attended), hidden, 1e-12)
     return b.model(
         "bert_base_layer",
         bert_base_layer.__doc__ or "",
@@ -815,6 +818,145 @@ def gru_classifier(
     )
 
 
+# ---- outside the benchmark set: patterns it lacks (each was once slow in polyonnx)
+
+
+def gpt2_blocks(
+    seed: int = 0, tokens: int = 128, hidden: int = 768, heads: int = 12, layers: int = 4
+) -> onnx.ModelProto:
+    """``layers`` GPT-2-small decoder blocks (Radford et al., "Language Models are
+    Unsupervised Multitask Learners", 2019: H=768, 12 heads, FFN 4H; laid out as Hugging Face
+    ``GPT2Block`` exports at opset 17): LayerNormalization (eps 1e-5), one fused QKV MatMul +
+    bias Split in three, heads by Reshape/Transpose, scores Div by sqrt(d) plus the causal
+    mask (-10000 above the diagonal), Softmax, MatMul with V, output projection, residual;
+    LayerNormalization, FFN with GELU in the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x +
+    0.044715 Pow(x, 3))))``, residual; a final LayerNormalization. Input ``hidden_states``
+    [1, tokens, H]. 28.4 M parameters (the 128x128 causal mask included), 3.72 G
+    multiply-adds at 128 tokens and 4 layers.
+    """
+    b = _Builder(seed)
+    d = hidden // heads
+    x = "hidden_states"
+    mask = np.triu(np.full((tokens, tokens), -10000.0, np.float32), 1)[None, None]
+
+    causal = b.constant("causal_mask", mask)
+    for i in range(layers):
+        with b.scope(f"h.{i}"):
+            with b.scope("attn"):
+                qkv = b.dense("c_attn", b.layer_norm("ln_1", x, hidden, 1e-5), hidden, 3 * hidden)
+                split = b.shape("split", (hidden, hidden, hidden))
+                heads_shape = b.shape("heads_shape", (1, tokens, heads, d))
+                q, k, v = (
+                    b.op("Transpose", b.op("Reshape", t, heads_shape), perm=[0, 2, 1, 3])
+                    for t in b.ops("Split", qkv, split, outputs=3, axis=-1)
+                )
+                scores = b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))
+                scores = b.op("Add", b.op("Div", scores, b.scalar(math.sqrt(d))), causal)
+                context = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
+                context = b.op("Transpose", context, perm=[0, 2, 1, 3])
+                context = b.op("Reshape", context, b.shape("merged", (1, tokens, hidden)))
+                x = b.op("Add", x, b.dense("c_proj", context, hidden, hidden))
+            with b.scope("mlp"):
+                y = b.dense("c_fc", b.layer_norm("ln_2", x, hidden, 1e-5), hidden, 4 * hidden)
+                inner = b.op(
+                    "Add", y, b.op("Mul", b.scalar(0.044715), b.op("Pow", y, b.scalar(3.0)))
+                )
+                t = b.op("Tanh", b.op("Mul", b.scalar(math.sqrt(2.0 / math.pi)), inner))
+                y = b.op("Mul", b.op("Mul", b.scalar(0.5), y), b.op("Add", b.scalar(1.0), t))
+                x = b.op("Add", x, b.dense("c_proj", y, 4 * hidden, hidden, 2.0))
+    out = b.layer_norm("ln_f", x, hidden, 1e-5)
+    return b.model(
+        "gpt2_blocks",
+        gpt2_blocks.__doc__ or "",
+        [("hidden_states", (1, tokens, hidden))],
+        [("last_hidden_state", out, (1, tokens, hidden))],
+        seed,
+    )
+
+
+def regnetx_400mf(seed: int = 0, num_classes: int = 1000, resolution: int = 224) -> onnx.ModelProto:
+    """RegNetX-400MF (Radosavovic et al., "Designing Network Design Spaces", CVPR 2020;
+    torchvision's ``regnet_x_400mf``): a 3x3 stride-2 stem of 32 channels, four stages of
+    widths 32, 64, 160, 400 and depths 1, 2, 7, 12 of X blocks (1x1 conv, 3x3 grouped conv
+    of group width 16 with the stage's stride, 1x1 conv, each with BatchNormalization, ReLU
+    but after the last, whose sum with the shortcut is ReLU'd; a 1x1 stride-s projection
+    shortcut where the shape changes), GlobalAveragePool, a 1000-way Linear.
+    5.5 M parameters, 0.41 G multiply-adds.
+    """
+    b = _Builder(seed)
+    with b.scope("stem"):
+        x = b.conv_bn_act("images", 3, 32, 3, 2, act="relu")
+    c_in = 32
+    for i, (width, depth) in enumerate(zip((32, 64, 160, 400), (1, 2, 7, 12), strict=True)):
+        for j in range(depth):
+            stride = 2 if j == 0 else 1
+            with b.scope(f"trunk_output.block{i + 1}.block{i + 1}-{j}"):
+                with b.scope("f.a"):
+                    y = b.conv_bn_act(x, c_in, width, 1, act="relu")
+                with b.scope("f.b"):
+                    y = b.conv_bn_act(y, width, width, 3, stride, group=width // 16, act="relu")
+                with b.scope("f.c"):
+                    y = b.conv_bn_act(y, width, width, 1)
+                if stride != 1 or c_in != width:
+                    with b.scope("proj"):
+                        x = b.conv_bn_act(x, c_in, width, 1, stride)
+                x = b.op("Relu", b.op("Add", x, y))
+            c_in = width
+    with b.scope("fc"):
+        logits = b.linear(b.classifier_head(x), c_in, num_classes)
+    return b.model(
+        "regnetx_400mf",
+        regnetx_400mf.__doc__ or "",
+        [("images", (1, 3, resolution, resolution))],
+        [("logits", logits, (1, num_classes))],
+        seed,
+    )
+
+
+def deeplabv3_aspp(
+    seed: int = 0, channels: int = 512, size: int = 33, rates: Sequence[int] = (6, 12, 18)
+) -> onnx.ModelProto:
+    """DeepLabV3's atrous spatial pyramid pooling head (Chen et al., "Rethinking Atrous
+    Convolution for Semantic Image Segmentation", 2017; torchvision's ``ASPP``) at output
+    stride 16 (rates 6, 12, 18) on a 33x33 feature map (a 513x513 image) of ``channels``
+    (512 here, ResNet's layer3 width, for a head that compiles in a second): a 1x1 branch,
+    three 3x3 branches dilated by the rates (padding = rate), an image-pooling branch
+    (GlobalAveragePool, 1x1 conv, upsampled back by Resize), each to 256 channels with
+    BatchNormalization and ReLU, concatenated and projected to 256 (1x1, BN, ReLU), then a
+    3x3 conv-BN-ReLU and a 1x1 classifier to 21 classes.
+    4.7 M parameters, 5.0 G multiply-adds.
+    """
+    b = _Builder(seed)
+    x = "features"
+    branches = []
+    with b.scope("aspp.convs.0"):
+        branches.append(b.conv_bn_act(x, channels, 256, 1, act="relu"))
+    for k, rate in enumerate(rates):
+        with b.scope(f"aspp.convs.{k + 1}"):
+            with b.scope("conv"):
+                w = b.normal("weight", (256, channels, 3, 3), math.sqrt(2.0 / (9 * channels)))
+            y = b.op("Conv", x, w, kernel_shape=[3, 3], pads=[rate] * 4, dilations=[rate] * 2)
+            branches.append(b.act(b.batch_norm(y, 256, 1e-5), "relu"))
+    with b.scope("aspp.pooling"):
+        pooled = b.conv_bn_act(b.op("GlobalAveragePool", x), channels, 256, 1, act="relu")
+        scales = b.constant("scales", np.array([1, 1, size, size], np.float32))
+        branches.append(b.op("Resize", pooled, "", scales, mode="linear"))
+    with b.scope("aspp.project"):
+        y = b.conv_bn_act(
+            b.op("Concat", *branches, axis=1), 256 * (len(rates) + 2), 256, 1, act="relu"
+        )
+    with b.scope("head"):
+        y = b.conv_bn_act(y, 256, 256, 3, act="relu")
+        logits = b.conv(y, 256, 21, 1, bias=True, gain=1.0)
+    return b.model(
+        "deeplabv3_aspp",
+        deeplabv3_aspp.__doc__ or "",
+        [("features", (1, channels, size, size))],
+        [("logits", logits, (1, 21, size, size))],
+        seed,
+    )
+
+
 ARCHITECTURES: dict[str, Callable[..., onnx.ModelProto]] = {
     "mobilenet_v2": mobilenet_v2,
     "mobilenet_v3_small": mobilenet_v3_small,
@@ -825,6 +967,14 @@ ARCHITECTURES: dict[str, Callable[..., onnx.ModelProto]] = {
     "gru_classifier": gru_classifier,
 }
 """Every builder by name; each takes ``seed`` (default 0) and returns a checked model."""
+
+EXTRA_ARCHITECTURES: dict[str, Callable[..., onnx.ModelProto]] = {
+    "gpt2_blocks": gpt2_blocks,
+    "regnetx_400mf": regnetx_400mf,
+    "deeplabv3_aspp": deeplabv3_aspp,
+}
+"""Published architectures outside the benchmark set (``benchmarks/models.py --models`` runs
+them; reports leave them out): patterns the set lacks, each of which was once slow."""
 
 
 # ---- what a model computes

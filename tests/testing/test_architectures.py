@@ -11,7 +11,12 @@ import onnx
 import pytest
 
 import polyonnx
-from polyonnx.testing.architectures import ARCHITECTURES, multiply_adds, parameters
+from polyonnx.testing.architectures import (
+    ARCHITECTURES,
+    EXTRA_ARCHITECTURES,
+    multiply_adds,
+    parameters,
+)
 from polyonnx.testing.reference import onnxruntime_outputs
 
 #: Parameters and multiply-adds as published (torchvision's model table, the papers,
@@ -39,15 +44,38 @@ PUBLISHED = {
         50 * 3 * 128 * (64 + 128) + 128 * 12,
         0.0,
     ),
+    # outside the benchmark set: torchvision's regnet_x_400mf table; GPT-2 small's four
+    # blocks and DeepLabV3's head by their layer shapes
+    "regnetx_400mf": (5_495_976, 0.41e9, 0.01),
+    "gpt2_blocks": (
+        4 * (12 * 768 * 768 + 9 * 768 + 4 * 768) + 2 * 768 + 128 * 128,
+        4 * 128 * (12 * 768 * 768 + 2 * 128 * 768),
+        0.0,
+    ),
+    "deeplabv3_aspp": (
+        2 * 512 * 256
+        + 3 * 9 * 512 * 256
+        + 5 * 256 * 256
+        + 9 * 256 * 256
+        + 256 * 21
+        + 21
+        + 7 * 2 * 256  # (each BatchNormalization's scale and bias; its statistics are buffers)
+        + 4,
+        33 * 33 * (512 * 256 + 3 * 9 * 512 * 256 + 5 * 256 * 256 + 9 * 256 * 256 + 256 * 21)
+        + 512 * 256,
+        0.0,
+    ),
 }
 
 #: Compiling these takes more than a few seconds (polyonnx, cold cache).
-SLOW = {"mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "yolov8n"}
+SLOW = {"mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "yolov8n", "regnetx_400mf"}
+
+ALL = {**ARCHITECTURES, **EXTRA_ARCHITECTURES}
 
 
 @functools.cache
 def _model(name: str) -> onnx.ModelProto:
-    return ARCHITECTURES[name]()
+    return ALL[name]()
 
 
 def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
@@ -79,10 +107,10 @@ def _parts(name: str, out: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def test_registry_names_every_builder():
-    assert set(ARCHITECTURES) == set(PUBLISHED)
+    assert set(ALL) == set(PUBLISHED) and not set(ARCHITECTURES) & set(EXTRA_ARCHITECTURES)
 
 
-@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("name", sorted(ALL))
 def test_architecture_is_valid_and_runs_in_onnxruntime(name):
     model = _model(name)
     onnx.checker.check_model(model, full_check=True)
@@ -95,7 +123,7 @@ def test_architecture_is_valid_and_runs_in_onnxruntime(name):
     assert _rel_err(a, b) > 0.05
 
 
-@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("name", sorted(ALL))
 def test_architecture_counts_what_its_paper_quotes(name):
     model = _model(name)
     params, macs, tol = PUBLISHED[name]
@@ -132,7 +160,7 @@ def test_batch_norm_statistics_are_those_of_the_calibration_input():
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(ARCHITECTURES)],
+    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(ALL)],
 )
 def test_polyonnx_matches_onnxruntime(name):
     model = _model(name)
