@@ -72,6 +72,23 @@ def test_the_directions_run_in_parallel_and_the_step_in_register_tiles(monkeypat
     assert "S7(c0, c1, 0, c2, 32 * c4 + c5, c3)" in ast  # (h = c3 outside the tile's points)
 
 
+@pytest.mark.parametrize("hidden", [64, 20])  # (a register-tiled product; one that is not)
+def test_one_direction_runs_its_step_products_in_parallel(monkeypatch, hidden):
+    # One direction: no loop of the chain to share, so each step's recurrent product runs
+    # on the threads (its gates' loop), inside the sequential step loop; the result is the
+    # kernel's own loops' (run on one thread: the marks are what is checked here).
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_INSTANCES", 1)
+    kernel = _kernel(Case("LSTM", 5, 1, 8, hidden, "forward"))
+    s = Schedule.from_kernel(kernel)
+    tuned = apply_kernel_plan(s, plan_kernel(s, AVX512)).verify()
+    # the step loop (the one direction's loop is elided), then the gates' loop in parallel
+    assert "for (int c0 = 0; c0 <= 4; c0 += 1) {\n    // parallel c1\n" in tuned.ast_text()
+    arrays = random_arrays(kernel)
+    want, got = run(s, arrays), run(tuned, arrays)
+    for out in (b.name for b in kernel.buffers if b.kind == "output"):
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-5, atol=1e-5, err_msg=out)
+
+
 def test_nests_without_a_recurrence_are_not_a_recurrent_nest():
     s = Schedule.from_kernel(chain())
     assert plan_recurrent(s.kernel.body[0], s.tree.children[0], s, AVX512) is None  # type: ignore[attr-defined]

@@ -106,10 +106,12 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
             and not follows
         ):
             continue
-        may = loops_that_may_carry(
-            s.dependences, below, [cast(Band, b).sched for b in nodes], range(len(names))
-        )
-        safe = [n for m, n in enumerate(names) if m not in may]
+        # (a nest inside a sequential loop runs its instances of one iteration of that loop
+        # in parallel: dependences between iterations of the loops around it are theirs)
+        around = [b.sched for b in bands_on_path(s.tree, paths[names[0]], inclusive=False)]
+        columns = [*around, *(cast(Band, b).sched for b in nodes)]
+        may = loops_that_may_carry(s.dependences, below, columns, range(len(around), len(columns)))
+        safe = [n for m, n in enumerate(names) if len(around) + m not in may]
         if safe:
             marks.append(Parallel(names[0], tuple(safe)))
             shared |= work.writes

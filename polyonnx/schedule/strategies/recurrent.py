@@ -17,7 +17,8 @@ step:
 * an element-wise nest (the gate non-linearities and the state update) gets its innermost
   loop vectorised;
 * the loops of the chain that carry no dependence (the directions) are left to the parallel
-  plan as the nest's outer band.
+  plan as the nest's outer band; with one direction, each product's loops around its tiles
+  are, and the product runs on the threads inside each step.
 
 :func:`plan_recurrent` makes the plan (a :class:`RecurrentPlan`), :func:`apply_recurrent`
 applies it with the schedule verbs.
@@ -41,6 +42,7 @@ in one tile of 16 accumulators; ``d_4`` becomes the parallel loop):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +53,7 @@ from polyonnx.schedule.strategies.nests import band_chain, chain, extent
 from polyonnx.schedule.strategies.pointwise import VectorPlan, apply_pointwise
 from polyonnx.schedule.strategies.reduction import ReductionNest
 from polyonnx.schedule.strategies.tiling import Tiling
-from polyonnx.schedule.tree import Band, Node
+from polyonnx.schedule.tree import Band, Node, band_paths, get, value_range
 from polyonnx.schedule.tree import Sequence as TreeSequence
 from polyonnx.schedule.verbs import Distribute, Reorder, Split, Unroll, Vectorize
 
@@ -223,14 +225,36 @@ def _divisor(n: int, most: int) -> int:
 
 
 def apply_recurrent(s: Schedule, plan: RecurrentPlan) -> tuple[Schedule, list[tuple[str, ...]]]:
-    """``plan`` applied to ``s`` (unverified), and the chain as the outer band (the candidates
-    for ``parallel``: the parallel plan finds the loops that carry no dependence)."""
+    """``plan`` applied to ``s`` (unverified), and the outer bands it leaves (the candidates
+    for ``parallel``: the parallel plan finds the loops that carry no dependence): the chain,
+    when a loop of it besides the steps has more than one iteration (a bidirectional layer's
+    directions); else the loops of each product left around its tiles, which then run in
+    parallel within each step (one direction's recurrent GEMV, of megabytes of weights, on
+    every core: the step is bound by the weights' stream, which each core adds bandwidth to)."""
     for nest in plan.nests:
         if isinstance(nest, ProductPlan):
             s = _apply_product(s, nest)
         elif isinstance(nest, VectorPlan):
             s, _ = apply_pointwise(s, nest)
-    return s, [plan.loops]
+    paths = band_paths(s.tree)
+    others = [get(s.tree, paths[n]) for n in plan.loops[:-1]]
+    if any(value_range(b, s.poly)[1] > value_range(b, s.poly)[0] for b in others):  # type: ignore[arg-type]
+        return s, [plan.loops]
+    # (a product without tiles has its vector loop distributed over the init and the
+    # updates: the loops outside it are the band)
+    outer = [n.outer if n.lanes else n.outer[:-1] for n in plan.nests if isinstance(n, ProductPlan)]
+    return s, [band for band in (_kept(loops, paths) for loops in outer) if band]
+
+
+def _kept(loops: tuple[str, ...], paths: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """The first of ``loops`` that are still loops of the schedule (a split renames its loop:
+    the tiles' loops are inside the ones kept)."""
+    kept: list[str] = []
+    for name in loops:
+        if name not in paths:
+            break
+        kept.append(name)
+    return tuple(kept)
 
 
 def _apply_product(s: Schedule, plan: ProductPlan) -> Schedule:
