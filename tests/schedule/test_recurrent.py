@@ -89,6 +89,15 @@ def test_one_direction_runs_its_step_products_in_parallel(monkeypatch, hidden):
         np.testing.assert_allclose(got[out], want[out], rtol=1e-5, atol=1e-5, err_msg=out)
 
 
+def test_a_step_that_reads_a_megabyte_of_weights_runs_in_parallel():
+    # 300 units: 1.4 MB of recurrent weights read in every step, in 361k multiply-adds (below
+    # the instance threshold): the weights' stream per run is what counts, not once per kernel
+    s = Schedule.from_kernel(_kernel(Case("LSTM", 5, 1, 8, 300, "forward")))
+    assert "// parallel" in apply_kernel_plan(s, plan_kernel(s, AVX512)).verify().ast_text()
+    s = Schedule.from_kernel(_kernel(Case("LSTM", 5, 1, 8, 64, "forward")))  # (64 KB: no)
+    assert "// parallel" not in apply_kernel_plan(s, plan_kernel(s, AVX512)).verify().ast_text()
+
+
 def test_nests_without_a_recurrence_are_not_a_recurrent_nest():
     s = Schedule.from_kernel(chain())
     assert plan_recurrent(s.kernel.body[0], s.tree.children[0], s, AVX512) is None  # type: ignore[attr-defined]

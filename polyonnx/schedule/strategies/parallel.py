@@ -96,13 +96,12 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
         nodes = [get(s.tree, paths[n]) for n in names]
         assert all(isinstance(b, Band) for b in nodes)
         below = instances(s.poly, stmts(nodes[0]))
-        work = _work(s.poly, below)
-        runs = _runs(s, paths[names[0]])
-        follows = work.reads & shared and work.count >= MIN_FOLLOWER_INSTANCES * runs
+        work = _work(s.poly, below, _runs(s, paths[names[0]]))
+        follows = work.reads & shared and work.count >= MIN_FOLLOWER_INSTANCES
         if (
-            work.count < MIN_PARALLEL_INSTANCES * runs
-            and work.written < MIN_PARALLEL_BYTES * runs
-            and work.read < MIN_PARALLEL_READ_BYTES * runs
+            work.count < MIN_PARALLEL_INSTANCES
+            and work.written < MIN_PARALLEL_BYTES
+            and work.read < MIN_PARALLEL_READ_BYTES
             and not follows
         ):
             continue
@@ -137,7 +136,7 @@ def _runs(s: Schedule, path: tuple[int, ...]) -> int:
 @dataclass(frozen=True, slots=True)
 class _Work:
     """What a nest does per run: statement instances, bytes written and read (each buffer's
-    at most once), and the buffers it writes and reads."""
+    at most once per run), and the buffers it writes and reads."""
 
     count: int
     written: int
@@ -146,10 +145,12 @@ class _Work:
     reads: frozenset[str]
 
 
-def _work(poly: PolyKernel, domain: isl.UnionSet) -> _Work:
-    """Statement instances of ``domain``, the bytes they write and the bytes they read
-    besides what they write (each buffer's at most once: a reduction writes its output, not
-    one element per instance), counted from the krnl loops (guards ignored)."""
+def _work(poly: PolyKernel, domain: isl.UnionSet, runs: int = 1) -> _Work:
+    """Statement instances of ``domain`` per run of its nest (``runs``: how many times a loop
+    around it runs it), the bytes they write and the bytes they read besides what they write
+    (each buffer's at most once per run: a reduction writes its output, not one element per
+    instance; a recurrent step reads all its weights each step), counted from the krnl loops
+    (guards ignored)."""
     total = 0
     names = set()
     domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
@@ -168,6 +169,6 @@ def _work(poly: PolyKernel, domain: isl.UnionSet) -> _Work:
             read[b] = read.get(b, 0) + count * np.dtype(buffers[b].dtype).itemsize
 
     def once(by_buffer: dict[str, int]) -> int:
-        return sum(min(n, buffers[b].nbytes) for b, n in by_buffer.items())
+        return sum(min(n // runs, buffers[b].nbytes) for b, n in by_buffer.items())
 
-    return _Work(total, once(written), once(read), frozenset(written), frozenset(read))
+    return _Work(total // runs, once(written), once(read), frozenset(written), frozenset(read))
