@@ -231,6 +231,25 @@ def test_a_dilated_conv_leaves_out_the_rows_of_taps_in_its_padding() -> None:
         assert all("kw" not in str(g) for g in guards)
 
 
+def test_a_dilated_conv_cuts_its_columns_into_runs_of_the_same_taps() -> None:
+    # dilation 8, padding 8 on 24 columns: columns 0-7 read taps 1-2, 8-15 all three, 16-23
+    # taps 0-1 (22% of the pairs in padding): three nests, each tap range without padding
+    x, w, b = rand(1, 4, 5, 24), rand(4, 4, 3, 3, seed=1), rand(4, seed=2)
+    attrs = {"dilations": [1, 8], "pads": [1, 8, 1, 8]}
+    _check_one_conv(x, w, b, attrs)
+    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
+    graph = blocked_layout(graph_from_model(model), BLOCK)
+    program = build_program(graph, [[n] for n in graph.nodes])
+    (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
+    (out,) = [b.name for b in conv.buffers if b.kind == "output"]
+    taps = [
+        next(lp.upper.const - lp.lower.const for lp in loops if lp.iterator == "kw")
+        for loops, st in conv.statements()
+        if st.write.buffer == out and any(lp.iterator == "kw" for lp in loops)
+    ]
+    assert taps == [2, 3, 2]
+
+
 def _depthwise_model(
     rank: int, kernel: int, attrs: dict, act: str | None, bias: bool = True
 ) -> onnx.ModelProto:
