@@ -9,6 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from polyonnx.graph.passes.layout import blocked_layout
+from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.program import build_program
 from polyonnx.testing import onnxruntime_outputs
 from tests.krnl.harness import graph_from_model, make_model, rand, run_krnl
@@ -40,6 +41,15 @@ def _check_one_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict) ->
     np.testing.assert_allclose(
         got["y"], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5
     )
+
+
+def _conv_kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict) -> Kernel:
+    """The ConvBlocked kernel of a one-Conv model (constant weights and bias) in blocks."""
+    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
+    graph = blocked_layout(graph_from_model(model), BLOCK)
+    program = build_program(graph, [[n] for n in graph.nodes])
+    (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
+    return conv
 
 
 def _chain_model() -> onnx.ModelProto:
@@ -201,10 +211,7 @@ def test_grouped_conv_of_one_block_per_group_is_one_nest(case: str) -> None:
     x, b = rand(1, 8 * BLOCK, 6, 5), rand(4 * BLOCK, seed=2)
     attrs = {**attrs, "group": 4}
     _check_one_conv(x, w, b, attrs)
-    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
-    graph = blocked_layout(graph_from_model(model), BLOCK)
-    program = build_program(graph, [[n] for n in graph.nodes])
-    (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
+    conv = _conv_kernel(x, w, b, attrs)
     (out,) = [b.name for b in conv.buffers if b.kind == "output"]
     # an initial value and an update of the output: one nest, not one per group
     assert sum(s.write.buffer == out for _, s in conv.statements()) == 2
@@ -237,10 +244,7 @@ def test_a_dilated_conv_cuts_its_columns_into_runs_of_the_same_taps() -> None:
     x, w, b = rand(1, 4, 5, 24), rand(4, 4, 3, 3, seed=1), rand(4, seed=2)
     attrs = {"dilations": [1, 8], "pads": [1, 8, 1, 8]}
     _check_one_conv(x, w, b, attrs)
-    model = make_model("Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b})
-    graph = blocked_layout(graph_from_model(model), BLOCK)
-    program = build_program(graph, [[n] for n in graph.nodes])
-    (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
+    conv = _conv_kernel(x, w, b, attrs)
     (out,) = [b.name for b in conv.buffers if b.kind == "output"]
     taps = [
         next(lp.upper.const - lp.lower.const for lp in loops if lp.iterator == "kw")
