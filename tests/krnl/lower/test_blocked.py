@@ -226,13 +226,7 @@ def test_a_dilated_conv_leaves_out_the_rows_of_taps_in_its_padding() -> None:
     ):
         x, w, b = rand(1, 4, 9, 9), rand(4, 4, 3, 3, seed=1), rand(4, seed=2)
         _check_one_conv(x, w, b, attrs)
-        model = make_model(
-            "Conv", [("x", x), ("w", w), ("b", b)], attrs, constants={"w": w, "b": b}
-        )
-        graph = blocked_layout(graph_from_model(model), BLOCK)
-        program = build_program(graph, [[n] for n in graph.nodes])
-        (conv,) = [k for k in program.kernels if "ConvBlocked" in k.name]
-        guards = [g for _, s in conv.statements() for g in s.guards]
+        guards = [g for _, s in _conv_kernel(x, w, b, attrs).statements() for g in s.guards]
         # the rows' taps bounded on both sides (not the columns', the register tile's rows)
         assert len(guards) == (2 if guarded else 0)
         assert all("kw" not in str(g) for g in guards)
