@@ -30,7 +30,16 @@ import traceback
 from collections.abc import Sequence
 
 import polyonnx
-from polyonnx.bench.models import EXTRA_MODELS, MODELS, Refused, Row, measure, summary, table
+from polyonnx.bench.models import (
+    EXTRA_MODELS,
+    MODELS,
+    Refused,
+    Row,
+    build,
+    measure,
+    summary,
+    table,
+)
 from polyonnx.testing import import_onnxruntime
 from polyonnx.testing.architectures import multiply_adds, parameters
 
@@ -67,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused: list[Refused] = []
     sizes: dict[str, tuple[int, int]] = {}
     for name in args.models:
-        model = {**MODELS, **EXTRA_MODELS}[name]()
+        model = build(name)
         sizes[name] = (parameters(model), multiply_adds(model))
         for threads in args.threads:
             try:

@@ -43,6 +43,12 @@ EXTRA_MODELS: dict[str, Callable[[], onnx.ModelProto]] = dict(EXTRA_ARCHITECTURE
 """Models outside the set that ``benchmarks/models.py --models`` also runs (not in reports):
 :data:`polyonnx.testing.architectures.EXTRA_ARCHITECTURES`."""
 
+
+def build(name: str) -> onnx.ModelProto:
+    """The model ``name`` of :data:`MODELS` or :data:`EXTRA_MODELS`."""
+    return {**MODELS, **EXTRA_MODELS}[name]()
+
+
 RTOL = 1e-4
 """Relative error (max |polyonnx - ort| / max |ort|) above which a row says MISMATCH."""
 
@@ -95,7 +101,7 @@ def measure(
 ) -> Row:
     """Compile ``name`` cold with polyonnx, then time polyonnx and onnxruntime on one input
     (``step`` is told what is being measured, for progress reports)."""
-    model = model if model is not None else {**MODELS, **EXTRA_MODELS}[name]()
+    model = model if model is not None else build(name)
     step("compiling (cold)")
     t = time.perf_counter()
     # Cold: the on-disk cache of compiled kernels is off, so every kernel is compiled.

@@ -557,6 +557,39 @@ def perfect_nest(node: Node) -> tuple[list[Loop], Stmt] | None:
     return loops, node
 
 
+def substitute(node: Node, at: Mapping[str, Aff]) -> Node:
+    """``node`` with each iterator of ``at`` replaced by its affine expression, wherever it
+    appears: write and load indices, guards, loop bounds.
+
+    Example:
+        >>> s = Stmt("S", Access("y", (Aff.var("i"),)), Load("x", (Aff.var("i") + 1,), "float32"))
+        >>> print(substitute(s, {"i": Aff.var("j") + 2}))
+        S: y[j + 2] = x[j + 3]
+    """
+
+    def expr(e: Expr) -> Expr:
+        e = map_children(e, expr)
+        if isinstance(e, Load):
+            return replace(
+                e, index=tuple(i.substitute(at) if isinstance(i, Aff) else i for i in e.index)
+            )
+        return e
+
+    if isinstance(node, Stmt):
+        return replace(
+            node,
+            write=Access(node.write.buffer, tuple(i.substitute(at) for i in node.write.index)),
+            body=expr(node.body),
+            guards=tuple(replace(g, aff=g.aff.substitute(at)) for g in node.guards),
+        )
+    return Loop(
+        node.iterator,
+        node.lower.substitute(at),
+        node.upper.substitute(at),
+        tuple(substitute(c, at) for c in node.body),
+    )
+
+
 def rename_buffers(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:
     """``nodes`` with every access to buffer ``b`` (write or load) going to ``names[b]``;
     buffers not in ``names`` keep theirs."""

@@ -232,14 +232,9 @@ def _contiguous(stmts: tuple[Stmt, ...], r: str) -> bool:
 
 def _at(s: Stmt, at: Mapping[str, Aff]) -> Stmt:
     """``s`` with every index taken at ``at`` (iterator -> affine expression)."""
-
-    def expr(e: ir.Expr) -> ir.Expr:
-        if isinstance(e, ir.Load):
-            return replace(e, index=tuple(i.substitute(at) for i in e.index))  # type: ignore[union-attr]
-        return ir.map_children(e, expr)
-
-    write = ir.Access(s.write.buffer, tuple(i.substitute(at) for i in s.write.index))
-    return replace(s, write=write, body=expr(s.body))
+    out = ir.substitute(s, at)
+    assert isinstance(out, Stmt)
+    return out
 
 
 def _retarget(s: Stmt, part: str, index: tuple[Aff, ...]) -> Stmt:

@@ -26,8 +26,6 @@ border (:mod:`polyonnx.krnl.borders`), else from a copy (border slabs written on
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from polyonnx.errors import ShapeError
 from polyonnx.graph.ir import INTERNAL_DOMAIN as DOMAIN
 from polyonnx.graph.ir import Node
@@ -101,12 +99,12 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
         source, prologue, temps, positions = padded_input(node, ctx, x, win, positions)
 
     taps = tuple(var(k) for k in k_names)
-    skips = _padding_skips(win, o_names, k_names, in_spatial, out_spatial)
     if depthwise:
         return Lowered(
             (*prologue, *_depthwise(ctx, source, w, b, y, dtype, positions, o_names, k_names)),
             temps,
         )
+    skips = _padding_skips(win, o_names, k_names, in_spatial, out_spatial)
     # One nest per group, at constant block offsets: the output index stays a point of the
     # nest (what the register-tiling strategy looks for), each group's slice of X, W and Y.
     # With one output block per group the block is the group: one nest over all blocks, each
@@ -147,7 +145,7 @@ def lower_conv_blocked(node: Node, ctx: LowerContext) -> Lowered:
                     (last_o, end - first),
                     ("o", block),
                 ],
-                tuple(_substituted(b, shift) for b in body),
+                tuple(ir.substitute(b, shift) for b in body),
             )
     return Lowered((*prologue, *nests), temps)
 
@@ -171,11 +169,7 @@ def _column_pieces(win: Window, size: int, out: int) -> list[tuple[int, int, int
         return whole
     pieces: list[tuple[int, int, int, int]] = []
     for o in range(out):
-        inside = [
-            t
-            for t in range(taps)
-            if 0 <= o * win.strides[k] + t * win.dilations[k] - win.pads_begin[k] < size
-        ]
+        inside = [t for t in range(taps) if _reads_input(win, k, o, t, size)]
         tap_range = (inside[0], inside[-1] + 1) if inside else (0, 0)
         if pieces and pieces[-1][2:] == tap_range:
             pieces[-1] = (pieces[-1][0], o + 1, *tap_range)
@@ -186,31 +180,16 @@ def _column_pieces(win: Window, size: int, out: int) -> list[tuple[int, int, int
     return pieces if out >= MIN_COLUMN_RUN * len(pieces) else whole
 
 
-def _substituted(n: ir.Node, mapping: dict[str, Aff]) -> ir.Node:
-    """``n`` with each iterator of ``mapping`` replaced by its affine expression."""
-
-    def expr(e: ir.Expr) -> ir.Expr:
-        e = ir.map_children(e, expr)
-        if isinstance(e, ir.Load):
-            index = tuple(i.substitute(mapping) if isinstance(i, Aff) else i for i in e.index)
-            return replace(e, index=index)
-        return e
-
-    if isinstance(n, ir.Stmt):
-        write = ir.Access(n.write.buffer, tuple(i.substitute(mapping) for i in n.write.index))
-        guards = tuple(replace(g, aff=g.aff.substitute(mapping)) for g in n.guards)
-        return replace(n, write=write, body=expr(n.body), guards=guards)
-    return replace(n, body=tuple(_substituted(c, mapping) for c in n.body))
+def _reads_input(win: Window, k: int, o: int, t: int, size: int) -> bool:
+    """Whether output ``o``'s tap ``t`` along axis ``k`` (of ``size`` inputs) is no padding."""
+    return 0 <= o * win.strides[k] + t * win.dilations[k] - win.pads_begin[k] < size
 
 
 def _padded_share(win: Window, k: int, size: int, out: int) -> float:
     """The share of axis ``k``'s (output, tap) pairs whose tap reads padding."""
-    outside = sum(
-        not 0 <= o * win.strides[k] + t * win.dilations[k] - win.pads_begin[k] < size
-        for o in range(out)
-        for t in range(win.kernel[k])
-    )
-    return outside / (out * win.kernel[k])
+    taps = win.kernel[k]
+    outside = sum(not _reads_input(win, k, o, t, size) for o in range(out) for t in range(taps))
+    return outside / (out * taps)
 
 
 def _padding_skips(

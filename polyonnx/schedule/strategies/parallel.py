@@ -96,7 +96,11 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
         nodes = [get(s.tree, paths[n]) for n in names]
         assert all(isinstance(b, Band) for b in nodes)
         below = instances(s.poly, stmts(nodes[0]))
-        work = _work(s.poly, below, _runs(s, paths[names[0]]))
+        # (a nest inside a sequential loop runs once per iteration of the loops around it,
+        # and runs its instances of one such iteration in parallel: dependences between
+        # those iterations are the loops' around it)
+        around = bands_on_path(s.tree, paths[names[0]], inclusive=False)
+        work = _work(s.poly, below, _runs(around, s.poly))
         follows = work.reads & shared and work.count >= MIN_FOLLOWER_INSTANCES
         if (
             work.count < MIN_PARALLEL_INSTANCES
@@ -105,10 +109,7 @@ def plan_parallel(s: Schedule, bands: Sequence[Sequence[str]]) -> ParallelPlan:
             and not follows
         ):
             continue
-        # (a nest inside a sequential loop runs its instances of one iteration of that loop
-        # in parallel: dependences between iterations of the loops around it are theirs)
-        around = [b.sched for b in bands_on_path(s.tree, paths[names[0]], inclusive=False)]
-        columns = [*around, *(cast(Band, b).sched for b in nodes)]
+        columns = [*(b.sched for b in around), *(cast(Band, b).sched for b in nodes)]
         may = loops_that_may_carry(s.dependences, below, columns, range(len(around), len(columns)))
         safe = [n for m, n in enumerate(names) if len(around) + m not in may]
         if safe:
@@ -124,11 +125,11 @@ def apply_parallel_plan(s: Schedule, plan: ParallelPlan) -> Schedule:
     return s
 
 
-def _runs(s: Schedule, path: tuple[int, ...]) -> int:
-    """How many times the nest at ``path`` runs: the iterations of the loops around it."""
+def _runs(around: Sequence[Band], poly: PolyKernel) -> int:
+    """How many times a nest runs: the iterations of the loops ``around`` it."""
     runs = 1
-    for band in bands_on_path(s.tree, path, inclusive=False):
-        lo, hi = value_range(band, s.poly)
+    for band in around:
+        lo, hi = value_range(band, poly)
         runs *= max(hi - lo + 1, 1)
     return runs
 

@@ -53,7 +53,7 @@ from polyonnx.schedule.strategies.nests import band_chain, chain, extent
 from polyonnx.schedule.strategies.pointwise import VectorPlan, apply_pointwise
 from polyonnx.schedule.strategies.reduction import ReductionNest
 from polyonnx.schedule.strategies.tiling import Tiling
-from polyonnx.schedule.tree import Band, Node, band_paths, get, value_range
+from polyonnx.schedule.tree import Band, Node, band_paths, get, single_valued
 from polyonnx.schedule.tree import Sequence as TreeSequence
 from polyonnx.schedule.verbs import Distribute, Reorder, Split, Unroll, Vectorize
 
@@ -238,7 +238,7 @@ def apply_recurrent(s: Schedule, plan: RecurrentPlan) -> tuple[Schedule, list[tu
             s, _ = apply_pointwise(s, nest)
     paths = band_paths(s.tree)
     others = [get(s.tree, paths[n]) for n in plan.loops[:-1]]
-    if any(value_range(b, s.poly)[1] > value_range(b, s.poly)[0] for b in others):  # type: ignore[arg-type]
+    if not all(isinstance(b, Band) and single_valued(b, s.poly) for b in others):
         return s, [plan.loops]
     # (a product without tiles has its vector loop distributed over the init and the
     # updates: the loops outside it are the band)
