@@ -5,6 +5,12 @@ The workers are forked, so they inherit the jobs (and every import) instead of r
 pickled; only job indices go to them and only results come back. A worker killed mid-job (out
 of memory, a crash in a native library) breaks the pool, which is reported as ``error``.
 
+Python's garbage collector is frozen while the workers are forked (``gc.freeze``): each full
+collection in a worker would otherwise walk every object the parent had (a model's graph,
+lowered kernels, llvmlite's IR of the entry point), touching their pages (copy on write) and
+spending the time again in each worker. DenseNet-121's LLVM workers: IR emission 1.5 -> 0.9 s
+CPU, their page faults 27,000 -> 17,600.
+
 Example:
     >>> forked_map(len, [[1], [1, 2]], workers=2, error=RuntimeError)
     [1, 2]
@@ -12,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -37,6 +44,10 @@ def forked_map(
     out of native code while the process is copied (the workers fork during this call).
     ``meanwhile()`` runs in this process while the workers work (after they are forked)."""
     context = multiprocessing.get_context("fork")
+    # (Not when the caller froze objects itself: unfreeze() would undo that too.)
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
     try:
         with ProcessPoolExecutor(
             workers, mp_context=context, initializer=_start, initargs=(fn, jobs)
@@ -51,6 +62,9 @@ def forked_map(
             f"a worker process died while compiling ({len(jobs)} jobs on {workers} "
             "processes): out of memory, or a crash in native code"
         ) from None
+    finally:
+        if freeze:
+            gc.unfreeze()
 
 
 def _start(fn: Callable[[Any], Any], jobs: Sequence[Any]) -> None:

@@ -1,5 +1,6 @@
 """Forked worker pools return results in order and fail, not hang, when a worker dies."""
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -62,3 +63,14 @@ def test_meanwhile_runs_here_once_while_the_workers_work() -> None:
     assert where == os.getpid() and where not in workers  # here, not in a worker
     assert workers <= alive  # the workers were alive when it ran
     assert all(saw for _, saw in results)  # and their jobs were not done: they waited for it
+
+
+def _frozen_objects(_: int) -> int:
+    return gc.get_freeze_count()
+
+
+def test_the_parents_objects_are_frozen_in_the_workers_only() -> None:
+    before = gc.get_freeze_count()
+    counts = forked_map(_frozen_objects, [0, 1], workers=2, error=CodegenError)
+    assert all(c > before for c in counts)  # the workers' collections skip them
+    assert gc.get_freeze_count() == before  # and the parent collects them again
