@@ -123,3 +123,34 @@ def test_a_few_rows_are_one_register_tile_and_stream_the_matrix(m):
     tiled = apply_kernel_plan(s, plan_kernel(s, tiling)).verify()
     arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
     np.testing.assert_allclose(run(tiled, arrays)["C"], run(s, arrays)["C"], rtol=1e-5)
+
+
+def _lrn_kernel():
+    from onnx import TensorProto, helper
+
+    from polyonnx.pipeline import lower, to_graph
+
+    shape = [1, 8, 6, 40]
+    graph = helper.make_graph(
+        [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=2.0)],
+        "lrn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return lower(to_graph(model), AVX512).kernels[0]
+
+
+def test_an_input_read_through_windows_keeps_the_kernels_order():
+    # LRN reads x[c + r0 - 2, h, w]: every outer loop moves the window, so the input is read
+    # once whichever loop is outermost; the vector tiles outermost would only stride through
+    # it, a few lines of each row per tile.
+    kernel = _lrn_kernel()
+    s = Schedule.from_kernel(kernel)
+    red = plan_kernel(s, AVX512).nests[0]
+    assert isinstance(red, ReductionPlan) and red.vector == 32
+    assert not red.vector_first
+    tiled = apply_kernel_plan(s, plan_kernel(s, AVX512)).verify()
+    assert tiled.loops[:4] == ("n", "c", "h", "w_o")  # (the lanes' tiles innermost)
+    arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
+    np.testing.assert_allclose(run(tiled, arrays)["y"], run(s, arrays)["y"], rtol=1e-6)
