@@ -146,7 +146,7 @@ class _Work:
     reads: frozenset[str]
 
 
-def _work(poly: PolyKernel, domain: isl.UnionSet, runs: int = 1) -> _Work:
+def _work(poly: PolyKernel, domain: isl.UnionSet, runs: int) -> _Work:
     """Statement instances of ``domain`` per run of its nest (``runs``: how many times a loop
     around it runs it), the bytes they write and the bytes they read besides what they write
     (each buffer's at most once per run: a reduction writes its output, not one element per

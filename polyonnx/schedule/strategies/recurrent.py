@@ -42,6 +42,7 @@ in one tile of 16 accumulators; ``d_4`` becomes the parallel loop):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -249,12 +250,7 @@ def apply_recurrent(s: Schedule, plan: RecurrentPlan) -> tuple[Schedule, list[tu
 def _kept(loops: tuple[str, ...], paths: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
     """The first of ``loops`` that are still loops of the schedule (a split renames its loop:
     the tiles' loops are inside the ones kept)."""
-    kept: list[str] = []
-    for name in loops:
-        if name not in paths:
-            break
-        kept.append(name)
-    return tuple(kept)
+    return tuple(itertools.takewhile(paths.__contains__, loops))
 
 
 def _apply_product(s: Schedule, plan: ProductPlan) -> Schedule:
