@@ -125,6 +125,24 @@ def test_a_few_rows_are_one_register_tile_and_stream_the_matrix(m):
     np.testing.assert_allclose(run(tiled, arrays)["C"], run(s, arrays)["C"], rtol=1e-5)
 
 
+@pytest.mark.parametrize(("m", "rows"), [(14, 7), (56, 4), (13, 6)])
+def test_sixteen_registers_take_a_seventh_row_rather_than_a_ragged_tile(m, rows):
+    # AVX2's 16 registers hold 6 rows of 2-vector accumulators besides B's two vectors and a
+    # broadcast; with B read as FMA memory operands, 7. A loop of 14 (a 7x7 or 14x14 conv's
+    # pixels) takes 7 rows rather than 6 and a ragged tile of 2; 56 keeps 4 rows, which divide
+    # it with fewer loads per FMA; 13 has no such divisor and keeps 6 and an edge.
+    kernel = matmul(m, 64, 32)
+    tiling = Tiling.for_vector_bits(256, threads=1)
+    s = Schedule.from_kernel(kernel)
+    red = plan_kernel(s, tiling).nests[0]
+    assert isinstance(red, ReductionPlan)
+    assert (red.outer[red.row], red.rows, red.isolate) == ("i", rows, m % rows != 0)
+    assert plan_kernel(s, AVX512).nests[0].rows == (7 if m == 14 else 8)  # (32 registers)
+    tiled = apply_kernel_plan(s, plan_kernel(s, tiling)).verify()
+    arrays = {b.name: np.random.default_rng(0).random(b.shape, np.float32) for b in kernel.buffers}
+    np.testing.assert_allclose(run(tiled, arrays)["C"], run(s, arrays)["C"], rtol=1e-5)
+
+
 def _lrn_kernel():
     from onnx import TensorProto, helper
 

@@ -432,19 +432,24 @@ def _tile_shape(
         ]
         if paired and partners:
             return row, paired[0], partners[-1]
-    return row, tiling.rows(rows_extent, _row_budget(ops, row, tiling)), None
+    return row, tiling.rows(rows_extent, *_row_budget(ops, row, tiling)), None
 
 
-def _row_budget(ops: list[Operand], row: str, tiling: Tiling) -> int | None:
+def _row_budget(ops: list[Operand], row: str, tiling: Tiling) -> tuple[int | None, int | None]:
     """Rows whose accumulators fit the register file besides what one reduction step keeps
     live: the vectors the rows share, one vector a row loads for itself and one broadcast;
-    None when the register count is not known."""
+    and the rows that fit when the shared vectors are FMA memory operands instead (the
+    ``folded`` rows of :meth:`~.tiling.Tiling.rows`), only when the registers, not
+    :attr:`~.tiling.Tiling.unroll`, limit the rows. (None, None) when the register count
+    is not known."""
     if not tiling.registers:
-        return None
+        return None, None
     shared = sum(1 for o in ops if o.kind == "vector" and o.invariant(row))
     own = any(o.kind != "broadcast" and not o.invariant(row) for o in ops)
-    live = shared * tiling.steps + own + any(o.kind == "broadcast" for o in ops)
-    return max((tiling.registers - live) // tiling.steps, 1)
+    bare = own + any(o.kind == "broadcast" for o in ops)
+    budget = max((tiling.registers - shared * tiling.steps - bare) // tiling.steps, 1)
+    folded = (tiling.registers - bare) // tiling.steps
+    return budget, folded if shared and budget <= tiling.unroll else None
 
 
 def _lanes(vector_extent: int, tiling: Tiling) -> int:
