@@ -576,11 +576,27 @@ class KernelEmitter:
         if isinstance(e, Unary):
             return scalars.unary(e.op, self._expr(e.x, at), e.x.dtype)
         if isinstance(e, Binary):
-            x, y = scalars.match(self._expr(e.a, at), self._expr(e.b, at))
-            return scalars.binary(e.op, x, y, e.a.dtype)
+            return self._binary(e, at)
         if isinstance(e, LaneFold):
             return self._lane_fold(e, at)
         raise CodegenError(f"cannot emit expression {e!r}")
+
+    def _binary(self, e: Binary, at: _Instance) -> ir.Value:
+        """``e``; a float max or min against a number (not NaN) as one compare and select."""
+        a, c, op = e.a, e.b, e.op
+        if op in ("max", "min") and is_float(a.dtype):
+            if _number(a) and not _number(c):
+                a, c = c, a  # (max and min commute)
+            if _number(c):
+                op += "_number"
+        scalars = self.frame.scalars
+        x, y = scalars.match(self._expr(a, at), self._expr(c, at))
+        return scalars.binary(op, x, y, a.dtype)
+
+
+def _number(e: Expr) -> bool:
+    """Whether ``e`` is a constant that is not NaN (a ReLU's 0, a Clip's bounds)."""
+    return isinstance(e, Const) and not np.isnan(e.value)
 
 
 def _lanes(first: int, count: int, step: int = 1) -> ir.Constant:

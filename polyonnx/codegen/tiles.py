@@ -171,7 +171,7 @@ def register_tile(node: la.For, accesses: Accesses, config: CodegenConfig) -> Re
         width,
         accumulators,
         rereads(unrolled, vec, call, len(accumulators), accesses, config),
-        streamed(node, vec, call, accesses, config),
+        streamed(node, unrolled, vec, call, accesses, config),
     )
 
 
@@ -282,12 +282,18 @@ def rereads(
     """The vector-load instances of a register tile to read from memory at each use.
 
     Each iteration of the reduction holds the accumulators, every distinct vector it loads
-    (a conv's weight vectors: one per channel block and vector step) and one broadcast value.
+    (a conv's weight vectors: one per channel block and vector step) and a broadcast value,
+    if it has one.
     When that is more than the register file (a 7 x 2 x 2 conv tile: 28 + 4 + 1 = 33 of
-    AVX-512's 32), LLVM spills accumulators (a store and a reload per iteration). Instead the
-    last vectors loaded over the budget are loaded volatile at each of their uses, which keeps
-    LLVM from merging them into one value: they become memory operands of their FMAs, an extra
-    load each, which the load ports absorb.
+    AVX-512's 32), LLVM spills accumulators (a store and a reload per iteration). Instead
+    vectors over the budget are loaded volatile at each of their uses, which keeps LLVM
+    from merging them into one value: they become memory operands of their FMAs, an extra
+    load each use but the first, which the load ports absorb. The vectors used least are
+    picked first: a load each row makes for itself (a depthwise conv's input under 7 rows)
+    is used once, so reading it as a memory operand costs no load at all; a vector the rows
+    share (the weights) costs one per row. (Re-reading the shared weights of a depthwise
+    conv, 7 rows on AVX2, made two loads per FMA: 26 us for 960 channels at 7x7 on Zen 3,
+    13 us with its input as the memory operands.)
     """
     _, stmt = accesses.statements[call.stmt]
     steps = accesses.lane_steps(call, vec.iterator)
@@ -302,47 +308,67 @@ def rereads(
             k for k, per in enumerate(loop_steps) if accesses.element_step(ld.buffer, ld.index, per)
         ]
 
-    vectors = []
+    vectors, scalars = [], 0
     for ld in dict.fromkeys(loads(stmt.body)):
         if ld.buffer == stmt.write.buffer or any(not isinstance(i, Aff) for i in ld.index):
             continue
         if accesses.element_step(ld.buffer, ld.index, steps) == 1:
             vectors.append((ld, moved_by(ld)))
+        else:
+            scalars = 1  # (a broadcast: one register, reused by the loads that follow)
     copies = sum(int(np.prod([trips[k] for k in moved])) * vector_steps for _, moved in vectors)
-    excess = accumulators + copies + 1 - config.vector_registers
+    excess = accumulators + copies + scalars - config.vector_registers
     if excess <= 0 or not vectors:
         return frozenset()
-    ld, moved = vectors[-1]
-    # Its distinct copies in emission order (tile positions outermost first, then the vector
-    # step); the last ``excess`` of them are re-read.
-    distinct = sorted(
-        {
-            (tuple(p[k] for k in moved), j)
+    chosen: set[tuple[Load, tuple[int, ...], int]] = set()
+    # (uses of each copy: the tile positions of the loops it does not move with; the last
+    # loaded first among equals)
+    for ld, moved in sorted(
+        reversed(vectors),
+        key=lambda v: int(np.prod([t for k, t in enumerate(trips) if k not in v[1]])),
+    ):
+        # Its distinct copies in emission order (tile positions outermost first, then the
+        # vector step); the last of them are re-read.
+        distinct = sorted(
+            {
+                (tuple(p[k] for k in moved), j)
+                for p in itertools.product(*map(range, trips))
+                for j in range(vector_steps)
+            }
+        )
+        picked = set(distinct[-excess:])
+        excess -= len(picked)
+        chosen |= {
+            (ld, p, j)
             for p in itertools.product(*map(range, trips))
             for j in range(vector_steps)
+            if (tuple(p[k] for k in moved), j) in picked
         }
-    )
-    chosen = set(distinct[-excess:])
-    return frozenset(
-        (ld, p, j)
-        for p in itertools.product(*map(range, trips))
-        for j in range(vector_steps)
-        if (tuple(p[k] for k in moved), j) in chosen
-    )
+        if excess <= 0:
+            break
+    return frozenset(chosen)
 
 
 def streamed(
-    reduction: la.For, vec: la.For, call: la.Call, accesses: Accesses, config: CodegenConfig
+    reduction: la.For,
+    unrolled: tuple[la.For, ...],
+    vec: la.For,
+    call: la.Call,
+    accesses: Accesses,
+    config: CodegenConfig,
 ) -> frozenset[Load]:
     """The vector loads of a register tile's ``reduction`` that stream through an operand
     larger than ``config.prefetch_above`` bytes, moving forward with the innermost reduction
-    loop.
+    loop, the same for every row of the tile (its ``unrolled`` loops).
 
     The first row tile of each cache chunk fetches that chunk's operand (a conv's weights);
     the hardware prefetchers do not run far enough ahead of it, so each of those loads waits
     on L3 or memory. A software prefetch ahead in the same stream (into the next chunk at the
     end of one) hides that. Operands that fit in L2 get none: there it only costs load-port
-    slots.
+    slots. Nor do loads each row makes for itself (a depthwise conv's or a pool's windows
+    over its input): the rows' windows overlap, one row's next tap is its neighbour's
+    current one, and a prefetch per row and tap only took load-port slots (a depthwise conv
+    of 960 channels at 7x7 on Zen 3, 7 rows, 14 prefetches per tap: 19 -> 16.5 us).
     """
     if not config.prefetch_above:
         return frozenset()
@@ -350,6 +376,7 @@ def streamed(
     _, stmt = accesses.statements[call.stmt]
     lanes = accesses.lane_steps(call, vec.iterator) or {}
     along = accesses.iterator_steps(call, inner.iterator) or {}
+    rows = [accesses.iterator_steps(call, loop.iterator) or {} for loop in unrolled]
     return frozenset(
         ld
         for ld in loads(stmt.body)
@@ -358,4 +385,5 @@ def streamed(
         and accesses.buffers[ld.buffer].nbytes > config.prefetch_above
         and accesses.element_step(ld.buffer, ld.index, lanes) == 1
         and accesses.element_step(ld.buffer, ld.index, along) > 0
+        and not any(accesses.element_step(ld.buffer, ld.index, per) for per in rows)
     )

@@ -151,6 +151,58 @@ def test_a_paired_tile_over_the_register_file_rereads_its_last_weight_vector() -
     }
 
 
+def _depthwise() -> Kernel:
+    """y[r, o] = sum_k x[r + k, o] * w[k, o]: each row reads its own window of x, every row
+    the same vector of w (a depthwise conv's row of pixels in one channel block)."""
+    nr, no, nk = 7, 16, 3
+    r, o, k = (Aff.var(n) for n in "rok")
+    y = Access("y", (r, o))
+    update = Stmt(
+        "S1", y, Load("y", (r, o), F32) + Load("x", (r + k, o), F32) * Load("w", (k, o), F32)
+    )
+    return Kernel(
+        "k",
+        (
+            Buffer("x", F32, (nr + nk - 1, no), "input"),
+            Buffer("w", F32, (nk, no), "input"),
+            Buffer("y", F32, (nr, no), "output"),
+        ),
+        (
+            Loop(
+                "r",
+                0,
+                nr,
+                (Loop("o", 0, no, (Stmt("S0", y, Const(0.0, F32)), Loop("k", 0, nk, (update,)))),),
+            ),
+        ),
+    )
+
+
+def test_a_tile_over_the_register_file_rereads_the_vectors_each_row_loads_for_itself() -> None:
+    # AVX2, 7 rows x 2 vectors: 14 accumulators + 14 vectors of x (one per row and step) + 2
+    # of w are 14 more than 16 registers. Each vector of x serves one FMA, so reading it as
+    # the FMA's memory operand costs no load; w's, shared by the 7 rows, stay in registers.
+    [group] = _plan(
+        _depthwise(),
+        CodegenConfig(vector_bits=256, vector_registers=16),
+        Tiling.for_vector_bits(256),
+    )
+    tile = group.tile
+    assert len(tile.accumulators) == 14
+    assert {(str(ld), position, step) for ld, position, step in tile.rereads} == {
+        ("x[k + r, o]", (r,), j) for r in range(7) for j in range(2)
+    }
+
+
+def test_a_window_each_row_reads_for_itself_is_not_prefetched() -> None:
+    # x moves with the rows: the rows' windows overlap, so it is no stream to prefetch; w,
+    # the same for every row, is.
+    [group] = _plan(
+        _depthwise(), CodegenConfig(vector_bits=256, prefetch_above=1), Tiling.for_vector_bits(256)
+    )
+    assert {ld.buffer for ld in group.tile.streams} == {"w"}
+
+
 def _bias_matmul_relu(k: int) -> Kernel:
     """y = bias; y += a @ b; y = max(y, 0), all on y."""
     m, n = 8, 32

@@ -76,6 +76,26 @@ def test_vector_relu_with_remainder(n):
     np.testing.assert_allclose(y, np.maximum(x, 0) * 2, rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", [5, 37])
+def test_max_and_min_against_numbers_keep_nan_in_one_select_each(n):
+    # min(max(x, -1), 6) and max(2, x) with constants not NaN: one compare and select each
+    # (x86's maxps / minps with the number first), and x NaN still gives NaN.
+    k = _unary_kernel(
+        n,
+        "float32",
+        lambda x: binary(
+            "add", binary("min", maximum(x, -1.0), 6.0), maximum(Const(2.0, "float32"), x)
+        ),
+    )
+    run, text = _compile(k)
+    assert "select" in text and "fcmp uno" not in text  # (no NaN check of its own)
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32) * 8
+    x[[0, 3]] = [np.nan, -np.inf]
+    y = np.zeros(n, np.float32)
+    run({"x": x, "y": y})
+    np.testing.assert_array_equal(y, np.minimum(np.maximum(x, -1), 6) + np.maximum(2, x))
+
+
 @pytest.mark.parametrize("dtype, width", [("float64", 4), ("int32", 8), ("int8", 32)])
 def test_vector_width_follows_the_dtype(dtype, width):
     k = _unary_kernel(70, dtype, lambda x: Unary("abs", x) + Const(1, dtype))

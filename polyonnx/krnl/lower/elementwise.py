@@ -230,6 +230,17 @@ _unary("IsNaN", lambda x, _: ir.unary("isnan", x))
 _unary("IsInf", _is_inf)
 
 
+def _bound(name: str, dtype: str, ctx: LowerContext) -> ir.Expr | None:
+    """A Clip bound: none, the initializer's value, or a load of the scalar at run time."""
+    if not name:
+        return None
+    value = ctx.constant(name)
+    if value is not None and value.size == 1:
+        item = value.reshape(()).item()
+        return ir.Const(float(item) if dtype in FLOATS else int(item), dtype)
+    return ir.Load(name, scalar_index(ctx, name), dtype)
+
+
 @register("Clip")
 def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
     """Clip: ``min(max(x, lo), hi)``; bounds are attributes before opset 11, inputs after."""
@@ -244,17 +255,10 @@ def lower_clip(node: Node, ctx: LowerContext) -> tuple[ir.Node, ...]:
             ir.Const(float(node.attr("max")), dtype) if node.has_attr("max") else None
         )
     else:
-        # Bounds are scalars read from their buffers at run time (they may be graph inputs).
-        lo = (
-            ir.Load(node.input(1), scalar_index(ctx, node.input(1)), dtype)
-            if node.input(1)
-            else None
-        )
-        hi = (
-            ir.Load(node.input(2), scalar_index(ctx, node.input(2)), dtype)
-            if node.input(2)
-            else None
-        )
+        # Bounds are scalars: constants when they are initializers (codegen's max and min
+        # against a number that is not NaN take one instruction), else read from their
+        # buffers at run time (they may be graph inputs).
+        lo, hi = (_bound(node.input(k), dtype, ctx) for k in (1, 2))
 
     def body(args: Sequence[ir.Expr]) -> ir.Expr:
         value = args[0]
