@@ -38,6 +38,7 @@ from onnx import TensorProto, helper, numpy_helper
 from polyonnx.errors import ModelError, UnsupportedOpError
 from polyonnx.frontend.control import inline
 from polyonnx.frontend.rewrite import NodeWriter, with_nodes
+from polyonnx.frontend.value_types import elem_type_text
 
 DOMAIN = "ai.onnx.preview"
 
@@ -145,7 +146,7 @@ def _flex_attention(w: _Writer, types: Mapping[str, onnx.TypeProto]) -> None:
     soft = _SOFTMAX_TYPE.get(q.elem, q.elem) if precision is None else int(precision)
     if soft not in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16):
         raise w.refuse(
-            f"softmax_precision {helper.tensor_dtype_to_string(soft)} (polyonnx computes "
+            f"softmax_precision {elem_type_text(soft)} (polyonnx computes "
             "the softmax in float16, float32 or float64)"
         )
     scores = w.cast(scores, q.elem, soft)

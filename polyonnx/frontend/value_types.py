@@ -162,17 +162,26 @@ def _keep_symbolic_names(got: onnx.TypeProto, want: onnx.TypeProto) -> None:
                 x.dim_param = y.dim_param
 
 
+def elem_type_text(elem_type: int) -> str:
+    """An ONNX element type as polyonnx names dtypes (``float32``, ``int64``), or a
+    description of a number that names none (a corrupt model's: naming it must not fail).
+
+    Example:
+        >>> elem_type_text(onnx.TensorProto.FLOAT), elem_type_text(68)
+        ('float32', '<unknown element type 68>')
+    """
+    if elem_type not in onnx.TensorProto.DataType.values():
+        return f"<unknown element type {elem_type}>"
+    name = onnx.helper.tensor_dtype_to_string(elem_type).removeprefix("TensorProto.").lower()
+    return {"float": "float32", "double": "float64"}.get(name, name)
+
+
 def _type_text(t: onnx.TypeProto) -> str:
     kind = t.WhichOneof("value")
     if kind != "tensor_type":
         return _kind_text(kind) if kind else "untyped"
     tt = t.tensor_type
-    elem = (
-        onnx.helper.tensor_dtype_to_string(tt.elem_type).removeprefix("TensorProto.").lower()
-        if tt.elem_type
-        else "?"
-    )
-    elem = {"float": "float32", "double": "float64"}.get(elem, elem)
+    elem = elem_type_text(tt.elem_type) if tt.elem_type else "?"
     return elem + (_dims_text(tt) if tt.HasField("shape") else "")
 
 

@@ -77,6 +77,17 @@ def _with_value_info(m: onnx.ModelProto, info: onnx.ValueInfoProto) -> onnx.Mode
             lambda: model([], [tensor("x", [2])], [tensor("x", [3])]),
             ("graph output 'x'", "declared float32[3]", "is float32[2]"),
         ),
+        # An element type no ONNX type has (corrupt bytes): the message names the number
+        # (it raised KeyError from onnx's type table while being written: fuzz seed 90000292).
+        (
+            lambda: model(
+                [helper.make_node("Max", ["c", "x"], ["y"], name="max")],
+                [tensor("x", [2])],
+                [tensor("y", [2])],
+                [onnx.TensorProto(name="c", data_type=68, dims=[2], raw_data=bytes(8))],
+            ),
+            ("'max' (Max)", "declared float32[2]", "computes <unknown element type 68>[2]"),
+        ),
     ],
 )
 def test_declared_types_that_disagree_with_the_computed_ones_are_refused(make, needles):
