@@ -15,7 +15,7 @@ from polyonnx import pipeline
 from polyonnx.codegen.target import dot4_bits
 from polyonnx.frontend import import_model
 from polyonnx.graph.passes import fuse, optimize, qlinear
-from polyonnx.testing import onnxruntime_outputs
+from polyonnx.testing import onnxruntime_int8_exact, onnxruntime_outputs
 from tests.krnl.harness import run_krnl
 
 RNG = np.random.default_rng(5)
@@ -261,7 +261,8 @@ def test_a_sum_float32_could_round_is_summed_in_digits(
         x = {"x": np.random.default_rng(seed).integers(0, 256, shape).astype(np.uint8)}
         want = integer.run(None, x)[0]
         np.testing.assert_array_equal(digits.run(None, x)[0], want)
-        np.testing.assert_array_equal(want, onnxruntime_outputs(model, x)[0])
+        if onnxruntime_int8_exact():  # (without VNNI its uint8 x int8 pairs saturate at int16)
+            np.testing.assert_array_equal(want, onnxruntime_outputs(model, x)[0])
 
 
 def test_dynamic_quantization_past_float32s_bound_sums_in_digits(
