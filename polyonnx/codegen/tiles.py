@@ -320,7 +320,7 @@ def rereads(
     excess = accumulators + copies + scalars - config.vector_registers
     if excess <= 0 or not vectors:
         return frozenset()
-    chosen: set[tuple[Load, tuple[int, ...], int]] = set()
+    chosen: set[Reread] = set()
     # (uses of each copy: the tile positions of the loops it does not move with; the last
     # loaded first among equals)
     for ld, moved in sorted(

@@ -77,7 +77,7 @@ def test_vector_relu_with_remainder(n):
 
 
 @pytest.mark.parametrize("n", [5, 37])
-def test_max_and_min_against_numbers_keep_nan_in_one_select_each(n):
+def test_max_and_min_against_numbers_keep_nan_without_a_nan_check(n):
     # min(max(x, -1), 6) and max(2, x) with constants not NaN: one compare and select each
     # (x86's maxps / minps with the number first), and x NaN still gives NaN.
     k = _unary_kernel(
