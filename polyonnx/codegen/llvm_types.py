@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import struct
+
 from llvmlite import ir
 
 from polyonnx.krnl.ir import ENCODED_DTYPES, FLOAT_DTYPES, Const
@@ -114,8 +116,23 @@ def zero(ty: ir.Type) -> ir.Constant:
     )
 
 
+_CONSTANTS: dict[tuple[str, bytes | int], ir.Constant] = {}
+
+
 def constant(c: Const) -> ir.Constant:
-    """A krnl constant as an LLVM constant of its register type."""
+    """A krnl constant as an LLVM constant of its register type; one object per dtype and
+    value (keyed by the bits of a float: 0.0 and -0.0 differ), since llvmlite formats each
+    object's text again (a float as hex: a Winograd kernel's coefficients, thousands of
+    times per model)."""
+    bits = struct.pack("<d", float(c.value)) if is_float(c.dtype) else int(c.value)
+    key = (c.dtype, bits)
+    out = _CONSTANTS.get(key)
+    if out is None:
+        out = _CONSTANTS[key] = _constant(c)
+    return out
+
+
+def _constant(c: Const) -> ir.Constant:
     ty = value_type(c.dtype)
     if is_float(c.dtype):
         return ir.Constant(ty, float(c.value))

@@ -36,6 +36,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,6 +70,31 @@ BinaryEmit = Callable[["ScalarEmitter", ir.Value, ir.Value, str], ir.Value]
 """How a binary op is emitted: ``emit(scalars, x, y, operand dtype)``."""
 
 _LLVM_SUFFIX = {"float16": "f16", "float32": "f32", "float64": "f64"}
+
+_I32_ZERO = ir.Constant(I32, 0)
+
+
+@functools.cache
+def _zeros(width: int) -> ir.Constant:
+    """The all-zero shuffle mask of ``width`` lanes (one object: llvmlite formats each once)."""
+    return ir.Constant(ir.VectorType(I32, width), [0] * width)
+
+
+_SPLATS: dict[tuple[str, bytes | int, int], ir.Constant] = {}
+
+
+def _splat_constant(c: ir.Constant, width: int) -> ir.Value | None:
+    """The number ``c`` in every lane, one object per type, value (a float's bits: 0.0 and
+    -0.0 differ) and width; None when ``c`` is no number (undef, null)."""
+    value = c.constant
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    bits = struct.pack("<d", value) if isinstance(value, float) else value
+    key = (str(c.type), bits, width)
+    out = _SPLATS.get(key)
+    if out is None:
+        out = _SPLATS[key] = ir.Constant(ir.VectorType(c.type, width), [value] * width)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +223,14 @@ class ScalarEmitter:
         return _freeze(b, b.fptosi(x, to) if is_signed(dst) else b.fptoui(x, to))
 
     def splat(self, v: ir.Value, width: int) -> ir.Value:
-        """The scalar ``v`` in every lane of a ``width``-lane vector."""
+        """The scalar ``v`` in every lane of a ``width``-lane vector (a constant one as a
+        vector constant)."""
+        if isinstance(v, ir.Constant) and (c := _splat_constant(v, width)) is not None:
+            return c
         b = self.builder
         vec_ty = ir.VectorType(v.type, width)
-        one = b.insert_element(whole(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(
-            one, whole(vec_ty, ir.Undefined), ir.Constant(ir.VectorType(I32, width), [0] * width)
-        )
+        one = b.insert_element(whole(vec_ty, ir.Undefined), v, _I32_ZERO)
+        return b.shuffle_vector(one, whole(vec_ty, ir.Undefined), _zeros(width))
 
     def match(self, *values: ir.Value) -> list[ir.Value]:
         """Splat scalars to the width of any vector among ``values``."""
